@@ -6,6 +6,8 @@
 #                                       IDEMGUARD_DYNAMODB_ENDPOINT and IDEMGUARD_TEMPORAL_ADDRESS,
 #                                       run CMD, stop the servers by PID, exit with CMD's status
 #
+# IDEMGUARD_SERVICES (default "dynamodb temporal") picks the servers to start.
+#
 # Tools are cached outside the clone, keyed by version, so a fresh clone on the
 # same machine reuses them: ${XDG_CACHE_HOME:-$HOME/.cache}/idemguard/.
 set -euo pipefail
@@ -88,8 +90,6 @@ start_dynamodb_local() {
 	local dir port
 	dir=$(ddb_dir)
 	port=$(free_port)
-	# DynamoDB Local binds every interface unless -host says otherwise? It has no
-	# -host flag; it listens on the port given. Tests only ever dial 127.0.0.1.
 	(cd "$dir" && exec java -Xmx1g -Djava.library.path=./DynamoDBLocal_lib -jar DynamoDBLocal.jar \
 		-inMemory -disableTelemetry -port "$port") >"$WORK/dynamodb.log" 2>&1 &
 	PIDS+=("$!")
@@ -118,13 +118,14 @@ install)
 	ensure_temporal
 	;;
 run)
-	ensure_dynamodb_local
-	ensure_temporal
+	services=" ${IDEMGUARD_SERVICES:-dynamodb temporal} "
+	case $services in *" dynamodb "*) ensure_dynamodb_local ;; esac
+	case $services in *" temporal "*) ensure_temporal ;; esac
 	WORK=$(mktemp -d)
 	trap stop_all EXIT
 	trap 'exit 130' INT TERM
-	start_dynamodb_local
-	start_temporal
+	case $services in *" dynamodb "*) start_dynamodb_local ;; esac
+	case $services in *" temporal "*) start_temporal ;; esac
 	set +e
 	"$@"
 	status=$?
