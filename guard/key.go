@@ -11,8 +11,8 @@ import (
 	"io"
 	"sync"
 
-	jmespath "github.com/jmespath-community/go-jmespath"
 	"github.com/gowebpki/jcs"
+	jmespath "github.com/jmespath-community/go-jmespath"
 )
 
 // A key is derived in four steps (see DESIGN.md "Keys"):
