@@ -1,0 +1,278 @@
+package dynamodb
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/idemguard/idemguard/store"
+)
+
+// API is the part of the DynamoDB client the store uses. *dynamodb.Client
+// satisfies it; tests may wrap it.
+type API interface {
+	GetItem(ctx context.Context, in *dynamodb.GetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
+	PutItem(ctx context.Context, in *dynamodb.PutItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error)
+	UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
+	DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error)
+}
+
+var _ API = (*dynamodb.Client)(nil)
+
+// Store is a [store.Store] that keeps each record as one item of a DynamoDB
+// table. It is safe for concurrent use; create it with [New].
+type Store struct {
+	client API
+	table  string
+	cfg    *config
+	optFns []func(*dynamodb.Options) // per-request client options (the retryer)
+}
+
+var _ store.Store = (*Store)(nil)
+
+// New returns a store for table, sending its requests through client. The
+// table must exist with the key schema the options describe (partition key
+// "id" of type S by default; see [WithKeyAttr] and [WithSortKey]) and
+// should have TTL enabled on the expiry attribute; [CreateTable] makes one.
+// New checks the options, not the table; it returns an error if client is
+// nil, table is empty, or an option is invalid.
+func New(client API, table string, opts ...Option) (*Store, error) {
+	if client == nil {
+		return nil, errors.New("dynamodb: New: nil client")
+	}
+	if table == "" {
+		return nil, errors.New("dynamodb: New: empty table name")
+	}
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{client: client, table: table, cfg: cfg}
+	if r := cfg.newRetryer(); r != nil {
+		s.optFns = []func(*dynamodb.Options){func(o *dynamodb.Options) { o.Retryer = r }}
+	}
+	return s, nil
+}
+
+// Table returns the name of the store's table.
+func (s *Store) Table() string { return s.table }
+
+func (s *Store) opErr(op, key string, err error) error {
+	return &OpError{Op: op, Table: s.table, Key: key, Err: err}
+}
+
+// Acquire implements [store.Store] with one conditional PutItem that asks
+// for the existing item back when the condition fails
+// (ReturnValuesOnConditionCheckFailure ALL_OLD). Only if DynamoDB returns
+// no item does it read the record with a consistent GetItem.
+func (s *Store) Acquire(ctx context.Context, rec *store.Record, now time.Time) (*store.Record, error) {
+	const op = "Acquire"
+	if err := ctx.Err(); err != nil {
+		return nil, s.opErr(op, rec.Key, err)
+	}
+	e, err := s.cfg.encode(rec)
+	if err != nil {
+		return nil, s.opErr(op, rec.Key, err)
+	}
+	c := s.cfg
+	// The negation of store.Record.Live on the stored (rounded) times:
+	// absent, expired, or in progress under a lapsed lease.
+	cond := expression.AttributeNotExists(name(c.keyAttr)).
+		Or(name(c.expiryAttr).LessThanEqual(value(numAttr(floorSeconds(now)))),
+			expression.And(
+				name(c.statusAttr).Equal(value(strAttr(store.StatusInProgress.String()))),
+				expression.AttributeExists(name(c.leaseAttr)),
+				name(c.leaseAttr).LessThanEqual(value(numAttr(floorMillis(now)))),
+			))
+	x, err := expression.NewBuilder().WithCondition(cond).Build()
+	if err != nil {
+		return nil, s.opErr(op, rec.Key, err)
+	}
+	_, err = s.client.PutItem(ctx, &dynamodb.PutItemInput{
+		TableName:                           aws.String(s.table),
+		Item:                                c.item(rec.Key, e),
+		ConditionExpression:                 x.Condition(),
+		ExpressionAttributeNames:            x.Names(),
+		ExpressionAttributeValues:           x.Values(),
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	}, s.optFns...)
+	if err == nil {
+		return nil, nil
+	}
+	var ccf *types.ConditionalCheckFailedException
+	if !errors.As(err, &ccf) {
+		return nil, s.wrapWriteErr(op, rec.Key, err)
+	}
+	var old *store.Record
+	if len(ccf.Item) > 0 {
+		if old, err = c.decode(ccf.Item); err != nil {
+			return nil, s.opErr(op, rec.Key, err)
+		}
+	} else {
+		old, err = s.get(ctx, op, rec.Key)
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, store.ErrConflict
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	if old.Token != "" && old.Token == rec.Token {
+		// Our own claim: the SDK retried a PutItem whose first attempt was
+		// written but whose response was lost. Tokens are unique per claim.
+		return nil, nil
+	}
+	return old, store.ErrConflict
+}
+
+// Complete implements [store.Store] with one UpdateItem conditional on the
+// token. It refuses, before sending, a record whose item would exceed
+// [MaxItemSize] even with its result compressed.
+func (s *Store) Complete(ctx context.Context, rec *store.Record) error {
+	const op = "Complete"
+	if err := ctx.Err(); err != nil {
+		return s.opErr(op, rec.Key, err)
+	}
+	done := *rec
+	done.Status = store.StatusCompleted
+	e, err := s.cfg.encode(&done)
+	if err != nil {
+		return s.opErr(op, rec.Key, err)
+	}
+	c := s.cfg
+	upd := expression.UpdateBuilder{}
+	for _, a := range c.attrs(e) {
+		switch {
+		case a.name == c.tokenAttr:
+			// Unchanged: the condition requires it to equal rec.Token.
+		case a.v != nil:
+			upd = upd.Set(name(a.name), value(a.v))
+		default:
+			upd = upd.Remove(name(a.name))
+		}
+	}
+	cond := name(c.tokenAttr).Equal(value(strAttr(rec.Token)))
+	return s.update(ctx, op, rec.Key, cond, upd)
+}
+
+// Extend implements [store.Store] with one UpdateItem conditional on the
+// token and on the record being in progress.
+func (s *Store) Extend(ctx context.Context, key, token string, leaseExpiresAt, expiresAt time.Time) error {
+	const op = "Extend"
+	if err := ctx.Err(); err != nil {
+		return s.opErr(op, key, err)
+	}
+	c := s.cfg
+	if err := checkTime("expiresAt", expiresAt); err != nil {
+		return s.opErr(op, key, err)
+	}
+	upd := expression.Set(name(c.expiryAttr), value(numAttr(ceilSeconds(expiresAt))))
+	if leaseExpiresAt.IsZero() {
+		upd = upd.Remove(name(c.leaseAttr))
+	} else {
+		if err := checkTime("leaseExpiresAt", leaseExpiresAt); err != nil {
+			return s.opErr(op, key, err)
+		}
+		upd = upd.Set(name(c.leaseAttr), value(numAttr(ceilMillis(leaseExpiresAt))))
+	}
+	cond := name(c.tokenAttr).Equal(value(strAttr(token))).
+		And(name(c.statusAttr).Equal(value(strAttr(store.StatusInProgress.String()))))
+	return s.update(ctx, op, key, cond, upd)
+}
+
+func (s *Store) update(ctx context.Context, op, key string, cond expression.ConditionBuilder, upd expression.UpdateBuilder) error {
+	x, err := expression.NewBuilder().WithCondition(cond).WithUpdate(upd).Build()
+	if err != nil {
+		return s.opErr(op, key, err)
+	}
+	_, err = s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(s.table),
+		Key:                       s.cfg.keyItem(key),
+		ConditionExpression:       x.Condition(),
+		UpdateExpression:          x.Update(),
+		ExpressionAttributeNames:  x.Names(),
+		ExpressionAttributeValues: x.Values(),
+	}, s.optFns...)
+	return s.wrapWriteErr(op, key, err)
+}
+
+// Release implements [store.Store] with one DeleteItem conditional on the
+// token.
+func (s *Store) Release(ctx context.Context, key, token string) error {
+	const op = "Release"
+	if err := ctx.Err(); err != nil {
+		return s.opErr(op, key, err)
+	}
+	x, err := expression.NewBuilder().
+		WithCondition(name(s.cfg.tokenAttr).Equal(value(strAttr(token)))).
+		Build()
+	if err != nil {
+		return s.opErr(op, key, err)
+	}
+	_, err = s.client.DeleteItem(ctx, &dynamodb.DeleteItemInput{
+		TableName:                 aws.String(s.table),
+		Key:                       s.cfg.keyItem(key),
+		ConditionExpression:       x.Condition(),
+		ExpressionAttributeNames:  x.Names(),
+		ExpressionAttributeValues: x.Values(),
+	}, s.optFns...)
+	return s.wrapWriteErr(op, key, err)
+}
+
+// wrapWriteErr maps the error of a conditional write: nil stays nil, a
+// failed condition is [store.ErrTokenMismatch] (Acquire handles its own
+// before calling this), DynamoDB's size refusal matches [store.ErrTooLarge],
+// and anything else is wrapped in an [OpError].
+func (s *Store) wrapWriteErr(op, key string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var ccf *types.ConditionalCheckFailedException
+	if errors.As(err, &ccf) {
+		return store.ErrTokenMismatch
+	}
+	if isItemTooLarge(err) {
+		err = fmt.Errorf("%w: %w", store.ErrTooLarge, err)
+	}
+	return s.opErr(op, key, err)
+}
+
+// Get implements [store.Store] with a strongly consistent GetItem.
+func (s *Store) Get(ctx context.Context, key string) (*store.Record, error) {
+	const op = "Get"
+	if err := ctx.Err(); err != nil {
+		return nil, s.opErr(op, key, err)
+	}
+	return s.get(ctx, op, key)
+}
+
+func (s *Store) get(ctx context.Context, op, key string) (*store.Record, error) {
+	out, err := s.client.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName:      aws.String(s.table),
+		Key:            s.cfg.keyItem(key),
+		ConsistentRead: aws.Bool(true),
+	}, s.optFns...)
+	if err != nil {
+		return nil, s.opErr(op, key, err)
+	}
+	if len(out.Item) == 0 {
+		return nil, store.ErrNotFound
+	}
+	rec, err := s.cfg.decode(out.Item)
+	if err != nil {
+		return nil, s.opErr(op, key, err)
+	}
+	return rec, nil
+}
+
+// name and value build expression operands. Attribute names are never
+// split on dots: "a.b" is one attribute.
+func name(n string) expression.NameBuilder { return expression.NameNoDotSplit(n) }
+
+func value(v types.AttributeValue) expression.ValueBuilder { return expression.Value(v) }

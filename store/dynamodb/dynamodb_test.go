@@ -1,0 +1,37 @@
+package dynamodb_test
+
+import (
+	"testing"
+
+	"github.com/idemguard/idemguard/store"
+	idemddb "github.com/idemguard/idemguard/store/dynamodb"
+	"github.com/idemguard/idemguard/store/dynamodb/dynamodbtest"
+	"github.com/idemguard/idemguard/store/storetest"
+)
+
+// tooLarge is a result of incompressible bytes that cannot fit in a 400 KB
+// item.
+const tooLarge = 450 << 10
+
+func TestConformance(t *testing.T) {
+	client := dynamodbtest.NewClient(t)
+	for _, mode := range []struct {
+		name string
+		opts []idemddb.Option
+	}{
+		{"plain", nil},
+		{"sort-key", []idemddb.Option{idemddb.WithKeyAttr("pk"), idemddb.WithSortKey("sk", "idempotency#conformance")}},
+		{"custom-names", []idemddb.Option{
+			idemddb.WithKeyAttr("Key"), idemddb.WithExpiryAttr("ttl.expires"), idemddb.WithLeaseAttr("lease"),
+			idemddb.WithStatusAttr("State"), idemddb.WithDataAttr("Result"), idemddb.WithValidationAttr("hash"),
+			idemddb.WithTokenAttr("fence"), idemddb.WithResultKindAttr("kind"), idemddb.WithEncodingAttr("enc"),
+		}},
+	} {
+		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
+			storetest.Run(t, func(t *testing.T) store.Store {
+				return dynamodbtest.NewStore(t, client, mode.opts...)
+			}, storetest.WithTooLarge(tooLarge))
+		})
+	}
+}

@@ -1,0 +1,209 @@
+// Package dynamodbtest connects tests to DynamoDB Local: a client from the
+// environment, a fresh table per test, and a middleware that counts the
+// requests a client sends.
+//
+// Tests that need the server call [NewClient], which reads the endpoint from
+// the environment variable IDEMGUARD_DYNAMODB_ENDPOINT (for example
+// http://127.0.0.1:8000). When it is unset the test is skipped, or fails if
+// CI=true, so that a CI run without the server cannot pass silently. The
+// repository's scripts/harness.sh starts DynamoDB Local and sets the
+// variable:
+//
+//	IDEMGUARD_SERVICES=dynamodb scripts/harness.sh run go test ./store/dynamodb/...
+package dynamodbtest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"regexp"
+	"sort"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/smithy-go/middleware"
+
+	idemddb "github.com/idemguard/idemguard/store/dynamodb"
+)
+
+// EndpointEnv is the environment variable that holds the DynamoDB Local
+// endpoint URL.
+const EndpointEnv = "IDEMGUARD_DYNAMODB_ENDPOINT"
+
+// Endpoint returns the DynamoDB Local endpoint from [EndpointEnv]. If it is
+// unset, Endpoint skips the test, or fails it when the environment variable
+// CI is "true".
+func Endpoint(t testing.TB) string {
+	t.Helper()
+	ep := os.Getenv(EndpointEnv)
+	if ep == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("%s is not set; CI must run these tests against DynamoDB Local (scripts/harness.sh run ...)", EndpointEnv)
+		}
+		t.Skipf("%s is not set; run under scripts/harness.sh to test against DynamoDB Local", EndpointEnv)
+	}
+	return ep
+}
+
+// Options returns client options for DynamoDB Local at endpoint: region
+// us-east-1 and static credentials "local"/"local", which DynamoDB Local
+// accepts.
+func Options(endpoint string) dynamodb.Options {
+	return dynamodb.Options{
+		Region:       "us-east-1",
+		BaseEndpoint: aws.String(endpoint),
+		Credentials: aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
+			return aws.Credentials{AccessKeyID: "local", SecretAccessKey: "local", Source: "dynamodbtest"}, nil
+		}),
+	}
+}
+
+// NewClient returns a client for DynamoDB Local (see [Endpoint] and
+// [Options]), adjusted by optFns, for example [CountRequests].
+func NewClient(t testing.TB, optFns ...func(*dynamodb.Options)) *dynamodb.Client {
+	t.Helper()
+	return dynamodb.New(Options(Endpoint(t)), optFns...)
+}
+
+var invalidTableChars = regexp.MustCompile(`[^a-zA-Z0-9_.-]+`)
+
+// TableName returns a table name unique to this call, derived from the
+// test's name.
+func TableName(t testing.TB) string {
+	name := invalidTableChars.ReplaceAllString(t.Name(), "-")
+	if len(name) > 180 {
+		name = name[len(name)-180:]
+	}
+	var b [6]byte
+	rand.Read(b[:])
+	return "idemguard-" + name + "-" + hex.EncodeToString(b[:])
+}
+
+// NewTable creates a fresh table with [idemddb.CreateTable] and the given
+// options, registers its deletion with t.Cleanup, and returns its name. Pass
+// the same options to [idemddb.New].
+func NewTable(t testing.TB, client *dynamodb.Client, opts ...idemddb.Option) string {
+	t.Helper()
+	table := TableName(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := idemddb.CreateTable(ctx, client, table, opts...); err != nil {
+		t.Fatalf("CreateTable: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if _, err := client.DeleteTable(ctx, &dynamodb.DeleteTableInput{TableName: aws.String(table)}); err != nil {
+			t.Errorf("DeleteTable(%s): %v", table, err)
+		}
+	})
+	return table
+}
+
+// NewStore returns a store on a fresh table (see [NewTable]) with opts.
+func NewStore(t testing.TB, client *dynamodb.Client, opts ...idemddb.Option) *idemddb.Store {
+	t.Helper()
+	s, err := idemddb.New(client, NewTable(t, client, opts...), opts...)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return s
+}
+
+// Counter counts the HTTP requests a client sends, per operation name
+// ("PutItem", "GetItem", …). Retried attempts count once each. It is safe
+// for concurrent use.
+type Counter struct {
+	mu sync.Mutex
+	n  map[string]int // protected by mu
+}
+
+// CountRequests installs a request-counting middleware in the client options
+// o and returns its counter. Use it as a client option:
+//
+//	var n *dynamodbtest.Counter
+//	client := dynamodbtest.NewClient(t, func(o *dynamodb.Options) { n = dynamodbtest.CountRequests(o) })
+func CountRequests(o *dynamodb.Options) *Counter {
+	c := &Counter{}
+	o.APIOptions = append(o.APIOptions, func(stack *middleware.Stack) error {
+		// After the retry middleware, so that each attempt passes through.
+		return stack.Finalize.Add(middleware.FinalizeMiddlewareFunc("idemguardCountRequests",
+			func(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (middleware.FinalizeOutput, middleware.Metadata, error) {
+				c.add(awsmiddleware.GetOperationName(ctx))
+				return next.HandleFinalize(ctx, in)
+			}), middleware.After)
+	})
+	return c
+}
+
+func (c *Counter) add(op string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n == nil {
+		c.n = make(map[string]int)
+	}
+	c.n[op]++
+}
+
+// Get returns the number of requests sent for operation op.
+func (c *Counter) Get(op string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[op]
+}
+
+// Total returns the number of requests sent for all operations.
+func (c *Counter) Total() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := 0
+	for _, n := range c.n {
+		t += n
+	}
+	return t
+}
+
+// Snapshot returns a copy of the counts by operation.
+func (c *Counter) Snapshot() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m := make(map[string]int, len(c.n))
+	for op, n := range c.n {
+		m[op] = n
+	}
+	return m
+}
+
+// Reset sets every count to zero.
+func (c *Counter) Reset() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.n = nil
+}
+
+// String lists the counts, for test failure messages: "GetItem=1 PutItem=2".
+func (c *Counter) String() string {
+	m := c.Snapshot()
+	ops := make([]string, 0, len(m))
+	for op := range m {
+		ops = append(ops, op)
+	}
+	sort.Strings(ops)
+	s := ""
+	for i, op := range ops {
+		if i > 0 {
+			s += " "
+		}
+		s += op + "=" + strconv.Itoa(m[op])
+	}
+	if s == "" {
+		return "no requests"
+	}
+	return s
+}

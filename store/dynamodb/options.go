@@ -1,0 +1,253 @@
+package dynamodb
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
+)
+
+// Default attribute names. They are the names AWS Powertools uses, plus
+// [DefaultTokenAttr], [DefaultResultKindAttr] and [DefaultEncodingAttr],
+// which Powertools does not write.
+const (
+	DefaultKeyAttr         = "id"
+	DefaultExpiryAttr      = "expiration"
+	DefaultLeaseAttr       = "in_progress_expiration"
+	DefaultStatusAttr      = "status"
+	DefaultDataAttr        = "data"
+	DefaultValidationAttr  = "validation"
+	DefaultTokenAttr       = "token"
+	DefaultResultKindAttr  = "result_kind"
+	DefaultEncodingAttr    = "data_encoding"
+	DefaultCompressAbove   = 16 << 10
+	DefaultMaxAttempts     = 8
+	defaultBackoffBase     = 25 * time.Millisecond
+	defaultBackoffMax      = time.Second
+	maxDecompressedSize    = 64 << 20
+	maxAttributeNameLength = 255
+)
+
+// Option configures a [Store] (in [New]) and the table [CreateTable] makes.
+// Give both the same options: the attribute names and the sort-key mode must
+// match the table.
+type Option func(*config)
+
+// config is what the options set. New validates it once.
+type config struct {
+	keyAttr        string
+	sortKeyAttr    string // "" unless sort-key mode
+	partitionValue string // the static partition value in sort-key mode
+	expiryAttr     string
+	leaseAttr      string
+	statusAttr     string
+	dataAttr       string
+	validationAttr string
+	tokenAttr      string
+	kindAttr       string
+	encodingAttr   string
+	compressAbove  int
+	maxAttempts    int // 0 = default
+	retryer        aws.Retryer
+	retryerSet     bool
+	errs           []error // from options given bad values
+}
+
+func newConfig(opts []Option) (*config, error) {
+	c := &config{
+		keyAttr:        DefaultKeyAttr,
+		expiryAttr:     DefaultExpiryAttr,
+		leaseAttr:      DefaultLeaseAttr,
+		statusAttr:     DefaultStatusAttr,
+		dataAttr:       DefaultDataAttr,
+		validationAttr: DefaultValidationAttr,
+		tokenAttr:      DefaultTokenAttr,
+		kindAttr:       DefaultResultKindAttr,
+		encodingAttr:   DefaultEncodingAttr,
+		compressAbove:  DefaultCompressAbove,
+	}
+	for _, o := range opts {
+		if o != nil {
+			o(c)
+		}
+	}
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *config) validate() error {
+	errs := append([]error(nil), c.errs...)
+	names := []struct{ opt, name string }{
+		{"WithKeyAttr", c.keyAttr},
+		{"WithExpiryAttr", c.expiryAttr},
+		{"WithLeaseAttr", c.leaseAttr},
+		{"WithStatusAttr", c.statusAttr},
+		{"WithDataAttr", c.dataAttr},
+		{"WithValidationAttr", c.validationAttr},
+		{"WithTokenAttr", c.tokenAttr},
+		{"WithResultKindAttr", c.kindAttr},
+		{"WithEncodingAttr", c.encodingAttr},
+	}
+	if c.sortKeyAttr != "" || c.partitionValue != "" {
+		names = append(names, struct{ opt, name string }{"WithSortKey", c.sortKeyAttr})
+		if c.partitionValue == "" {
+			errs = append(errs, errors.New("WithSortKey: the static partition value is empty"))
+		}
+	}
+	seen := make(map[string]string)
+	for _, n := range names {
+		if err := checkAttrName(n.name); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", n.opt, err))
+			continue
+		}
+		if prev, ok := seen[n.name]; ok {
+			errs = append(errs, fmt.Errorf("%s and %s both name attribute %q", prev, n.opt, n.name))
+		}
+		seen[n.name] = n.opt
+	}
+	if c.maxAttempts != 0 && c.retryerSet {
+		errs = append(errs, errors.New("WithMaxAttempts and WithRetryer cannot be combined: set the attempts on the retryer"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("dynamodb: invalid options: %w", err)
+	}
+	return nil
+}
+
+// checkAttrName rejects names DynamoDB would refuse or that the expression
+// builder would read as a document path.
+func checkAttrName(name string) error {
+	switch {
+	case name == "":
+		return errors.New("attribute name is empty")
+	case len(name) > maxAttributeNameLength:
+		return fmt.Errorf("attribute name %.20q… is longer than %d bytes", name, maxAttributeNameLength)
+	case !utf8.ValidString(name):
+		return fmt.Errorf("attribute name %q is not valid UTF-8", name)
+	case strings.ContainsAny(name, "[]"):
+		return fmt.Errorf("attribute name %q contains a bracket", name)
+	}
+	return nil
+}
+
+// WithKeyAttr names the partition key attribute (type S). Default "id".
+func WithKeyAttr(name string) Option { return func(c *config) { c.keyAttr = name } }
+
+// WithSortKey turns on sort-key mode, for a table whose primary key is a
+// partition key plus a sort key: every item gets partitionValue in the
+// partition key attribute (see [WithKeyAttr]) and the idempotency key in the
+// sort key attribute sortKeyAttr (type S). This is the layout of AWS
+// Powertools' sortKeyAttr / staticPkValue options, whose default partition
+// value is "idempotency#" followed by the Lambda function name. Both
+// arguments must be non-empty.
+func WithSortKey(sortKeyAttr, partitionValue string) Option {
+	return func(c *config) {
+		c.sortKeyAttr = sortKeyAttr
+		c.partitionValue = partitionValue
+		if sortKeyAttr == "" {
+			c.errs = append(c.errs, errors.New("WithSortKey: the sort key attribute name is empty"))
+		}
+	}
+}
+
+// WithExpiryAttr names the attribute holding the record's expiry (type N,
+// epoch seconds); it is the table's TTL attribute. Default "expiration".
+func WithExpiryAttr(name string) Option { return func(c *config) { c.expiryAttr = name } }
+
+// WithLeaseAttr names the attribute holding an in-progress record's lease
+// expiry (type N, epoch milliseconds). Default "in_progress_expiration".
+func WithLeaseAttr(name string) Option { return func(c *config) { c.leaseAttr = name } }
+
+// WithStatusAttr names the status attribute (type S, "INPROGRESS" or
+// "COMPLETED"). Default "status".
+func WithStatusAttr(name string) Option { return func(c *config) { c.statusAttr = name } }
+
+// WithDataAttr names the attribute holding the stored result (type S or B).
+// Default "data".
+func WithDataAttr(name string) Option { return func(c *config) { c.dataAttr = name } }
+
+// WithValidationAttr names the attribute holding the payload hash (type S).
+// Default "validation".
+func WithValidationAttr(name string) Option { return func(c *config) { c.validationAttr = name } }
+
+// WithTokenAttr names the attribute holding the fencing token (type S).
+// Default "token".
+func WithTokenAttr(name string) Option { return func(c *config) { c.tokenAttr = name } }
+
+// WithResultKindAttr names the attribute holding a result's kind (type S,
+// "error" or "unavailable"; absent for a value). Default "result_kind".
+func WithResultKindAttr(name string) Option { return func(c *config) { c.kindAttr = name } }
+
+// WithEncodingAttr names the attribute that marks a compressed result (type
+// S, "gzip"; absent when the result is stored as is). Default
+// "data_encoding".
+func WithEncodingAttr(name string) Option { return func(c *config) { c.encodingAttr = name } }
+
+// WithCompressAbove sets the size above which results are gzip-compressed
+// before they are stored. A compressed result is stored only if it is
+// smaller than the original. n < 0 turns compression off. Default
+// [DefaultCompressAbove] (16 KiB).
+func WithCompressAbove(n int) Option { return func(c *config) { c.compressAbove = n } }
+
+// WithMaxAttempts sets how many times the store's retryer tries each request
+// (1 = no retries). The default retryer is the SDK's standard retryer with
+// [DefaultMaxAttempts] attempts and exponential backoff with full jitter
+// from 25 ms, capped at 1 s, so that throttling and transient failures
+// (5xx, connection resets) are retried a few times within about three
+// seconds. n must be at least 1; it cannot be combined with [WithRetryer].
+func WithMaxAttempts(n int) Option {
+	return func(c *config) {
+		if n < 1 {
+			c.errs = append(c.errs, fmt.Errorf("WithMaxAttempts(%d): need at least 1 attempt", n))
+			return
+		}
+		c.maxAttempts = n
+	}
+}
+
+// WithRetryer makes the store send every request with r as its retryer. A
+// nil r keeps the retryer the client was built with.
+func WithRetryer(r aws.Retryer) Option {
+	return func(c *config) { c.retryer, c.retryerSet = r, true }
+}
+
+// newRetryer returns the retryer the store's requests use, or nil to keep
+// the client's.
+func (c *config) newRetryer() aws.Retryer {
+	if c.retryerSet {
+		return c.retryer
+	}
+	n := c.maxAttempts
+	if n == 0 {
+		n = DefaultMaxAttempts
+	}
+	return retry.NewStandard(func(o *retry.StandardOptions) {
+		o.MaxAttempts = n
+		o.Backoff = jitterBackoff{base: defaultBackoffBase, max: defaultBackoffMax}
+	})
+}
+
+// jitterBackoff is exponential backoff with full jitter: a random delay in
+// [0, min(max, base·2^attempt)). The SDK's own starts at one second, which
+// is long for a store that sits in the path of every guarded call.
+type jitterBackoff struct{ base, max time.Duration }
+
+func (b jitterBackoff) BackoffDelay(attempt int, _ error) (time.Duration, error) {
+	d := b.max
+	if attempt < 30 {
+		if e := b.base << attempt; e < d {
+			d = e
+		}
+	}
+	if d <= 0 {
+		return 0, nil
+	}
+	return rand.N(d), nil
+}
