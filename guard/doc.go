@@ -1,0 +1,70 @@
+// Package guard makes a function's side effect happen once per idempotency
+// key, however often the function is called: by Temporal retrying an
+// activity, a queue redelivering a message, or a worker restarted after a
+// crash.
+//
+// A [Guard] keeps one record per key in a shared [store.Store]. The first
+// call claims the key with one conditional write, runs the function and
+// stores its result; a retry or duplicate with the same key finds the record
+// in that same write and replays the result instead of running the function
+// again.
+//
+//	g, err := guard.New(dynamoStore, guard.WithKeyPath("order_id"))
+//	...
+//	receipt, err := guard.Do(ctx, g, "charge", order, func(ctx context.Context) (Receipt, error) {
+//		key, _ := guard.KeyFromContext(ctx)
+//		return payments.Charge(ctx, order, key) // the provider dedups on key too
+//	})
+//
+// # Keys
+//
+// A key is "<scope>#<hash>": scope names what is guarded, and hash is the
+// SHA-256 of the RFC 8785 canonical JSON of the input, or of the part of it
+// a JMESPath expression selects ([WithKeyPath]; the AWS Powertools functions
+// powertools_json, powertools_base64 and powertools_base64_gzip are
+// available). The key is bound before the function runs. An empty selection
+// runs the function unguarded, or fails with [ErrKeyMissing] under
+// [WithRequireKey]. [WithPayloadValidation] stores a second hash and rejects
+// a reused key whose payload differs ([ErrPayloadMismatch]); the check runs
+// on every path that hands out a stored outcome.
+//
+// # What is guaranteed
+//
+// For one key, while its record lives ([WithTTL]):
+//
+//   - At most one call at a time runs the function: the claim is an atomic
+//     conditional write, and concurrent duplicates in one process share one
+//     claim and one execution.
+//   - A call that completed is replayed, never run again, including when its
+//     result cannot be stored ([ErrResultUnavailable]) or its completion
+//     write fails transiently (retried while the lease holds).
+//   - A claim holds for a lease, extended while the function runs. A holder
+//     that crashes blocks others only until its lease lapses; one that is
+//     paused past its lease and comes back (a zombie) cannot overwrite the
+//     new holder's record: every write is fenced by a per-claim token, and
+//     the zombie gets [ErrLeaseLost].
+//   - A function that returns an error releases the record, so the next call
+//     runs it again, unless the error is definite ([Definite],
+//     [WithDefiniteErrors]): definite errors are stored and replayed.
+//
+// One window no store can close remains: a crash after the side effect and
+// before the completion write. The next call runs the function again. Pass
+// [KeyFromContext] to the system that performs the side effect (a payment
+// provider's Idempotency-Key header, a unique constraint, a conditional
+// write) and that system closes it.
+//
+// # Concurrency
+//
+// A call that finds the key held elsewhere fails at once with
+// [ErrInProgress] in [Reject] mode (the default), or polls with backoff and
+// jitter in [Wait] mode ([WithWait]) until it can replay or take over.
+//
+// # Cost
+//
+// A first call costs two store writes (claim, complete); a replay costs one
+// (the failed claim returns the record); a replay from the local cache
+// ([WithCache]) costs none.
+//
+// Setting the environment variable IDEMGUARD_DISABLED=true before guards are
+// built makes them pass-throughs.
+package guard
