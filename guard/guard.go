@@ -376,7 +376,7 @@ func lead[T any](ctx context.Context, g *Guard, c *config, d derived, fkey strin
 		if encErr != nil {
 			kind, data = store.ResultUnavailable, nil
 		}
-		done, cerr := g.complete(ctx, c, claim, k, kind, data)
+		done, cerr := g.complete(ctx, c, claim, k.stop(), kind, data)
 		if cerr != nil {
 			err = errors.Join(err, cerr)
 		} else {
@@ -397,7 +397,7 @@ func lead[T any](ctx context.Context, g *Guard, c *config, d derived, fkey strin
 	if encErr != nil {
 		kind, data = store.ResultUnavailable, nil
 	}
-	done, cerr := g.complete(ctx, c, claim, k, kind, data)
+	done, cerr := g.complete(ctx, c, claim, k.stop(), kind, data)
 	if cerr != nil {
 		var zero T
 		land(g, fkey, f, nil, zero, false, cerr)
@@ -527,11 +527,11 @@ func (g *Guard) remember(rec *store.Record) {
 	}
 }
 
-// complete records the outcome of a claim. It stops the lease keeper, then
-// retries transient store failures for as long as the lease holds, so that a
-// side effect that happened is never run again because bookkeeping failed.
-func (g *Guard) complete(ctx context.Context, c *config, claim *store.Record, k *keeper, kind store.ResultKind, data []byte) (*store.Record, error) {
-	leaseEnd := k.stop()
+// complete records the outcome of a claim whose lease ends at leaseEnd
+// (the lease keeper is stopped). It retries transient store failures for as
+// long as the lease holds, so that a side effect that happened is never run
+// again because bookkeeping failed.
+func (g *Guard) complete(ctx context.Context, c *config, claim *store.Record, leaseEnd time.Time, kind store.ResultKind, data []byte) (*store.Record, error) {
 	base := context.WithoutCancel(ctx)
 	now := c.clock.Now()
 	done := &store.Record{

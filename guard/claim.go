@@ -1,0 +1,137 @@
+package guard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/idemguard/idemguard/store"
+)
+
+// Claim is a held claim on a key, for callers that cannot run the guarded
+// work inside [Do]: a Temporal workflow, which claims and completes through
+// separate activities, or work that spans processes. A Claim is a plain
+// value that survives JSON encoding, so it can travel between those steps.
+//
+// Nothing extends a Claim's lease on its own: take a lease long enough for
+// the work (see [WithLease]), or call [Guard.Extend].
+type Claim struct {
+	// Key is the idempotency key, "<scope>#<hash>".
+	Key string `json:"key"`
+	// Token is the claim's fencing token.
+	Token string `json:"token"`
+	// PayloadHash is the payload-validation hash, if validation is on.
+	PayloadHash string `json:"payload_hash,omitempty"`
+	// LeaseExpiresAt is when the claim lapses unless extended.
+	LeaseExpiresAt time.Time `json:"lease_expires_at"`
+}
+
+// Claim derives the key of input within scope, as [Do] would, and claims it.
+//
+// It returns the Claim when this caller now holds the key; or, when a call
+// with the key has completed, a nil Claim and the completed record, already
+// checked against the payload; or the error [Do] would return without running
+// the function ([ErrInProgress] after the wait budget in Wait mode,
+// [ErrPayloadMismatch], [ErrKeyMissing], [ErrStore], …). An empty key
+// selection without [WithRequireKey] is reported as [ErrKeyMissing] too:
+// there is nothing to claim.
+//
+// A held Claim must end with [Guard.Complete] or [Guard.Release]; otherwise
+// it blocks the key until its lease lapses.
+func (g *Guard) Claim(ctx context.Context, scope string, input any, opts ...Option) (*Claim, *store.Record, error) {
+	c, err := g.with(scope, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	d, err := c.derive(scope, input)
+	if err != nil {
+		return nil, nil, err
+	}
+	if d.key == "" {
+		return nil, nil, fmt.Errorf("%w (scope %s)", ErrKeyMissing, scope)
+	}
+	if g.cache != nil {
+		if rec, ok := g.cache.Get(d.key); ok && rec.Live(c.clock.Now()) {
+			if err := c.validate(d, rec); err != nil {
+				return nil, nil, err
+			}
+			return nil, rec, nil
+		}
+	}
+	claim, existing, err := g.acquire(ctx, c, d)
+	if err != nil {
+		return nil, nil, err
+	}
+	if existing != nil {
+		g.remember(existing)
+		return nil, existing, nil
+	}
+	return &Claim{Key: claim.Key, Token: claim.Token, PayloadHash: claim.PayloadHash, LeaseExpiresAt: claim.LeaseExpiresAt}, nil, nil
+}
+
+// Complete records the outcome of a held claim: result is what replays get
+// (the codec's bytes for [store.ResultValue], the error codec's for
+// [store.ResultError]). Like [Do], it retries transient store failures while
+// the lease holds and records a result too large for the store without a
+// body. It returns the completed record, or [ErrLeaseLost] if the claim was
+// taken over, or [ErrNotRecorded].
+func (g *Guard) Complete(ctx context.Context, cl Claim, kind store.ResultKind, result []byte, opts ...Option) (*store.Record, error) {
+	c, err := g.with("complete", opts)
+	if err != nil {
+		return nil, err
+	}
+	claim := &store.Record{Key: cl.Key, Token: cl.Token, PayloadHash: cl.PayloadHash}
+	leaseEnd := cl.LeaseExpiresAt
+	if now := c.clock.Now(); leaseEnd.Before(now.Add(storeCallTimeout)) {
+		// Past the lease, one attempt still completes a claim nobody took.
+		leaseEnd = now.Add(storeCallTimeout)
+	}
+	done, err := g.complete(ctx, c, claim, leaseEnd, kind, result)
+	if err != nil {
+		return nil, err
+	}
+	g.remember(done)
+	return done, nil
+}
+
+// Release gives up a held claim so that the next call runs at once. A claim
+// already taken over is left alone and reported as [ErrLeaseLost].
+func (g *Guard) Release(ctx context.Context, cl Claim) error {
+	err := g.store.Release(ctx, cl.Key, cl.Token)
+	if errors.Is(err, store.ErrTokenMismatch) {
+		return fmt.Errorf("%w (key %s)", ErrLeaseLost, cl.Key)
+	}
+	if err != nil {
+		return &StoreError{Op: "release", Key: cl.Key, Err: err}
+	}
+	return nil
+}
+
+// Extend moves a held claim's lease end to leaseExpiresAt and returns the
+// updated claim, or [ErrLeaseLost] if the claim was taken over.
+func (g *Guard) Extend(ctx context.Context, cl Claim, leaseExpiresAt time.Time) (Claim, error) {
+	expiresAt := leaseExpiresAt.Add(g.cfg.ttl)
+	err := g.store.Extend(ctx, cl.Key, cl.Token, leaseExpiresAt, expiresAt)
+	if errors.Is(err, store.ErrTokenMismatch) {
+		return cl, fmt.Errorf("%w (key %s)", ErrLeaseLost, cl.Key)
+	}
+	if err != nil {
+		return cl, &StoreError{Op: "extend", Key: cl.Key, Err: err}
+	}
+	cl.LeaseExpiresAt = leaseExpiresAt
+	return cl, nil
+}
+
+// Decode returns the outcome stored in a completed record as [Do] would
+// replay it: the value decoded with the codec, the definite error, or
+// [ErrResultUnavailable].
+func Decode[T any](g *Guard, rec *store.Record, opts ...Option) (T, error) {
+	c, err := g.with("decode", opts)
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	v, _, err := replay[T](context.Background(), c, derived{key: rec.Key, payloadHash: rec.PayloadHash}, rec, OutcomeReplayed)
+	return v, err
+}
