@@ -574,18 +574,47 @@ func attrSize(v types.AttributeValue) int {
 	return 0
 }
 
-// numberSize is DynamoDB's size of a number: one byte per two significant
-// digits, plus one. Leading and trailing zeros do not count.
+// numberSize is DynamoDB's size of a number. DynamoDB keeps numbers as
+// base-100 digits aligned on the decimal point (like Oracle's NUMBER):
+// one byte per pair of decimal digits, without leading and trailing zero
+// pairs, plus one byte, plus one more for a negative number. For example 1795390428000 is 1|79|53|90|42|80|00,
+// six pairs once the trailing 00 goes, so 7 bytes. A string that is not a
+// number counts as its length, which overestimates.
 func numberSize(n string) int {
-	mant := n
-	if i := strings.IndexAny(mant, "eE"); i >= 0 {
-		mant = mant[:i]
+	mant, exp := n, 0
+	if i := strings.IndexAny(n, "eE"); i >= 0 {
+		e, err := strconv.Atoi(n[i+1:])
+		if err != nil || e > 1000 || e < -1000 {
+			return len(n)
+		}
+		mant, exp = n[:i], e
 	}
+	neg := strings.HasPrefix(mant, "-")
 	mant = strings.TrimLeft(mant, "+-")
-	digits := strings.Replace(mant, ".", "", 1)
-	digits = strings.Trim(digits, "0")
-	if digits == "" {
+	point := strings.IndexByte(mant, '.')
+	if point < 0 {
+		point = len(mant)
+	}
+	digits := mant[:point] + strings.TrimPrefix(mant[point:], ".")
+	for _, r := range digits {
+		if r < '0' || r > '9' {
+			return len(n)
+		}
+	}
+	p := point + exp // digits before the decimal point
+	trimmed := strings.TrimLeft(digits, "0")
+	p -= len(digits) - len(trimmed)
+	trimmed = strings.TrimRight(trimmed, "0")
+	if trimmed == "" {
 		return 1
 	}
-	return (len(digits)+1)/2 + 1
+	l := len(trimmed)
+	if p%2 != 0 { // pad on the left to align pairs on the point
+		l++
+	}
+	size := (l+1)/2 + 1
+	if neg {
+		size++ // a negative number ends with a terminator byte
+	}
+	return size
 }
