@@ -6,17 +6,22 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
 	lru "github.com/hashicorp/golang-lru/v2"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemguard/idemguard/store"
+	"github.com/idemguard/idemguard/telemetry"
 )
 
 // DisableEnv is the environment variable that, set to a true value ("true",
@@ -64,6 +69,7 @@ type Guard struct {
 	cfg      config
 	disabled bool
 	cache    *lru.Cache[string, *store.Record] // nil when the cache is off
+	tel      *telemetry.Instruments
 
 	mu      sync.Mutex
 	flights map[string]*flight // protected by mu: calls in progress in this process
@@ -88,6 +94,7 @@ func New(s store.Store, opts ...Option) (*Guard, error) {
 		g.cache, _ = lru.New[string, *store.Record](g.cfg.cacheSize)
 	}
 	g.disabled, _ = strconv.ParseBool(os.Getenv(DisableEnv))
+	g.tel = telemetry.New(g.cfg.tracerProvider, g.cfg.meterProvider, g.cfg.logger, storeName(s))
 	return g, nil
 }
 
@@ -162,26 +169,32 @@ func Wrap[In, Out any](g *Guard, scope string, fn func(context.Context, In) (Out
 	}, nil
 }
 
-func execute[T any](ctx context.Context, g *Guard, c *config, scope string, input any, fn func(context.Context) (T, error)) (T, Outcome, error) {
-	var zero T
+func execute[T any](ctx context.Context, g *Guard, c *config, scope string, input any, fn func(context.Context) (T, error)) (v T, out Outcome, err error) {
 	if g.disabled {
 		v, err := fn(ctx)
 		return v, OutcomeUnguarded, err
 	}
-	d, err := c.derive(scope, input)
-	if err != nil {
-		return zero, 0, err
+	var d derived
+	o := observation{d: &d}
+	ctx, o.span = g.tel.Tracer.Start(ctx, telemetry.SpanExecute)
+	defer func() { g.endExecute(ctx, &o, c, scope, out, err) }()
+
+	if d, err = c.derive(scope, input); err != nil {
+		return v, 0, err
 	}
 	if d.key == "" {
 		if c.requireKey {
-			return zero, 0, fmt.Errorf("%w (scope %s)", ErrKeyMissing, scope)
+			return v, 0, fmt.Errorf("%w (scope %s)", ErrKeyMissing, scope)
 		}
-		v, err := fn(ctx)
+		g.log(ctx, slog.LevelInfo, "idemguard: key selection is empty; running unguarded", scope+"#")
+		v, err = fn(ctx)
 		return v, OutcomeUnguarded, err
 	}
 	if g.cache != nil {
+		o.cache = "miss"
 		if rec, ok := g.cache.Get(d.key); ok {
 			if rec.Live(c.clock.Now()) {
+				o.cache = "hit"
 				return replay[T](ctx, c, d, rec, OutcomeReplayed)
 			}
 			g.cache.Remove(d.key)
@@ -198,7 +211,8 @@ func execute[T any](ctx context.Context, g *Guard, c *config, scope string, inpu
 		if leader {
 			return lead(ctx, g, c, d, fkey, f, fn)
 		}
-		if v, out, err, again := follow[T](ctx, g, c, d, f); !again {
+		var again bool
+		if v, out, err, again = follow[T](ctx, g, c, d, f); !again {
 			return v, out, err
 		}
 	}
@@ -413,6 +427,19 @@ var errGoexit = errors.New("idemguard: guarded function called runtime.Goexit")
 // acquire claims d.key, or returns the completed record that holds it. In
 // Wait mode it polls while another call holds the key.
 func (g *Guard) acquire(ctx context.Context, c *config, d derived) (claim, existing *store.Record, err error) {
+	ctx, span := g.child(ctx, telemetry.SpanAcquire)
+	var waitStart time.Time
+	defer func() {
+		if !waitStart.IsZero() {
+			waited := time.Since(waitStart).Seconds()
+			g.tel.LockWait.Record(ctx, waited, g.tel.CallOption(keyScope(d.key), outcomeLabel(OutcomeReplayed, err)))
+			span.SetAttributes(telemetry.WaitKey.Float64(waited))
+		}
+		if err != nil {
+			recordError(span, err)
+		}
+		span.End()
+	}()
 	var bo *backoff.ExponentialBackOff
 	var waitEnd time.Time
 	for vanished := 0; ; {
@@ -429,7 +456,9 @@ func (g *Guard) acquire(ctx context.Context, c *config, d derived) (claim, exist
 			ExpiresAt:      now.Add(max(c.ttl, lease)),
 			LeaseExpiresAt: now.Add(lease),
 		}
+		start := time.Now()
 		old, err := g.store.Acquire(ctx, claim, now)
+		g.timeStore(ctx, "acquire", start)
 		if err == nil {
 			return claim, nil, nil
 		}
@@ -462,6 +491,7 @@ func (g *Guard) acquire(ctx context.Context, c *config, d derived) (claim, exist
 				MaxInterval:         c.waitMax,
 			}
 			waitEnd = now.Add(c.waitBudget)
+			waitStart = time.Now()
 		}
 		left := waitEnd.Sub(now)
 		if left <= 0 {
@@ -470,6 +500,11 @@ func (g *Guard) acquire(ctx context.Context, c *config, d derived) (claim, exist
 		pause := min(bo.NextBackOff(), left)
 		if lapse := old.LeaseExpiresAt.Sub(now); !old.LeaseExpiresAt.IsZero() && lapse >= 0 && lapse < pause {
 			pause = lapse + time.Millisecond
+		}
+		if span.IsRecording() {
+			span.AddEvent(telemetry.EventWait, trace.WithAttributes(
+				telemetry.LeaseExpiresKey.String(old.LeaseExpiresAt.UTC().Format(time.RFC3339Nano)),
+				attribute.Float64("idemguard.wait.pause_seconds", pause.Seconds())))
 		}
 		if err := sleep(ctx, c.clock, pause); err != nil {
 			return nil, nil, err
@@ -531,10 +566,29 @@ func (g *Guard) remember(rec *store.Record) {
 // (the lease keeper is stopped). It retries transient store failures for as
 // long as the lease holds, so that a side effect that happened is never run
 // again because bookkeeping failed.
-func (g *Guard) complete(ctx context.Context, c *config, claim *store.Record, leaseEnd time.Time, kind store.ResultKind, data []byte) (*store.Record, error) {
+func (g *Guard) complete(ctx context.Context, c *config, claim *store.Record, leaseEnd time.Time, kind store.ResultKind, data []byte) (done *store.Record, err error) {
+	ctx, span := g.child(ctx, telemetry.SpanComplete)
+	attempts := 0
+	defer func() {
+		if done != nil && done.ResultKind == store.ResultUnavailable {
+			g.log(ctx, slog.LevelWarn, "idemguard: result not stored (too large for the store, or not encodable); replays will get ErrResultUnavailable", claim.Key)
+		}
+		if errors.Is(err, ErrLeaseLost) {
+			g.tel.LeaseLost.Add(ctx, 1, g.tel.CallOption(keyScope(claim.Key), telemetry.OutcomeError))
+			g.log(ctx, slog.LevelWarn, "idemguard: lease lost to another caller; outcome not recorded", claim.Key)
+		}
+		if span.IsRecording() {
+			span.SetAttributes(telemetry.AttemptsKey.Int(attempts))
+			if done != nil {
+				span.SetAttributes(telemetry.ResultKindKey.String(done.ResultKind.String()))
+			}
+			recordErrorIf(span, err)
+		}
+		span.End()
+	}()
 	base := context.WithoutCancel(ctx)
 	now := c.clock.Now()
-	done := &store.Record{
+	done = &store.Record{
 		Key:         claim.Key,
 		Status:      store.StatusCompleted,
 		Token:       claim.Token,
@@ -546,7 +600,10 @@ func (g *Guard) complete(ctx context.Context, c *config, claim *store.Record, le
 	var bo *backoff.ExponentialBackOff
 	for {
 		actx, cancel := context.WithTimeout(base, max(leaseEnd.Sub(now), storeCallTimeout))
+		attempts++
+		start := time.Now()
 		err := g.store.Complete(actx, done)
+		g.timeStore(ctx, "complete", start)
 		cancel()
 		switch {
 		case err == nil:
@@ -557,6 +614,8 @@ func (g *Guard) complete(ctx context.Context, c *config, claim *store.Record, le
 			done.ResultKind, done.Result = store.ResultUnavailable, nil
 			continue
 		}
+		g.log(ctx, slog.LevelWarn, "idemguard: completion write failed; retrying while the lease holds", claim.Key,
+			slog.Int("attempt", attempts), slog.Any("error", err))
 		now = c.clock.Now()
 		if !now.Before(leaseEnd) {
 			return nil, &notRecordedError{key: claim.Key, err: &StoreError{Op: "complete", Key: claim.Key, Err: err}}
@@ -587,9 +646,17 @@ func (e *notRecordedError) Unwrap() []error { return []error{ErrNotRecorded, e.e
 // release deletes a claim so that the next call runs the function at once.
 // If it fails the claim lapses with its lease.
 func (g *Guard) release(ctx context.Context, claim *store.Record) {
+	ctx, span := g.child(ctx, telemetry.SpanRelease)
+	defer span.End()
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeCallTimeout)
 	defer cancel()
-	_ = g.store.Release(rctx, claim.Key, claim.Token)
+	start := time.Now()
+	err := g.store.Release(rctx, claim.Key, claim.Token)
+	g.timeStore(ctx, "release", start)
+	if err != nil && !errors.Is(err, store.ErrTokenMismatch) {
+		recordError(span, err)
+		g.log(ctx, slog.LevelWarn, "idemguard: release failed; the key stays claimed until its lease lapses", claim.Key, slog.Any("error", err))
+	}
 }
 
 // newToken returns a random fencing token: 128 bits, hex.
@@ -611,4 +678,8 @@ func sleep(ctx context.Context, clock Clock, d time.Duration) error {
 		stop()
 		return ctx.Err()
 	}
+}
+
+func typeName(v any) string {
+	return strings.TrimPrefix(fmt.Sprintf("%T", v), "*")
 }

@@ -108,6 +108,7 @@ func (e *inputError) Is(target error) bool {
 type derived struct {
 	key         string // "<scope>#<hash>"; empty when the selection is missing
 	payloadHash string // empty when validation is off
+	selection   []byte // the canonical selection, kept only for WithKeySelectionAttribute
 }
 
 // derive computes the key (and the payload hash) of input under c. A missing
@@ -163,6 +164,9 @@ func (c *config) derive(scope string, input any) (derived, error) {
 	}
 	if sel != nil {
 		d.key = scope + "#" + hashHex(sel)
+		if c.rawKeyAttr {
+			d.selection = sel
+		}
 	}
 
 	if c.validationPath != nil {

@@ -3,10 +3,12 @@ package guard
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/idemguard/idemguard/store"
+	"github.com/idemguard/idemguard/telemetry"
 )
 
 // keeper extends a claim's lease while the guarded function runs. It extends
@@ -70,9 +72,14 @@ func (k *keeper) tick() {
 	if expiresAt.Before(leaseEnd) {
 		expiresAt = leaseEnd
 	}
-	ctx, cancel := context.WithTimeout(k.base, max(k.leaseEnd.Sub(now), storeCallTimeout))
+	sctx, span := k.g.child(k.base, telemetry.SpanExtend)
+	ctx, cancel := context.WithTimeout(sctx, max(k.leaseEnd.Sub(now), storeCallTimeout))
+	start := time.Now()
 	err := k.g.store.Extend(ctx, k.key, k.token, leaseEnd, expiresAt)
+	k.g.timeStore(sctx, "extend", start)
 	cancel()
+	recordErrorIf(span, err)
+	span.End()
 	switch {
 	case err == nil:
 		k.leaseEnd, k.expiresAt = leaseEnd, expiresAt
@@ -80,7 +87,10 @@ func (k *keeper) tick() {
 		k.lost = true
 		k.stopped = true
 		k.cancel(ErrLeaseLost)
+		k.g.log(sctx, slog.LevelWarn, "idemguard: lease lost to another caller; cancelling the guarded function", k.key)
 		return
+	default:
+		k.g.log(sctx, slog.LevelWarn, "idemguard: lease extension failed; retrying before the lease lapses", k.key, slog.Any("error", err))
 	}
 	// A transient failure leaves the lease as it was; the next tick, a
 	// third of a lease later, tries again before it lapses.

@@ -3,7 +3,12 @@ package guard
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemguard/idemguard/store"
 )
@@ -141,7 +146,12 @@ type config struct {
 	keepResult     func(any) bool
 	clock          Clock
 	onReplay       ReplayHook
-	err            error // the first invalid option
+	rawKeyAttr     bool                 // record the key selection on spans
+	spanAttrs      []attribute.KeyValue // added to the execute span
+	tracerProvider trace.TracerProvider // guard-wide
+	meterProvider  metric.MeterProvider // guard-wide
+	logger         *slog.Logger         // guard-wide
+	err            error                // the first invalid option
 }
 
 func defaultConfig() config {
@@ -339,4 +349,49 @@ func WithClock(clock Clock) Option {
 // (like AWS Powertools' responseHook, but observing only).
 func WithReplayHook(hook ReplayHook) Option {
 	return optionFunc(func(c *config) { c.onReplay = hook })
+}
+
+// WithTracerProvider sets the OpenTelemetry tracer provider (default: the
+// global one). It applies to the whole guard and is ignored per call.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return optionFunc(func(c *config) {
+		if tp != nil {
+			c.tracerProvider = tp
+		}
+	})
+}
+
+// WithMeterProvider sets the OpenTelemetry meter provider (default: the
+// global one). It applies to the whole guard and is ignored per call.
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return optionFunc(func(c *config) {
+		if mp != nil {
+			c.meterProvider = mp
+		}
+	})
+}
+
+// WithLogger sets the logger for guard events: lease lost, completion write
+// retried, result not stored, key missing. The default writes warnings and
+// errors to slog.Default(). It applies to the whole guard.
+func WithLogger(l *slog.Logger) Option {
+	return optionFunc(func(c *config) {
+		if l != nil {
+			c.logger = l
+		}
+	})
+}
+
+// WithKeySelectionAttribute records the canonical JSON the key was derived
+// from on the idemguard.execute span (idemguard.key.selection). It is off by
+// default because the selection can carry user data; the key hash is always
+// recorded.
+func WithKeySelectionAttribute(on bool) Option {
+	return optionFunc(func(c *config) { c.rawKeyAttr = on })
+}
+
+// WithSpanAttributes adds attributes to the call's idemguard.execute span,
+// for example the Temporal workflow ID and activity type.
+func WithSpanAttributes(attrs ...attribute.KeyValue) Option {
+	return optionFunc(func(c *config) { c.spanAttrs = append(c.spanAttrs[:len(c.spanAttrs):len(c.spanAttrs)], attrs...) })
 }

@@ -138,3 +138,6 @@ func clone(rec *store.Record) store.Record {
 	}
 	return c
 }
+
+// Name returns "memory", the store's name in telemetry.
+func (s *Store) Name() string { return "memory" }

@@ -1,0 +1,163 @@
+package guard
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/idemguard/idemguard/store"
+	"github.com/idemguard/idemguard/telemetry"
+)
+
+// The guard's telemetry: spans, metrics and logs named in package telemetry.
+// Everything here is cheap when no OpenTelemetry SDK is installed: child spans
+// are started only under a recording span, span attributes are built only for
+// recording spans, and metric attribute sets are built once.
+
+var noopSpan trace.Span = noop.Span{}
+
+// storeName names a store for the idemguard.store attribute: its Name method
+// if it has one, else its type.
+func storeName(s store.Store) string {
+	if n, ok := s.(interface{ Name() string }); ok {
+		return n.Name()
+	}
+	return typeName(s)
+}
+
+// child starts a child span of the span in ctx, if that one records.
+func (g *Guard) child(ctx context.Context, name string) (context.Context, trace.Span) {
+	if !trace.SpanFromContext(ctx).IsRecording() {
+		return ctx, noopSpan
+	}
+	return g.tel.Tracer.Start(ctx, name, trace.WithAttributes(g.tel.StoreAttr()))
+}
+
+// timeStore records the duration of one store call.
+func (g *Guard) timeStore(ctx context.Context, op string, start time.Time) {
+	g.tel.StoreDuration.Record(ctx, time.Since(start).Seconds(), g.tel.OperationOption(op))
+}
+
+// outcomeLabel maps a call's outcome and error to telemetry's outcome values.
+func outcomeLabel(out Outcome, err error) string {
+	switch {
+	case errors.Is(err, ErrInProgress):
+		return telemetry.OutcomeInProgress
+	case errors.Is(err, ErrPayloadMismatch):
+		return telemetry.OutcomePayloadMismatch
+	case out == OutcomeReplayed || out == OutcomeShared:
+		return telemetry.OutcomeReplayed
+	case err != nil || out == 0:
+		return telemetry.OutcomeError
+	case out == OutcomeUnguarded:
+		return telemetry.OutcomeUnguarded
+	}
+	return telemetry.OutcomeExecuted
+}
+
+// observation collects what the execute span and the calls metric report.
+type observation struct {
+	span  trace.Span
+	cache string // "hit", "miss", or "" without a cache
+	d     *derived
+}
+
+// endExecute ends a guarded call's span and counts the call.
+func (g *Guard) endExecute(ctx context.Context, o *observation, c *config, scope string, out Outcome, err error) {
+	label := outcomeLabel(out, err)
+	g.tel.Calls.Add(ctx, 1, g.tel.CallOption(scope, label))
+	span := o.span
+	if span.IsRecording() {
+		attrs := make([]attribute.KeyValue, 0, 6+len(c.spanAttrs))
+		attrs = append(attrs, telemetry.ScopeKey.String(scope), telemetry.OutcomeKey.String(label), g.tel.StoreAttr())
+		if h := keyHash(o.d.key); h != "" {
+			attrs = append(attrs, telemetry.KeyHashKey.String(h))
+		}
+		if c.rawKeyAttr && o.d.selection != nil {
+			attrs = append(attrs, telemetry.KeySelectionKey.String(string(o.d.selection)))
+		}
+		if o.cache != "" {
+			attrs = append(attrs, telemetry.CacheKey.String(o.cache))
+		}
+		attrs = append(attrs, c.spanAttrs...)
+		span.SetAttributes(attrs...)
+		switch {
+		case err != nil:
+			recordError(span, err)
+		case out == 0:
+			span.SetStatus(codes.Error, "guarded function panicked")
+		}
+	}
+	span.End()
+}
+
+func recordErrorIf(span trace.Span, err error) {
+	if err != nil {
+		recordError(span, err)
+	}
+}
+
+func recordError(span trace.Span, err error) {
+	if !span.IsRecording() {
+		return
+	}
+	span.RecordError(err)
+	span.SetStatus(codes.Error, err.Error())
+	span.SetAttributes(telemetry.ErrorTypeKey.String(errorType(err)))
+}
+
+// errorType names an error for error.type: the guard's sentinel it matches,
+// else its Go type.
+func errorType(err error) string {
+	for _, s := range []struct {
+		err  error
+		name string
+	}{
+		{ErrInProgress, "in_progress"}, {ErrPayloadMismatch, "payload_mismatch"},
+		{ErrKeyMissing, "key_missing"}, {ErrLeaseLost, "lease_lost"},
+		{ErrResultUnavailable, "result_unavailable"}, {ErrNotRecorded, "not_recorded"},
+		{ErrStore, "store"}, {ErrInvalidInput, "invalid_input"}, {ErrInvalidOption, "invalid_option"},
+		{context.Canceled, "canceled"}, {context.DeadlineExceeded, "deadline_exceeded"},
+	} {
+		if errors.Is(err, s.err) {
+			return s.name
+		}
+	}
+	return typeName(err)
+}
+
+// keyHash returns the hash part of "<scope>#<hash>".
+func keyHash(key string) string {
+	if i := strings.LastIndexByte(key, '#'); i >= 0 {
+		return key[i+1:]
+	}
+	return ""
+}
+
+// keyScope returns the scope part of "<scope>#<hash>".
+func keyScope(key string) string {
+	if i := strings.LastIndexByte(key, '#'); i >= 0 {
+		return key[:i]
+	}
+	return key
+}
+
+// log writes a guard event with the key hash, scope and trace identifiers.
+func (g *Guard) log(ctx context.Context, level slog.Level, msg, key string, args ...any) {
+	l := g.tel.Logger
+	if !l.Enabled(ctx, level) {
+		return
+	}
+	args = append(args, slog.String("idemguard.scope", keyScope(key)), slog.String("idemguard.key.hash", keyHash(key)))
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+		args = append(args, slog.String("trace_id", sc.TraceID().String()), slog.String("span_id", sc.SpanID().String()))
+	}
+	l.Log(ctx, level, msg, args...)
+}

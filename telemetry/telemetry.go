@@ -1,0 +1,100 @@
+// Package telemetry names idemguard's OpenTelemetry spans, attributes and
+// metrics, and builds the instruments the guard records them with.
+//
+// The library depends on the OpenTelemetry API only. Without a provider
+// given to the guard it uses the global ones (otel.GetTracerProvider,
+// otel.GetMeterProvider), which do nothing until the application installs an
+// SDK.
+//
+// # Spans
+//
+//	idemguard.execute      one per guarded call
+//	├─ idemguard.acquire   the claim: one conditional write, and in Wait mode
+//	│                      each poll as an "idemguard.wait" event
+//	├─ idemguard.extend    each lease extension while the function runs
+//	├─ idemguard.complete  the completion write (with its retries)
+//	└─ idemguard.release   giving the key back after a failure
+//
+// # Metrics
+//
+//	idemguard.calls           counter: guarded calls, by outcome and scope
+//	idemguard.lock.wait       histogram, s: time spent waiting for another holder
+//	idemguard.store.duration  histogram, s: store calls, by operation and store
+//	idemguard.lease.lost      counter: claims taken over while their function ran
+package telemetry
+
+import (
+	"go.opentelemetry.io/otel/attribute"
+)
+
+// ScopeName is the instrumentation scope of idemguard's tracer and meter:
+// the module path.
+const ScopeName = "github.com/idemguard/idemguard"
+
+// Version is the instrumentation version reported with ScopeName.
+const Version = "0.1.0"
+
+// Span names.
+const (
+	SpanExecute  = "idemguard.execute"
+	SpanAcquire  = "idemguard.acquire"
+	SpanComplete = "idemguard.complete"
+	SpanRelease  = "idemguard.release"
+	SpanExtend   = "idemguard.extend"
+	SpanBatch    = "idemguard.batch"
+
+	// EventWait is the event on an acquire span for each pause while
+	// another caller holds the key.
+	EventWait = "idemguard.wait"
+)
+
+// Attribute keys.
+const (
+	// ScopeKey is the guarded scope (for activities, the activity type).
+	ScopeKey = attribute.Key("idemguard.scope")
+	// KeyHashKey is the hash part of the idempotency key. The raw selection
+	// it was computed from can carry user data and is recorded only when
+	// the guard is told to (as KeySelectionKey).
+	KeyHashKey = attribute.Key("idemguard.key.hash")
+	// KeySelectionKey is the canonical JSON the key was derived from, only
+	// when opted in.
+	KeySelectionKey = attribute.Key("idemguard.key.selection")
+	// OutcomeKey is how the call ended; see the Outcome constants.
+	OutcomeKey = attribute.Key("idemguard.outcome")
+	// StoreKey names the store ("memory", "dynamodb", …).
+	StoreKey = attribute.Key("idemguard.store")
+	// CacheKey is "hit" or "miss" when the guard has a local cache.
+	CacheKey = attribute.Key("idemguard.cache")
+	// OperationKey is the store operation: acquire, complete, extend,
+	// release.
+	OperationKey = attribute.Key("idemguard.operation")
+	// LeaseExpiresKey is the holder's lease end (RFC 3339) on wait events.
+	LeaseExpiresKey = attribute.Key("idemguard.lease.expires_at")
+	// WaitKey is the total time spent waiting, in seconds, on an acquire
+	// span.
+	WaitKey = attribute.Key("idemguard.wait.seconds")
+	// ResultKindKey is what a completion stored: value, error, unavailable.
+	ResultKindKey = attribute.Key("idemguard.result.kind")
+	// AttemptsKey is how many store calls a completion took.
+	AttemptsKey = attribute.Key("idemguard.attempts")
+	// ErrorTypeKey is the semantic-conventions error.type.
+	ErrorTypeKey = attribute.Key("error.type")
+)
+
+// Outcome values of OutcomeKey.
+const (
+	OutcomeExecuted        = "executed"
+	OutcomeReplayed        = "replayed"
+	OutcomeInProgress      = "in_progress"
+	OutcomePayloadMismatch = "payload_mismatch"
+	OutcomeUnguarded       = "unguarded"
+	OutcomeError           = "error"
+)
+
+// Metric names.
+const (
+	MetricCalls         = "idemguard.calls"
+	MetricLockWait      = "idemguard.lock.wait"
+	MetricStoreDuration = "idemguard.store.duration"
+	MetricLeaseLost     = "idemguard.lease.lost"
+)
