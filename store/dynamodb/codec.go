@@ -220,6 +220,7 @@ type DecodeError struct {
 	Err error
 }
 
+// Error says which attribute is at fault and why.
 func (e *DecodeError) Error() string {
 	s := fmt.Sprintf("dynamodb: corrupt item: attribute %q %s", e.Attr, e.Reason)
 	if e.Err != nil {

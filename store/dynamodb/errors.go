@@ -33,6 +33,7 @@ type OpError struct {
 	Err error
 }
 
+// Error describes the failed operation and its cause.
 func (e *OpError) Error() string {
 	return fmt.Sprintf("dynamodb: %s %q in table %q: %v", e.Op, e.Key, e.Table, e.Err)
 }

@@ -12,24 +12,45 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 )
 
-// Default attribute names. They are the names AWS Powertools uses, plus
-// [DefaultTokenAttr], [DefaultResultKindAttr] and [DefaultEncodingAttr],
-// which Powertools does not write.
+// Default attribute names: those of AWS Powertools, plus the three
+// Powertools does not write (token, result_kind, data_encoding).
 const (
-	DefaultKeyAttr         = "id"
-	DefaultExpiryAttr      = "expiration"
-	DefaultLeaseAttr       = "in_progress_expiration"
-	DefaultStatusAttr      = "status"
-	DefaultDataAttr        = "data"
-	DefaultValidationAttr  = "validation"
-	DefaultTokenAttr       = "token"
-	DefaultResultKindAttr  = "result_kind"
-	DefaultEncodingAttr    = "data_encoding"
-	DefaultCompressAbove   = 16 << 10
-	DefaultMaxAttempts     = 8
+	// DefaultKeyAttr is the partition key: the idempotency key, or the
+	// static partition value in sort-key mode.
+	DefaultKeyAttr = "id"
+	// DefaultExpiryAttr holds the record's expiry, epoch seconds; the TTL
+	// attribute.
+	DefaultExpiryAttr = "expiration"
+	// DefaultLeaseAttr holds an in-progress lease's end, epoch milliseconds.
+	DefaultLeaseAttr = "in_progress_expiration"
+	// DefaultStatusAttr holds "INPROGRESS" or "COMPLETED".
+	DefaultStatusAttr = "status"
+	// DefaultDataAttr holds the stored result.
+	DefaultDataAttr = "data"
+	// DefaultValidationAttr holds the payload hash.
+	DefaultValidationAttr = "validation"
+	// DefaultTokenAttr holds the claim's fencing token.
+	DefaultTokenAttr = "token"
+	// DefaultResultKindAttr holds "error" or "unavailable" for results
+	// that are not values.
+	DefaultResultKindAttr = "result_kind"
+	// DefaultEncodingAttr holds "gzip" for compressed results.
+	DefaultEncodingAttr = "data_encoding"
+)
+
+const (
+	// DefaultCompressAbove is the result size above which results are
+	// compressed, unless [WithCompressAbove] says otherwise.
+	DefaultCompressAbove = 16 << 10
+	// DefaultMaxAttempts is how many times the default retryer tries each
+	// request.
+	DefaultMaxAttempts = 8
+)
+
+const (
 	defaultBackoffBase     = 25 * time.Millisecond
 	defaultBackoffMax      = time.Second
-	maxDecompressedSize    = 64 << 20
+	maxDecompressedSize    = 64 << 20 // refuse decompression bombs in foreign items
 	maxAttributeNameLength = 255
 )
 

@@ -1,0 +1,145 @@
+// Package dynamodb is a [store.Store] that keeps idempotency records in an
+// Amazon DynamoDB table, one item per key, laid out as AWS Powertools lays
+// them out so that existing tables, TTL settings and infrastructure code
+// carry over.
+//
+//	client := dynamodb.NewFromConfig(cfg) // the AWS SDK's client
+//	s, err := idemddb.New(client, "idempotency")
+//	g, err := guard.New(s)
+//
+// (This package is also named dynamodb; import it under another name, such
+// as idemddb, next to the SDK's.)
+//
+// # Requests
+//
+// [Store.Acquire] is one conditional PutItem that asks DynamoDB to return
+// the existing item when the condition fails
+// (ReturnValuesOnConditionCheckFailure ALL_OLD), so a replay costs one
+// request; only if no item comes back does it read it with a consistent
+// GetItem. [Store.Complete] and [Store.Extend] are one UpdateItem and
+// [Store.Release] one DeleteItem, each conditional on the record's fencing
+// token. A guarded call therefore costs two writes the first time and one
+// on a replay. Every expression is built with the SDK's expression builder,
+// so attribute names are always aliased.
+//
+// Requests are retried by the SDK's standard retryer with
+// [DefaultMaxAttempts] attempts and short jittered backoff (see
+// [WithMaxAttempts] and [WithRetryer]). Errors are [*OpError] values naming
+// the operation, table and key; throttling that outlasts the retries
+// matches [store.ErrThrottled], and [errors.As] still reaches the SDK's
+// error type (for example *types.ProvisionedThroughputExceededException).
+//
+// # Layout
+//
+// With the default options an item has these attributes:
+//
+//	id                      S  the idempotency key, "<scope>#<hash>" (partition key)
+//	expiration              N  end of the record's life, epoch seconds, rounded up (the TTL attribute)
+//	in_progress_expiration  N  end of an in-progress claim's lease, epoch milliseconds, rounded up; absent if none
+//	status                  S  INPROGRESS or COMPLETED
+//	data                    S  the result, when it is UTF-8 JSON text
+//	                        B  the result otherwise, or gzip-compressed; absent if there is none
+//	validation              S  payload hash; absent when payload validation is off
+//	token                   S  fencing token of the claim (idemguard only)
+//	result_kind             S  "error" or "unavailable"; absent for a value (idemguard only)
+//	data_encoding           S  "gzip" when data is compressed; absent otherwise (idemguard only)
+//
+// Every name can be changed with an option ([WithKeyAttr], [WithExpiryAttr],
+// …). In sort-key mode ([WithSortKey]) the partition key holds a fixed value
+// and the idempotency key goes in the sort key, so that one table with a
+// composite primary key can hold several applications' records.
+//
+// Results larger than [DefaultCompressAbove] bytes (see [WithCompressAbove])
+// are gzip-compressed when that makes them smaller. An item that would
+// still exceed DynamoDB's 400 KB limit ([MaxItemSize], counted as DynamoDB
+// counts it: see [ItemSize]) is refused before it is sent, with an error
+// matching [store.ErrTooLarge]; the guard then records the call as
+// completed without a result.
+//
+// Expiry is checked by the store against the time the guard passes in, not
+// left to TTL, which deletes expired items up to days late; TTL only keeps
+// the table from growing.
+//
+// # AWS Powertools compatibility
+//
+// The store reads the items Powertools writes: a COMPLETED item from
+// Powertools for Python, Java or .NET, whose data is the JSON text of the
+// result as an S, reads back with that JSON as its result; one from
+// Powertools for TypeScript, whose data is a native map, list or number,
+// reads back as the equivalent JSON text. Items without a token can be
+// replayed and, once expired or past their lease, replaced, but not
+// completed or released by this store. Powertools can read the items this
+// store writes as long as their result is JSON stored as an S (not
+// compressed, not an error). Keys are derived differently by each
+// Powertools runtime and by idemguard, so the same request gets different
+// keys: sharing a table is safe, sharing records is not a goal.
+//
+// An item that is not a record ([Store.DecodeItem] fails: a missing or mistyped
+// attribute, an unknown status) gives an error matching [store.ErrCorrupt];
+// such an item blocks its key until it expires or is deleted.
+//
+// # Creating the table
+//
+// [CreateTable] creates a table for development and tests (on-demand
+// capacity, TTL on the expiry attribute). In production declare it with
+// your infrastructure code. CloudFormation:
+//
+//	IdempotencyTable:
+//	  Type: AWS::DynamoDB::Table
+//	  Properties:
+//	    TableName: idempotency
+//	    BillingMode: PAY_PER_REQUEST
+//	    AttributeDefinitions:
+//	      - AttributeName: id
+//	        AttributeType: S
+//	    KeySchema:
+//	      - AttributeName: id
+//	        KeyType: HASH
+//	    TimeToLiveSpecification:
+//	      AttributeName: expiration
+//	      Enabled: true
+//
+// Terraform:
+//
+//	resource "aws_dynamodb_table" "idempotency" {
+//	  name         = "idempotency"
+//	  billing_mode = "PAY_PER_REQUEST"
+//	  hash_key     = "id"
+//
+//	  attribute {
+//	    name = "id"
+//	    type = "S"
+//	  }
+//
+//	  ttl {
+//	    attribute_name = "expiration"
+//	    enabled        = true
+//	  }
+//	}
+//
+// For sort-key mode add a second key attribute of type S with KeyType
+// RANGE (CloudFormation) or range_key (Terraform), and pass its name to
+// [WithSortKey].
+//
+// # IAM
+//
+// The store needs four actions on the table and nothing else:
+//
+//	{
+//	  "Version": "2012-10-17",
+//	  "Statement": [{
+//	    "Effect": "Allow",
+//	    "Action": ["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"],
+//	    "Resource": "arn:aws:dynamodb:REGION:ACCOUNT_ID:table/idempotency"
+//	  }]
+//	}
+//
+// [CreateTable] additionally needs dynamodb:CreateTable, DescribeTable,
+// DescribeTimeToLive and UpdateTimeToLive; give those to your deployment
+// role, not to the application.
+//
+// # Testing
+//
+// Package dynamodbtest connects tests to DynamoDB Local: a client from the
+// environment, a fresh table per test, and a request counter.
+package dynamodb
