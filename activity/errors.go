@@ -1,0 +1,161 @@
+package activity
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	tactivity "go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/store"
+)
+
+// Application error types of guard errors, as a workflow sees them in
+// temporal.ApplicationError.Type(). They are stable: workflows may match on
+// them, and retry policies may list them in NonRetryableErrorTypes.
+const (
+	// ErrorTypeInProgress: another attempt or workflow holds the key and is
+	// running the activity now. Retryable, with a next-retry delay that
+	// ends just after the holder's lease: the retry then replays the
+	// holder's result, or runs the activity if the holder failed or died.
+	ErrorTypeInProgress = "IdempotencyInProgress"
+	// ErrorTypePayloadMismatch: the key was used before with a different
+	// payload (see guard.WithPayloadValidation). Non-retryable: the
+	// workflow reused a key for a different request.
+	ErrorTypePayloadMismatch = "IdempotencyPayloadMismatch"
+	// ErrorTypeKeyMissing: the key selection of the input is empty and the
+	// guard requires a key (guard.WithRequireKey). Non-retryable.
+	ErrorTypeKeyMissing = "IdempotencyKeyMissing"
+	// ErrorTypeResultUnavailable: the activity completed once, but its
+	// result could not be stored or can no longer be decoded. The side
+	// effect will not run again. Non-retryable.
+	ErrorTypeResultUnavailable = "IdempotencyResultUnavailable"
+	// ErrorTypeInvalidInput: the input cannot be turned into a key (not
+	// JSON-serialisable, or a JMESPath function failed). Non-retryable.
+	ErrorTypeInvalidInput = "IdempotencyInvalidInput"
+	// ErrorTypeInvalidOption: a guard option is invalid. Non-retryable.
+	ErrorTypeInvalidOption = "IdempotencyInvalidOption"
+	// ErrorTypeLeaseLost: the activity ran, but its claim was taken over
+	// before it could record the result (it ran past its lease, for example
+	// while paused). Retryable: the retry replays the new holder's result.
+	ErrorTypeLeaseLost = "IdempotencyLeaseLost"
+	// ErrorTypeNotRecorded: the activity ran, but the store kept failing
+	// while the guard recorded the result. The side effect may have
+	// happened. Retryable; the retry may run the activity again.
+	ErrorTypeNotRecorded = "IdempotencyNotRecorded"
+	// ErrorTypeStore: the store failed before the activity ran. Retryable.
+	ErrorTypeStore = "IdempotencyStoreError"
+	// ErrorTypeStoreThrottled: the store throttled the guard before the
+	// activity ran. Retryable.
+	ErrorTypeStoreThrottled = "IdempotencyStoreThrottled"
+	// ErrorTypeDefinite: the activity returned an error marked with
+	// guard.Definite that is not itself a Temporal application error; it
+	// was stored, and it and its replays are returned non-retryable, with
+	// the original error as cause.
+	ErrorTypeDefinite = "IdempotencyDefiniteError"
+)
+
+// minRetryDelay is the shortest next-retry delay given for
+// [ErrorTypeInProgress]; retryMargin is added to the holder's lease end so
+// that the retry finds the lease lapsed despite clock skew and rounding.
+const (
+	minRetryDelay = 100 * time.Millisecond
+	retryMargin   = 250 * time.Millisecond
+)
+
+// TemporalError converts an error returned by a guard (guard.Do, Claim, …)
+// into the error a Temporal activity should return, unwrapped so that
+// Temporal sees its type and retryability:
+//
+//	guard error                    application error type         retryable
+//	guard.ErrInProgress            IdempotencyInProgress          yes, NextRetryDelay = holder's lease end
+//	guard.ErrPayloadMismatch       IdempotencyPayloadMismatch     no
+//	guard.ErrKeyMissing            IdempotencyKeyMissing          no
+//	guard.ErrResultUnavailable     IdempotencyResultUnavailable   no
+//	guard.ErrInvalidInput          IdempotencyInvalidInput        no
+//	guard.ErrInvalidOption         IdempotencyInvalidOption       no
+//	guard.ErrLeaseLost             IdempotencyLeaseLost           yes
+//	guard.ErrNotRecorded           IdempotencyNotRecorded         yes
+//	guard.ErrStore, throttled      IdempotencyStoreThrottled      yes
+//	guard.ErrStore                 IdempotencyStoreError          yes
+//	guard.Definite(err)            err if it is an application    no
+//	                               error, else IdempotencyDefiniteError
+//
+// The guard error stays reachable as the application error's cause, so
+// errors.Is(TemporalError(err), guard.ErrInProgress) holds in the worker.
+// Nil, [go.temporal.io/sdk/activity.ErrResultPending], context errors, and
+// every other error (the activity's own) are returned untouched.
+func TemporalError(err error) error {
+	return temporalError(err, 0)
+}
+
+// temporalError is TemporalError with a cap on the next-retry delay of
+// ErrorTypeInProgress (0: none).
+func temporalError(err error, maxDelay time.Duration) error {
+	if err == nil || errors.Is(err, tactivity.ErrResultPending) {
+		return err
+	}
+	var ae *temporal.ApplicationError
+	if errors.As(err, &ae) && error(ae) == err {
+		return err
+	}
+	var ip *guard.InProgressError
+	switch {
+	case errors.Is(err, guard.ErrLeaseLost):
+		return temporal.NewApplicationErrorWithCause(err.Error(), ErrorTypeLeaseLost, err)
+	case errors.Is(err, guard.ErrNotRecorded):
+		return temporal.NewApplicationErrorWithCause(err.Error(), ErrorTypeNotRecorded, err)
+	case errors.As(err, &ip):
+		return temporal.NewApplicationErrorWithOptions(err.Error(), ErrorTypeInProgress, temporal.ApplicationErrorOptions{
+			Cause:          err,
+			NextRetryDelay: retryDelay(ip.LeaseExpiresAt, maxDelay),
+		})
+	case errors.Is(err, guard.ErrPayloadMismatch):
+		return temporal.NewNonRetryableApplicationError(err.Error(), ErrorTypePayloadMismatch, err)
+	case errors.Is(err, guard.ErrKeyMissing):
+		return temporal.NewNonRetryableApplicationError(err.Error(), ErrorTypeKeyMissing, err)
+	case errors.Is(err, guard.ErrResultUnavailable):
+		return temporal.NewNonRetryableApplicationError(err.Error(), ErrorTypeResultUnavailable, err)
+	case errors.Is(err, guard.ErrInvalidInput):
+		return temporal.NewNonRetryableApplicationError(err.Error(), ErrorTypeInvalidInput, err)
+	case errors.Is(err, guard.ErrInvalidOption):
+		return temporal.NewNonRetryableApplicationError(err.Error(), ErrorTypeInvalidOption, err)
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		// The activity was cancelled or timed out while the guard talked
+		// to the store; Temporal reports that itself.
+		return err
+	case errors.Is(err, store.ErrThrottled):
+		return temporal.NewApplicationErrorWithCause(err.Error(), ErrorTypeStoreThrottled, err)
+	case errors.Is(err, guard.ErrStore):
+		return temporal.NewApplicationErrorWithCause(err.Error(), ErrorTypeStore, err)
+	case guard.IsDefinite(err):
+		return definiteError(err)
+	}
+	return err
+}
+
+// definiteError returns the non-retryable application error a definite
+// error is returned and stored as.
+func definiteError(err error) error {
+	var ae *temporal.ApplicationError
+	if errors.As(err, &ae) && ae.NonRetryable() {
+		return ae
+	}
+	return temporal.NewNonRetryableApplicationError(err.Error(), ErrorTypeDefinite, err)
+}
+
+// retryDelay is the next-retry delay for a holder whose lease ends at
+// leaseEnd: just after it, at least minRetryDelay, at most maxDelay (if
+// positive). Zero (unknown lease end) leaves the retry policy in charge.
+func retryDelay(leaseEnd time.Time, maxDelay time.Duration) time.Duration {
+	if leaseEnd.IsZero() {
+		return maxDelay
+	}
+	d := max(time.Until(leaseEnd)+retryMargin, minRetryDelay)
+	if maxDelay > 0 {
+		d = min(d, maxDelay)
+	}
+	return d
+}

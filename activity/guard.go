@@ -1,0 +1,185 @@
+package activity
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"runtime"
+	"strings"
+
+	tactivity "go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/worker"
+
+	"github.com/idemguard/idemguard/guard"
+)
+
+// Guard returns an activity function with fn's signature that runs fn at
+// most once per idempotency key (see the package documentation for keys,
+// leases, results and errors) and otherwise returns the result recorded by
+// the call that ran it. Register it under fn's activity type name with
+// [Register].
+//
+// Guard panics if an option is invalid (a JMESPath expression that does not
+// compile, for example), as worker.RegisterActivity panics on an invalid
+// function: the mistake shows when the worker starts.
+func Guard[In, Out any](g *guard.Guard, fn func(context.Context, In) (Out, error), opts ...Option) func(context.Context, In) (Out, error) {
+	r := newRunner(g, fn, opts)
+	return func(ctx context.Context, in In) (Out, error) {
+		return run(ctx, r, in, true, func(ctx context.Context) (Out, error) { return fn(ctx, in) })
+	}
+}
+
+// GuardNoInput is [Guard] for an activity without input. Unless the workflow
+// stamps a key, it is keyed by execution scope ([WithExecutionScope]).
+func GuardNoInput[Out any](g *guard.Guard, fn func(context.Context) (Out, error), opts ...Option) func(context.Context) (Out, error) {
+	r := newRunner(g, fn, opts)
+	return func(ctx context.Context) (Out, error) {
+		return run(ctx, r, nil, false, fn)
+	}
+}
+
+// GuardNoResult is [Guard] for an activity that returns only an error.
+func GuardNoResult[In any](g *guard.Guard, fn func(context.Context, In) error, opts ...Option) func(context.Context, In) error {
+	r := newRunner(g, fn, opts)
+	return func(ctx context.Context, in In) error {
+		_, err := run(ctx, r, in, true, func(ctx context.Context) (struct{}, error) { return struct{}{}, fn(ctx, in) })
+		return err
+	}
+}
+
+// GuardNoInputNoResult is [Guard] for an activity without input that returns
+// only an error. Unless the workflow stamps a key, it is keyed by execution
+// scope ([WithExecutionScope]).
+func GuardNoInputNoResult(g *guard.Guard, fn func(context.Context) error, opts ...Option) func(context.Context) error {
+	r := newRunner(g, fn, opts)
+	return func(ctx context.Context) error {
+		_, err := run(ctx, r, nil, false, func(ctx context.Context) (struct{}, error) { return struct{}{}, fn(ctx) })
+		return err
+	}
+}
+
+// Register registers guarded, the result of [Guard] or a sibling, with r under
+// the activity type name Temporal derives from original ([Name]), so that
+// workflows keep scheduling it as workflow.ExecuteActivity(ctx, original, …).
+// To register under another name, use r.RegisterActivityWithOptions with
+// that name: the key's scope is the registered name.
+func Register(r worker.ActivityRegistry, original, guarded any) {
+	r.RegisterActivityWithOptions(guarded, tactivity.RegisterOptions{Name: Name(original)})
+}
+
+// Name returns the activity type name Temporal derives from the function fn
+// by reflection: the function's name without its package, or a method's
+// name without its receiver.
+func Name(fn any) string {
+	if s, ok := fn.(string); ok {
+		return s
+	}
+	full := runtime.FuncForPC(reflect.ValueOf(fn).Pointer()).Name()
+	short := full[strings.LastIndexByte(full, '.')+1:]
+	return strings.TrimSuffix(short, "-fm")
+}
+
+// runner holds what a guarded function needs on every call.
+type runner struct {
+	g        *guard.Guard
+	cfg      *config
+	fallback string // the scope outside an activity context
+}
+
+func newRunner(g *guard.Guard, fn any, opts []Option) *runner {
+	if g == nil {
+		panic("idemguard/activity: nil guard")
+	}
+	cfg := newConfig(opts)
+	if err := cfg.validate(g); err != nil {
+		panic(fmt.Sprintf("idemguard/activity: guarding %s: %v", Name(fn), err))
+	}
+	return &runner{g: g, cfg: cfg, fallback: Name(fn)}
+}
+
+// validate reports invalid options, as the guard would on every call.
+func (c *config) validate(g *guard.Guard) error {
+	_, err := guard.Wrap(g, "validate", func(context.Context, struct{}) (struct{}, error) { return struct{}{}, nil }, c.baseOptions(nil)...)
+	return err
+}
+
+// baseOptions are the guard options every call of the activity uses; codec
+// is nil when validating.
+func (c *config) baseOptions(codec guard.Codec) []guard.Option {
+	var opts []guard.Option
+	if codec != nil {
+		opts = append(opts, guard.WithCodec(codec))
+	}
+	if c.keyPath != "" {
+		opts = append(opts, guard.WithKeyPath(c.keyPath))
+	}
+	return append(opts, c.guardOpts...)
+}
+
+// call is what one activity call passes to the guard.
+type call struct {
+	scope string
+	opts  []guard.Option
+}
+
+// prepare computes the scope and guard options of a call running with ctx.
+// hasInput is false for activities without input.
+func (r *runner) prepare(ctx context.Context, codec guard.Codec) call {
+	c := r.cfg
+	cl := call{scope: r.fallback}
+	inActivity := tactivity.IsActivity(ctx)
+	var info tactivity.Info
+	if inActivity {
+		info = tactivity.GetInfo(ctx)
+		cl.scope = info.ActivityType.Name
+		if info.HeartbeatTimeout > 0 {
+			// Before the caller's options, so an explicit lease wins.
+			cl.opts = append(cl.opts, guard.WithLease(info.HeartbeatTimeout))
+		}
+	}
+	if c.storeFailures {
+		cl.opts = append(cl.opts,
+			guard.WithErrorCodec(newFailureCodec(activityConverter(ctx, c.dc))),
+			guard.WithDefiniteErrors(isStoredFailure))
+	} else {
+		cl.opts = append(cl.opts, guard.WithErrorCodec(newFailureCodec(activityConverter(ctx, c.dc))))
+	}
+	cl.opts = append(cl.opts, c.baseOptions(codec)...)
+	return cl
+}
+
+// keyOption returns the explicit key of a call, if it has one: the key the
+// workflow stamped, or the execution scope.
+func (r *runner) keyOption(ctx context.Context, hasInput bool) (guard.Option, bool) {
+	if k, ok := KeyFromContext(ctx); ok {
+		return guard.WithKey(k), true
+	}
+	if (r.cfg.executionScope || !hasInput) && tactivity.IsActivity(ctx) {
+		return guard.WithKey(executionSelection(tactivity.GetInfo(ctx))), true
+	}
+	return nil, false
+}
+
+// executionSelection is the key selection of execution scope.
+func executionSelection(info tactivity.Info) map[string]string {
+	if info.WorkflowExecution.ID == "" {
+		// A standalone activity: its run ID identifies the execution.
+		return map[string]string{"activity_id": info.ActivityID, "activity_run_id": info.ActivityRunID}
+	}
+	return map[string]string{"workflow_id": info.WorkflowExecution.ID, "activity_id": info.ActivityID}
+}
+
+// run is the guarded call behind every activity shape.
+func run[Out any](ctx context.Context, r *runner, input any, hasInput bool, fn func(context.Context) (Out, error)) (Out, error) {
+	if guardedByInterceptor(ctx) {
+		// The interceptor guards this activity already; a second claim on
+		// the same key would find the first one in progress.
+		return fn(ctx)
+	}
+	cl := r.prepare(ctx, PayloadCodec{DataConverter: activityConverter(ctx, r.cfg.dc)})
+	if opt, ok := r.keyOption(ctx, hasInput); ok {
+		cl.opts = append(cl.opts, opt)
+	}
+	v, err := guard.Do(ctx, r.g, cl.scope, input, fn, cl.opts...)
+	return v, temporalError(err, r.cfg.maxRetryDelay)
+}

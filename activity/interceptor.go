@@ -1,0 +1,122 @@
+package activity
+
+import (
+	"context"
+	"fmt"
+
+	commonpb "go.temporal.io/api/common/v1"
+	tactivity "go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/interceptor"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/idemguard/idemguard/guard"
+)
+
+// Policy says how [NewInterceptor] guards one activity type.
+type Policy struct {
+	// Activity is the activity type name, as registered (see [Name]).
+	Activity string
+	// Options configure the guard for this activity type.
+	Options []Option
+}
+
+// NewInterceptor returns a worker interceptor that guards the activity types
+// named by policies with g, as [Guard] would, without changing the
+// activities' code or registration. Its key input is the activity's
+// argument (several arguments are keyed as a JSON array of them; none, by
+// execution scope); the result is stored and replayed as the
+// *commonpb.Payloads the worker sends. Register it in
+// worker.Options.Interceptors (or client.Options.Interceptors, not both).
+//
+// For every activity, guarded or not, it also passes a key the workflow
+// stamped into the activity's header on to activities guarded with [Guard]
+// (see [ContextWithKey]); workflow.NewInterceptor does the same.
+//
+// An activity guarded both ways is guarded once, by the interceptor.
+// NewInterceptor panics on invalid options, an empty activity name or two
+// policies for one activity type.
+func NewInterceptor(g *guard.Guard, policies ...Policy) interceptor.WorkerInterceptor {
+	wi := &workerInterceptor{policies: make(map[string]*runner, len(policies))}
+	for _, p := range policies {
+		if p.Activity == "" {
+			panic("idemguard/activity: NewInterceptor: policy without an activity name")
+		}
+		if _, dup := wi.policies[p.Activity]; dup {
+			panic("idemguard/activity: NewInterceptor: two policies for activity " + p.Activity)
+		}
+		wi.policies[p.Activity] = newRunner(g, p.Activity, p.Options)
+	}
+	return wi
+}
+
+type workerInterceptor struct {
+	interceptor.WorkerInterceptorBase
+	policies map[string]*runner // by activity type; read-only after NewInterceptor
+}
+
+func (w *workerInterceptor) InterceptActivity(ctx context.Context, next interceptor.ActivityInboundInterceptor) interceptor.ActivityInboundInterceptor {
+	a := &activityInbound{policies: w.policies}
+	a.Next = next
+	return a
+}
+
+type activityInbound struct {
+	interceptor.ActivityInboundInterceptorBase
+	policies map[string]*runner
+}
+
+func (a *activityInbound) ExecuteActivity(ctx context.Context, in *interceptor.ExecuteActivityInput) (any, error) {
+	ctx, err := KeyHeaderToContext(ctx)
+	if err != nil {
+		return nil, err
+	}
+	r, ok := a.policies[tactivity.GetInfo(ctx).ActivityType.Name]
+	if !ok {
+		return a.Next.ExecuteActivity(ctx, in)
+	}
+	var input any
+	switch len(in.Args) {
+	case 0:
+	case 1:
+		input = in.Args[0]
+	default:
+		input = in.Args
+	}
+	codec := &rawCodec{PayloadCodec: PayloadCodec{DataConverter: activityConverter(ctx, r.cfg.dc)}}
+	cl := r.prepare(ctx, codec)
+	if opt, ok := r.keyOption(ctx, len(in.Args) > 0); ok {
+		cl.opts = append(cl.opts, opt)
+	}
+	ctx = withGuardedByInterceptor(ctx)
+	v, out, err := guard.Execute(ctx, r.g, cl.scope, input, func(ctx context.Context) (any, error) {
+		return a.Next.ExecuteActivity(ctx, in)
+	}, cl.opts...)
+	if err != nil {
+		return nil, temporalError(err, r.cfg.maxRetryDelay)
+	}
+	if out == guard.OutcomeExecuted && codec.made != nil {
+		// Send the payloads that were stored, not a second encoding.
+		return codec.made, nil
+	}
+	if p, ok := v.(*commonpb.Payloads); ok && p == nil {
+		return nil, nil
+	}
+	return v, nil
+}
+
+// KeyHeaderToContext moves a key stamped into the activity's header by the
+// workflow side into ctx (see [ContextWithKey]). It works inside an
+// activity inbound interceptor's ExecuteActivity, where the header is
+// readable; interceptors other than this package's and workflow's may call
+// it. A malformed key header is a non-retryable error.
+func KeyHeaderToContext(ctx context.Context) (context.Context, error) {
+	key, ok, err := DecodeKeyHeader(interceptor.Header(ctx))
+	if err != nil {
+		return ctx, temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("idemguard: malformed %s header: %v", KeyHeader, err), ErrorTypeInvalidInput, err)
+	}
+	if ok {
+		ctx = ContextWithKey(ctx, key)
+	}
+	return ctx, nil
+}

@@ -1,0 +1,92 @@
+package activity
+
+import (
+	"time"
+
+	"go.temporal.io/sdk/converter"
+
+	"github.com/idemguard/idemguard/guard"
+)
+
+// Option configures a guarded activity ([Guard] and its siblings, or a
+// [Policy] of [NewInterceptor]).
+type Option interface{ apply(*config) }
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+type config struct {
+	keyPath        string // "" = whole input
+	executionScope bool
+	dc             converter.DataConverter // nil = the SDK's default
+	storeFailures  bool
+	maxRetryDelay  time.Duration // 0 = up to the holder's lease end
+	guardOpts      []guard.Option
+}
+
+func newConfig(opts []Option) *config {
+	c := &config{}
+	for _, o := range opts {
+		if o != nil {
+			o.apply(c)
+		}
+	}
+	return c
+}
+
+// WithKeyPath derives the key from the part of the activity's input that the
+// JMESPath expression expr selects, for example "order_id" or
+// "powertools_json(body).order.id" (see guard.WithKeyPath). Without it the
+// whole input is the key. An activity with several arguments is keyed as a
+// JSON array of them (expr "[0].order_id" selects from the first).
+func WithKeyPath(expr string) Option {
+	return optionFunc(func(c *config) { c.keyPath = expr })
+}
+
+// WithExecutionScope keys the activity by its workflow ID and activity ID
+// instead of its input: every retry of one activity execution shares the
+// key, and no other execution does. Workflow IDs are reused by later runs
+// (workflow retries, continue-as-new, a workflow started again with the same
+// ID); within the record's TTL those replay results recorded by earlier runs
+// for the same activity ID. A key stamped by the workflow still wins.
+func WithExecutionScope() Option {
+	return optionFunc(func(c *config) { c.executionScope = true })
+}
+
+// WithDataConverter sets the data converter that encodes stored results:
+// give the one passed to client.Options.DataConverter, so that its payload
+// codecs (encryption, compression) apply to stored results and replays
+// decode exactly as the worker does. Nil means the SDK's default converter.
+func WithDataConverter(dc converter.DataConverter) Option {
+	return optionFunc(func(c *config) { c.dc = dc })
+}
+
+// WithStoredFailures stores non-retryable Temporal application errors
+// (temporal.NewNonRetryableApplicationError, such as a declined card) and
+// errors marked with guard.Definite, and replays them to every later attempt
+// with the same key: type, message, details and retryability are kept.
+// Without it (the default), every error releases the record so that a retry
+// runs the activity again. It replaces the guard's definite-error predicate
+// and error codec for this activity.
+func WithStoredFailures() Option {
+	return optionFunc(func(c *config) { c.storeFailures = true })
+}
+
+// WithMaxRetryDelay caps the next-retry delay given with
+// [ErrorTypeInProgress]. By default the delay runs to just after the
+// holder's lease end, when a retry is certain to replay or take over; a
+// shorter cap replays sooner when the holder finishes early, at the cost
+// of more attempts and store calls while it runs.
+func WithMaxRetryDelay(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.maxRetryDelay = max(d, 0) })
+}
+
+// WithGuardOptions adds guard options for this activity, overriding the
+// guard's own: guard.WithPayloadValidation, guard.WithTTL, guard.WithLease,
+// guard.WithWait, guard.WithRequireKey, … They are applied after the
+// activity package's own settings, so guard.WithCodec and
+// guard.WithErrorCodec given here replace the Temporal encodings.
+func WithGuardOptions(opts ...guard.Option) Option {
+	return optionFunc(func(c *config) { c.guardOpts = append(c.guardOpts, opts...) })
+}

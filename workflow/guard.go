@@ -1,0 +1,286 @@
+package workflow
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	tactivity "go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/worker"
+	tworkflow "go.temporal.io/sdk/workflow"
+
+	idemactivity "github.com/idemguard/idemguard/activity"
+	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/store"
+)
+
+// Guard returns a workflow function with wf's signature that runs wf's body
+// at most once per idempotency key derived from its input, within the
+// workflow type's scope: a second workflow (any workflow ID) with the same
+// key returns the result the first one recorded, without running the body.
+// Register it under wf's workflow type name with [Register].
+//
+// The workflow claims and completes the key through local activities (named
+// IdempotencyClaim, IdempotencyExtend, IdempotencyComplete and
+// IdempotencyRelease in its history), so it stays deterministic: on replay
+// their recorded results are used and the store is not called. In order:
+//
+//   - Claim. If a workflow with the key has completed, its result is
+//     returned. If one is running, this workflow waits for it, sleeping on
+//     workflow timers and claiming again (see [WithMaxPollInterval]), and
+//     returns its result, or runs the body if that workflow failed or its
+//     lease lapsed; with [WithRejectInProgress] it fails instead.
+//   - Body. While it runs, the claim's lease ([WithLease]) is extended by a
+//     local activity every third of a lease.
+//   - Complete. The body's result is stored, encoded with the data
+//     converter ([WithDataConverter]). If the body returns an error, the
+//     claim is released (even when the workflow was cancelled) and the
+//     error returned: a later workflow with the key runs the body again.
+//
+// A workflow terminated while it holds the key (termination runs no
+// workflow code) blocks its key until the lease lapses. Guard errors are
+// returned as the application errors of idemguard's activity package
+// (activity.TemporalError). Guard panics on invalid options.
+func Guard[In, Out any](g *guard.Guard, wf func(tworkflow.Context, In) (Out, error), opts ...Option) func(tworkflow.Context, In) (Out, error) {
+	if g == nil {
+		panic("idemguard/workflow: nil guard")
+	}
+	c := newConfig(opts)
+	if _, err := guard.Wrap(g, "validate", func(context.Context, struct{}) (struct{}, error) { return struct{}{}, nil }, c.guardOptions()...); err != nil {
+		panic(fmt.Sprintf("idemguard/workflow: guarding %s: %v", idemactivity.Name(wf), err))
+	}
+	la := localActivities[In, Out]{g: g, c: c}
+	return func(ctx tworkflow.Context, in In) (Out, error) {
+		return guarded(ctx, la, wf, in)
+	}
+}
+
+// Register registers guarded, the result of [Guard], with r under the
+// workflow type name Temporal derives from original (see activity.Name), so
+// that clients keep starting it by that name or function.
+func Register(r worker.WorkflowRegistry, original, guarded any) {
+	r.RegisterWorkflowWithOptions(guarded, tworkflow.RegisterOptions{Name: idemactivity.Name(original)})
+}
+
+func (c *config) guardOptions() []guard.Option {
+	var opts []guard.Option
+	if c.keyPath != "" {
+		opts = append(opts, guard.WithKeyPath(c.keyPath))
+	}
+	opts = append(opts, c.guardOpts...)
+	return append(opts, guard.WithLease(c.lease), guard.WithReject())
+}
+
+// guarded is the body of every guarded workflow.
+func guarded[In, Out any](ctx tworkflow.Context, la localActivities[In, Out], wf func(tworkflow.Context, In) (Out, error), in In) (Out, error) {
+	var zero Out
+	c := la.c
+	lctx := tworkflow.WithLocalActivityOptions(ctx, c.la)
+	req := claimRequest[In]{Scope: tworkflow.GetInfo(ctx).WorkflowType.Name, Input: in}
+
+	var res claimResult[Out]
+	for pause := minPollInterval; ; pause = min(2*pause, c.maxPoll) {
+		res = claimResult[Out]{}
+		if err := tworkflow.ExecuteLocalActivity(lctx, la.IdempotencyClaim, req).Get(lctx, &res); err != nil {
+			return zero, unwrap(err)
+		}
+		if res.Done {
+			return res.Value, nil
+		}
+		if res.Claim != nil {
+			break
+		}
+		// Another workflow holds the key.
+		untilLapse := res.HolderLeaseEnd.Sub(tworkflow.Now(ctx)) + time.Second
+		if c.rejectInProgress {
+			return zero, temporal.NewApplicationErrorWithOptions(
+				fmt.Sprintf("%v (key %s)", guard.ErrInProgress, res.Key), idemactivity.ErrorTypeInProgress,
+				temporal.ApplicationErrorOptions{NextRetryDelay: max(untilLapse, time.Second)})
+		}
+		wait := pause
+		if untilLapse > 0 && untilLapse < wait {
+			wait = untilLapse
+		}
+		if err := tworkflow.Sleep(ctx, wait); err != nil {
+			return zero, err
+		}
+	}
+
+	held := *res.Claim
+	done := tworkflow.NewChannel(ctx)
+	kept, keptSet := tworkflow.NewFuture(ctx)
+	tworkflow.Go(ctx, func(ctx tworkflow.Context) {
+		defer keptSet.Set(nil, nil)
+		keepLease(ctx, la, done, &held)
+	})
+
+	out, err := wf(ctx, in)
+
+	done.Close()
+	_ = kept.Get(ctx, nil)
+	dctx, _ := tworkflow.NewDisconnectedContext(lctx)
+	if err != nil {
+		if rerr := tworkflow.ExecuteLocalActivity(dctx, la.IdempotencyRelease, held).Get(dctx, nil); rerr != nil {
+			tworkflow.GetLogger(ctx).Warn("idemguard: releasing the workflow's claim failed; it lapses with its lease",
+				"Key", held.Key, "Error", rerr)
+		}
+		return zero, err
+	}
+	if cerr := tworkflow.ExecuteLocalActivity(dctx, la.IdempotencyComplete, completeRequest[Out]{Claim: held, Value: out}).Get(dctx, nil); cerr != nil {
+		return zero, unwrap(cerr)
+	}
+	return out, nil
+}
+
+// keepLease extends the claim every third of a lease until done is closed
+// or the claim is lost. It never cancels an extension in flight, so that
+// no extension runs after the claim is completed or released.
+func keepLease[In, Out any](ctx tworkflow.Context, la localActivities[In, Out], done tworkflow.ReceiveChannel, held *guard.Claim) {
+	lctx := tworkflow.WithLocalActivityOptions(ctx, la.c.la)
+	for {
+		tctx, cancelTimer := tworkflow.WithCancel(ctx)
+		timer := tworkflow.NewTimer(tctx, la.c.lease/3)
+		stopped := false
+		sel := tworkflow.NewSelector(ctx)
+		sel.AddReceive(done, func(tworkflow.ReceiveChannel, bool) { stopped = true })
+		sel.AddFuture(timer, func(tworkflow.Future) {})
+		sel.Select(ctx)
+		cancelTimer()
+		if stopped || ctx.Err() != nil {
+			return
+		}
+		var next guard.Claim
+		if err := tworkflow.ExecuteLocalActivity(lctx, la.IdempotencyExtend, extendRequest{Claim: *held, Lease: la.c.lease}).Get(lctx, &next); err != nil {
+			tworkflow.GetLogger(ctx).Warn("idemguard: extending the workflow's claim failed", "Key", held.Key, "Error", err)
+			var ae *temporal.ApplicationError
+			if errors.As(err, &ae) && ae.Type() == idemactivity.ErrorTypeLeaseLost {
+				return
+			}
+			continue
+		}
+		*held = next
+	}
+}
+
+// unwrap returns the application error inside a local activity's error, so
+// that the workflow fails with the guard's error type at the top.
+func unwrap(err error) error {
+	var ae *temporal.ApplicationError
+	if errors.As(err, &ae) {
+		return ae
+	}
+	return err
+}
+
+// localActivities are the local activities of one guarded workflow type.
+// Their methods have value receivers so that their names, as Temporal
+// derives them, are the plain method names.
+type localActivities[In, Out any] struct {
+	g *guard.Guard
+	c *config
+}
+
+type claimRequest[In any] struct {
+	Scope string `json:"scope"`
+	Input In     `json:"input"`
+}
+
+type claimResult[Out any] struct {
+	// Claim is set when this workflow now holds the key.
+	Claim *guard.Claim `json:"claim,omitempty"`
+	// Done is set when a workflow with the key completed; Value is its
+	// result.
+	Done  bool `json:"done,omitempty"`
+	Value Out  `json:"value"`
+	// Key and HolderLeaseEnd are set when another workflow holds the key.
+	Key            string    `json:"key,omitempty"`
+	HolderLeaseEnd time.Time `json:"holder_lease_end"`
+}
+
+type completeRequest[Out any] struct {
+	Claim guard.Claim `json:"claim"`
+	Value Out         `json:"value"`
+}
+
+type extendRequest struct {
+	Claim guard.Claim   `json:"claim"`
+	Lease time.Duration `json:"lease"`
+}
+
+// IdempotencyClaim claims the workflow's key.
+func (la localActivities[In, Out]) IdempotencyClaim(ctx context.Context, req claimRequest[In]) (claimResult[Out], error) {
+	var res claimResult[Out]
+	cl, rec, err := la.g.Claim(ctx, req.Scope, req.Input, la.c.guardOptions()...)
+	var busy *guard.InProgressError
+	switch {
+	case errors.As(err, &busy):
+		res.Key, res.HolderLeaseEnd = busy.Key, busy.LeaseExpiresAt
+		return res, nil
+	case err != nil:
+		return res, idemactivity.TemporalError(err)
+	case rec != nil:
+		v, err := guard.Decode[Out](la.g, rec, guard.WithCodec(la.codec(ctx)))
+		if err != nil {
+			return res, idemactivity.TemporalError(err)
+		}
+		res.Done, res.Value = true, v
+		return res, nil
+	}
+	res.Claim = cl
+	return res, nil
+}
+
+// IdempotencyExtend extends the workflow's claim by a lease from now.
+func (la localActivities[In, Out]) IdempotencyExtend(ctx context.Context, req extendRequest) (guard.Claim, error) {
+	next, err := la.g.Extend(ctx, req.Claim, time.Now().Add(req.Lease))
+	return next, finalError(err)
+}
+
+// IdempotencyComplete stores the workflow's result.
+func (la localActivities[In, Out]) IdempotencyComplete(ctx context.Context, req completeRequest[Out]) error {
+	kind := store.ResultValue
+	data, err := la.codec(ctx).Marshal(req.Value)
+	if err != nil {
+		kind, data = store.ResultUnavailable, nil
+	}
+	_, err = la.g.Complete(ctx, req.Claim, kind, data)
+	return finalError(err)
+}
+
+// IdempotencyRelease gives up the workflow's claim after its body failed.
+func (la localActivities[In, Out]) IdempotencyRelease(ctx context.Context, cl guard.Claim) error {
+	err := la.g.Release(ctx, cl)
+	if errors.Is(err, guard.ErrLeaseLost) {
+		return nil // someone else holds the key now: nothing to release
+	}
+	return idemactivity.TemporalError(err)
+}
+
+// finalError is TemporalError, except that a lost claim is not retryable:
+// retrying the local activity cannot win it back.
+func finalError(err error) error {
+	if errors.Is(err, guard.ErrLeaseLost) {
+		return temporal.NewNonRetryableApplicationError(err.Error(), idemactivity.ErrorTypeLeaseLost, err)
+	}
+	return idemactivity.TemporalError(err)
+}
+
+// codec encodes workflow results as the worker encodes them: with the data
+// converter under the workflow's serialization context.
+func (la localActivities[In, Out]) codec(ctx context.Context) idemactivity.PayloadCodec {
+	dc := converter.MakeTransferAware(la.c.dc)
+	if tactivity.IsActivity(ctx) {
+		info := tactivity.GetInfo(ctx)
+		dc = converter.WithDataConverterSerializationContext(dc, converter.WorkflowSerializationContext{
+			Namespace:  info.Namespace,
+			WorkflowID: info.WorkflowExecution.ID,
+		})
+	}
+	if ca, ok := dc.(converter.ContextAware); ok {
+		dc = ca.WithContext(ctx)
+	}
+	return idemactivity.PayloadCodec{DataConverter: dc}
+}
