@@ -3,6 +3,7 @@ package dynamodb_test
 import (
 	"bytes"
 	"compress/gzip"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -466,10 +467,39 @@ func TestCreateTableExisting(t *testing.T) {
 		t.Errorf("CreateTable with a sort key over a table without one succeeded")
 	}
 	// With TTL wanted on another attribute: refused.
-	if err := idemddb.CreateTable(ctx, client, table, idemddb.WithExpiryAttr("other")); err == nil {
-		t.Errorf("CreateTable asking TTL on another attribute succeeded")
+	if err := idemddb.CreateTable(ctx, client, table, idemddb.WithExpiryAttr("other")); !errors.Is(err, idemddb.ErrTTLNotEnabled) {
+		t.Errorf("CreateTable asking TTL on another attribute = %v, want ErrTTLNotEnabled", err)
 	}
 	if err := idemddb.CreateTable(ctx, client, table, idemddb.WithKeyAttr("")); err == nil {
 		t.Errorf("CreateTable with an invalid option succeeded")
+	}
+}
+
+// noTTL is a client on which enabling TTL fails, as on an emulator without
+// TTL support.
+type noTTL struct{ *dynamodb.Client }
+
+func (noTTL) UpdateTimeToLive(context.Context, *dynamodb.UpdateTimeToLiveInput, ...func(*dynamodb.Options)) (*dynamodb.UpdateTimeToLiveOutput, error) {
+	return nil, errors.New("UnknownOperationException")
+}
+
+func TestCreateTableWithoutTTL(t *testing.T) {
+	client := dynamodbtest.NewClient(t)
+	table := dynamodbtest.TableName(t)
+	err := idemddb.CreateTable(t.Context(), noTTL{client}, table)
+	t.Cleanup(func() {
+		client.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(table)})
+	})
+	if !errors.Is(err, idemddb.ErrTTLNotEnabled) {
+		t.Fatalf("CreateTable without TTL support = %v, want ErrTTLNotEnabled", err)
+	}
+	// The table is usable all the same.
+	s, err := idemddb.New(client, table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &store.Record{Key: "scope#no-ttl", Status: store.StatusInProgress, Token: "t", ExpiresAt: time.Now().Add(time.Hour)}
+	if _, err := s.Acquire(t.Context(), rec, time.Now()); err != nil {
+		t.Errorf("Acquire on a table without TTL = %v", err)
 	}
 }

@@ -22,6 +22,13 @@ type TableAPI interface {
 
 var _ TableAPI = (*dynamodb.Client)(nil)
 
+// ErrTTLNotEnabled is matched (with [errors.Is]) by the error [CreateTable]
+// returns when the table is ready but TTL could not be enabled on it, for
+// example on an emulator without TTL support. The store works without TTL,
+// since it checks expiry itself, so a caller may log this error and go on;
+// expired items are then never deleted.
+var ErrTTLNotEnabled = errors.New("dynamodb: TTL not enabled")
+
 // tableWait bounds how long CreateTable waits for a new table to become
 // ACTIVE when ctx has no earlier deadline.
 const tableWait = 5 * time.Minute
@@ -37,9 +44,8 @@ const tableWait = 5 * time.Minute
 // documentation). If the table already exists with the same key schema,
 // CreateTable only waits for it and enables TTL if it is off, so it is safe
 // to call on every start; an existing table with another key schema is an
-// error. If the table was created but TTL could not be enabled, the error
-// says so: the store works without TTL (it checks expiry itself), but
-// expired items are then never deleted.
+// error. If the table is ready but TTL could not be enabled, the error
+// matches [ErrTTLNotEnabled].
 func CreateTable(ctx context.Context, client TableAPI, table string, opts ...Option) error {
 	if client == nil {
 		return errors.New("dynamodb: CreateTable: nil client")
@@ -107,8 +113,8 @@ func CreateTable(ctx context.Context, client TableAPI, table string, opts ...Opt
 			return nil
 		}
 		if on {
-			return fail("enabling TTL", fmt.Errorf("TTL is already on attribute %q, not %q",
-				aws.ToString(d.AttributeName), c.expiryAttr))
+			return fail("enabling TTL", fmt.Errorf("%w on %q: TTL is already on attribute %q",
+				ErrTTLNotEnabled, c.expiryAttr, aws.ToString(d.AttributeName)))
 		}
 	}
 	_, err = client.UpdateTimeToLive(ctx, &dynamodb.UpdateTimeToLiveInput{
@@ -119,7 +125,7 @@ func CreateTable(ctx context.Context, client TableAPI, table string, opts ...Opt
 		},
 	})
 	if err != nil {
-		return fail(fmt.Sprintf("the table is ready, but enabling TTL on %q failed (expired items will not be deleted)", c.expiryAttr), err)
+		return fail("the table is ready, but enabling TTL failed", fmt.Errorf("%w on %q: %w", ErrTTLNotEnabled, c.expiryAttr, err))
 	}
 	return nil
 }
