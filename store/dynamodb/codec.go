@@ -104,15 +104,15 @@ type encoded struct {
 	encoding   types.AttributeValue
 }
 
-// attrs lists the attributes of e by name, absent ones with a nil value.
-func (c *config) attrs(e *encoded) []struct {
+// namedAttr is one attribute of an item; v is nil when it is absent.
+type namedAttr struct {
 	name string
 	v    types.AttributeValue
-} {
-	return []struct {
-		name string
-		v    types.AttributeValue
-	}{
+}
+
+// attrs lists the attributes of e by name, absent ones with a nil value.
+func (c *config) attrs(e *encoded) []namedAttr {
+	return []namedAttr{
 		{c.statusAttr, e.status},
 		{c.expiryAttr, e.expiry},
 		{c.leaseAttr, e.lease},

@@ -70,7 +70,11 @@ func (s *Store) opErr(op, key string, err error) error {
 // Acquire implements [store.Store] with one conditional PutItem that asks
 // for the existing item back when the condition fails
 // (ReturnValuesOnConditionCheckFailure ALL_OLD). Only if DynamoDB returns
-// no item does it read the record with a consistent GetItem.
+// no item does it read the record with a consistent GetItem. A failed
+// condition on a record held under rec's own token means the SDK retried a
+// write whose response was lost; Acquire reports it as the success it was.
+// An existing item that cannot be read gives an error matching
+// [store.ErrCorrupt].
 func (s *Store) Acquire(ctx context.Context, rec *store.Record, now time.Time) (*store.Record, error) {
 	const op = "Acquire"
 	if err := ctx.Err(); err != nil {
