@@ -51,9 +51,9 @@ const (
 	// activity ran. Retryable.
 	ErrorTypeStoreThrottled = "IdempotencyStoreThrottled"
 	// ErrorTypeDefinite: the activity returned an error marked with
-	// guard.Definite that is not itself a Temporal application error; it
-	// was stored, and it and its replays are returned non-retryable, with
-	// the original error as cause.
+	// guard.Definite that is not a non-retryable Temporal application
+	// error. It was stored; it and its replays are returned as
+	// non-retryable application errors with its message.
 	ErrorTypeDefinite = "IdempotencyDefiniteError"
 )
 
@@ -80,12 +80,11 @@ const (
 //	guard.ErrNotRecorded           IdempotencyNotRecorded         yes
 //	guard.ErrStore, throttled      IdempotencyStoreThrottled      yes
 //	guard.ErrStore                 IdempotencyStoreError          yes
-//	guard.Definite(err)            err if it is an application    no
-//	                               error, else IdempotencyDefiniteError
+//	guard.Definite(err)            err if it is a non-retryable   no
+//	                               application error, else
+//	                               IdempotencyDefiniteError
 //
-// The guard error stays reachable as the application error's cause, so
-// errors.Is(TemporalError(err), guard.ErrInProgress) holds in the worker.
-// Nil, [go.temporal.io/sdk/activity.ErrResultPending], context errors, and
+// The message is the guard error's. Nil, [go.temporal.io/sdk/activity.ErrResultPending], context errors, and
 // every other error (the activity's own) are returned untouched.
 func TemporalError(err error) error {
 	return temporalError(err, 0)
@@ -104,32 +103,31 @@ func temporalError(err error, maxDelay time.Duration) error {
 	var ip *guard.InProgressError
 	switch {
 	case errors.Is(err, guard.ErrLeaseLost):
-		return temporal.NewApplicationErrorWithCause(err.Error(), ErrorTypeLeaseLost, err)
+		return temporal.NewApplicationError(err.Error(), ErrorTypeLeaseLost)
 	case errors.Is(err, guard.ErrNotRecorded):
-		return temporal.NewApplicationErrorWithCause(err.Error(), ErrorTypeNotRecorded, err)
+		return temporal.NewApplicationError(err.Error(), ErrorTypeNotRecorded)
 	case errors.As(err, &ip):
 		return temporal.NewApplicationErrorWithOptions(err.Error(), ErrorTypeInProgress, temporal.ApplicationErrorOptions{
-			Cause:          err,
 			NextRetryDelay: retryDelay(ip.LeaseExpiresAt, maxDelay),
 		})
 	case errors.Is(err, guard.ErrPayloadMismatch):
-		return temporal.NewNonRetryableApplicationError(err.Error(), ErrorTypePayloadMismatch, err)
+		return temporal.NewNonRetryableApplicationError(err.Error(), ErrorTypePayloadMismatch, nil)
 	case errors.Is(err, guard.ErrKeyMissing):
-		return temporal.NewNonRetryableApplicationError(err.Error(), ErrorTypeKeyMissing, err)
+		return temporal.NewNonRetryableApplicationError(err.Error(), ErrorTypeKeyMissing, nil)
 	case errors.Is(err, guard.ErrResultUnavailable):
-		return temporal.NewNonRetryableApplicationError(err.Error(), ErrorTypeResultUnavailable, err)
+		return temporal.NewNonRetryableApplicationError(err.Error(), ErrorTypeResultUnavailable, nil)
 	case errors.Is(err, guard.ErrInvalidInput):
-		return temporal.NewNonRetryableApplicationError(err.Error(), ErrorTypeInvalidInput, err)
+		return temporal.NewNonRetryableApplicationError(err.Error(), ErrorTypeInvalidInput, nil)
 	case errors.Is(err, guard.ErrInvalidOption):
-		return temporal.NewNonRetryableApplicationError(err.Error(), ErrorTypeInvalidOption, err)
+		return temporal.NewNonRetryableApplicationError(err.Error(), ErrorTypeInvalidOption, nil)
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		// The activity was cancelled or timed out while the guard talked
 		// to the store; Temporal reports that itself.
 		return err
 	case errors.Is(err, store.ErrThrottled):
-		return temporal.NewApplicationErrorWithCause(err.Error(), ErrorTypeStoreThrottled, err)
+		return temporal.NewApplicationError(err.Error(), ErrorTypeStoreThrottled)
 	case errors.Is(err, guard.ErrStore):
-		return temporal.NewApplicationErrorWithCause(err.Error(), ErrorTypeStore, err)
+		return temporal.NewApplicationError(err.Error(), ErrorTypeStore)
 	case guard.IsDefinite(err):
 		return definiteError(err)
 	}
@@ -143,7 +141,7 @@ func definiteError(err error) error {
 	if errors.As(err, &ae) && ae.NonRetryable() {
 		return ae
 	}
-	return temporal.NewNonRetryableApplicationError(err.Error(), ErrorTypeDefinite, err)
+	return temporal.NewNonRetryableApplicationError(err.Error(), ErrorTypeDefinite, nil)
 }
 
 // retryDelay is the next-retry delay for a holder whose lease ends at

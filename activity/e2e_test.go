@@ -1,0 +1,228 @@
+package activity_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	tactivity "go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/interceptor"
+	"go.temporal.io/sdk/worker"
+
+	"github.com/idemguard/idemguard/activity"
+	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/temporaltest"
+)
+
+// Acceptance 1: the first attempt performs the side effect, the guard
+// records it, and then the attempt fails before Temporal hears of its
+// success (as when the worker dies or the response is lost). Temporal
+// retries; the retry replays; the side effect happened once and the
+// workflow gets the first attempt's result.
+func TestRetryAfterSideEffectReplays(t *testing.T) {
+	c := temporaltest.Client(t, client.Options{})
+	g := newGuard(t)
+	var effects ledger
+	guarded := activity.Guard(g, func(ctx context.Context, o Order) (Receipt, error) {
+		effects.add(o.OrderID)
+		return newReceipt(ctx, o), nil
+	})
+	var mu sync.Mutex
+	var first Receipt // protected by mu
+	lossy := func(ctx context.Context, o Order) (Receipt, error) {
+		r, err := guarded(ctx, o)
+		if err == nil && tactivity.GetInfo(ctx).Attempt == 1 {
+			mu.Lock()
+			first = r
+			mu.Unlock()
+			return Receipt{}, errors.New("connection reset before the result reached Temporal")
+		}
+		return r, err
+	}
+	tq := temporaltest.Name(t, "tq")
+	temporaltest.Worker(t, c, tq, worker.Options{}, func(r worker.Registry) {
+		r.RegisterWorkflow(chargeWorkflow)
+		r.RegisterActivityWithOptions(lossy, tactivity.RegisterOptions{Name: "Charge"})
+	})
+
+	id := temporaltest.Name(t, "wf")
+	var got Receipt
+	if err := temporaltest.Run(t, c, tq, id, time.Minute, &got, chargeWorkflow, chargeParams{Order: Order{OrderID: "o-1", Amount: 42}}); err != nil {
+		t.Fatalf("workflow failed: %v", err)
+	}
+	if n := effects.count("o-1"); n != 1 {
+		t.Errorf("side effects = %d, want 1", n)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if got != first {
+		t.Errorf("workflow result = %+v, want the first attempt's %+v", got, first)
+	}
+	if got.Attempt != 1 {
+		t.Errorf("result was made by attempt %d, want 1", got.Attempt)
+	}
+	h := temporaltest.History(t, c, id, "")
+	for _, e := range h.Events {
+		if a := e.GetActivityTaskStartedEventAttributes(); a != nil && a.Attempt != 2 {
+			t.Errorf("the activity completed on attempt %d, want 2 (a retry)", a.Attempt)
+		}
+	}
+}
+
+// Acceptance 2: two workflows with the same business key (a JMESPath on the
+// input) share one side effect and one result; keyed by execution scope,
+// they are two executions.
+func TestBusinessKeyAcrossWorkflows(t *testing.T) {
+	c := temporaltest.Client(t, client.Options{})
+	for _, tc := range []struct {
+		name        string
+		opts        []activity.Option
+		wantEffects int
+	}{
+		{"jmespath", []activity.Option{activity.WithKeyPath("order_id")}, 1},
+		{"execution-scope", []activity.Option{activity.WithExecutionScope()}, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := newGuard(t)
+			var effects ledger
+			charge := func(ctx context.Context, o Order) (Receipt, error) {
+				effects.add(o.OrderID)
+				time.Sleep(300 * time.Millisecond) // let the duplicate arrive while this runs
+				return newReceipt(ctx, o), nil
+			}
+			opts := append([]activity.Option{activity.WithMaxRetryDelay(time.Second)}, tc.opts...)
+			tq := temporaltest.Name(t, "tq")
+			temporaltest.Worker(t, c, tq, worker.Options{}, func(r worker.Registry) {
+				r.RegisterWorkflow(chargeWorkflow)
+				r.RegisterActivityWithOptions(activity.Guard(g, charge, opts...), tactivity.RegisterOptions{Name: "Charge"})
+			})
+
+			// The notes differ, so the whole inputs differ; the order ID is
+			// the business key.
+			runs := make([]client.WorkflowRun, 2)
+			for i, note := range []string{"from checkout", "from the retry button"} {
+				runs[i] = temporaltest.Start(t, c, client.StartWorkflowOptions{ID: temporaltest.Name(t, "wf"), TaskQueue: tq},
+					chargeWorkflow, chargeParams{Order: Order{OrderID: "o-7", Amount: 10, Note: note}})
+			}
+			var got [2]Receipt
+			for i, run := range runs {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				err := run.Get(ctx, &got[i])
+				cancel()
+				if err != nil {
+					t.Fatalf("workflow %d: %v", i, err)
+				}
+			}
+			if n := effects.count("o-7"); n != tc.wantEffects {
+				t.Errorf("side effects = %d, want %d", n, tc.wantEffects)
+			}
+			if same := got[0] == got[1]; same != (tc.wantEffects == 1) {
+				t.Errorf("results %+v and %+v: equal = %v, want %v", got[0], got[1], same, tc.wantEffects == 1)
+			}
+		})
+	}
+}
+
+// payments is an activity struct registered the ordinary way; its code
+// knows nothing of idemguard.
+type payments struct {
+	effects ledger
+	refunds ledger
+}
+
+func (p *payments) Charge(ctx context.Context, o Order) (Receipt, error) {
+	p.effects.add(o.OrderID)
+	return newReceipt(ctx, o), nil
+}
+
+func (p *payments) Refund(ctx context.Context, o Order) (Receipt, error) {
+	p.refunds.add(o.OrderID)
+	return newReceipt(ctx, o), nil
+}
+
+// Acceptance 4: an unmodified activity, registered normally, is guarded
+// by the worker interceptor; an activity without a policy is not.
+func TestInterceptorGuardsUnmodifiedActivity(t *testing.T) {
+	c := temporaltest.Client(t, client.Options{})
+	g := newGuard(t)
+	p := &payments{}
+	tq := temporaltest.Name(t, "tq")
+	temporaltest.Worker(t, c, tq, worker.Options{Interceptors: []interceptor.WorkerInterceptor{
+		activity.NewInterceptor(g, activity.Policy{Activity: "Charge", Options: []activity.Option{activity.WithKeyPath("order_id")}}),
+	}}, func(r worker.Registry) {
+		r.RegisterWorkflow(chargeWorkflow)
+		r.RegisterActivity(p)
+	})
+
+	var charges, refunds [2]Receipt
+	for i := range 2 {
+		o := Order{OrderID: "o-9", Amount: 5, Note: "duplicate " + string(rune('A'+i))}
+		if err := temporaltest.Run(t, c, tq, temporaltest.Name(t, "wf"), time.Minute, &charges[i], chargeWorkflow, chargeParams{Order: o}); err != nil {
+			t.Fatalf("charge workflow %d: %v", i, err)
+		}
+		if err := temporaltest.Run(t, c, tq, temporaltest.Name(t, "wf"), time.Minute, &refunds[i], chargeWorkflow, chargeParams{Order: o, Activity: "Refund"}); err != nil {
+			t.Fatalf("refund workflow %d: %v", i, err)
+		}
+	}
+	if n := p.effects.count("o-9"); n != 1 {
+		t.Errorf("guarded charges ran %d times, want 1", n)
+	}
+	if charges[0] != charges[1] {
+		t.Errorf("charge results differ: %+v, %+v", charges[0], charges[1])
+	}
+	if n := p.refunds.count("o-9"); n != 2 {
+		t.Errorf("unguarded refunds ran %d times, want 2", n)
+	}
+}
+
+// Acceptance 7 on the server: a payload mismatch fails the activity at once,
+// non-retryable, with the documented type, however many attempts the retry
+// policy allows.
+func TestPayloadMismatchStopsRetries(t *testing.T) {
+	c := temporaltest.Client(t, client.Options{})
+	g := newGuard(t)
+	var effects ledger
+	charge := func(ctx context.Context, o Order) (Receipt, error) {
+		effects.add(o.OrderID)
+		return newReceipt(ctx, o), nil
+	}
+	tq := temporaltest.Name(t, "tq")
+	temporaltest.Worker(t, c, tq, worker.Options{}, func(r worker.Registry) {
+		r.RegisterWorkflow(chargeWorkflow)
+		r.RegisterActivityWithOptions(activity.Guard(g, charge,
+			activity.WithKeyPath("order_id"),
+			activity.WithGuardOptions(guard.WithPayloadValidation("amount"))),
+			tactivity.RegisterOptions{Name: "Charge"})
+	})
+
+	if err := temporaltest.Run(t, c, tq, temporaltest.Name(t, "wf"), time.Minute, nil, chargeWorkflow,
+		chargeParams{Order: Order{OrderID: "o-3", Amount: 10}}); err != nil {
+		t.Fatalf("first workflow: %v", err)
+	}
+	id := temporaltest.Name(t, "wf")
+	err := temporaltest.Run(t, c, tq, id, time.Minute, nil, chargeWorkflow,
+		chargeParams{Order: Order{OrderID: "o-3", Amount: 99}, MaxAttempts: 5})
+	if err == nil {
+		t.Fatal("second workflow with the same key and another amount succeeded")
+	}
+	ae := appError(t, err)
+	if ae.Type() != activity.ErrorTypePayloadMismatch || !ae.NonRetryable() {
+		t.Errorf("error type %q, non-retryable %v; want %q, true", ae.Type(), ae.NonRetryable(), activity.ErrorTypePayloadMismatch)
+	}
+	h := temporaltest.History(t, c, id, "")
+	for _, e := range h.Events {
+		if a := e.GetActivityTaskStartedEventAttributes(); a != nil && a.Attempt != 1 {
+			t.Errorf("the activity ran %d attempts, want 1", a.Attempt)
+		}
+	}
+	if n := temporaltest.Count(h, enumspb.EVENT_TYPE_ACTIVITY_TASK_FAILED); n != 1 {
+		t.Errorf("%d ActivityTaskFailed events, want 1", n)
+	}
+	if n := effects.count("o-3"); n != 1 {
+		t.Errorf("side effects = %d, want 1", n)
+	}
+}
