@@ -25,51 +25,61 @@ import (
 // workflow gets the first attempt's result.
 func TestRetryAfterSideEffectReplays(t *testing.T) {
 	c := temporaltest.Client(t, client.Options{})
-	g := newGuard(t)
-	var effects ledger
-	guarded := activity.Guard(g, func(ctx context.Context, o Order) (Receipt, error) {
-		effects.add(o.OrderID)
-		return newReceipt(ctx, o), nil
-	})
-	var mu sync.Mutex
-	var first Receipt // protected by mu
-	lossy := func(ctx context.Context, o Order) (Receipt, error) {
-		r, err := guarded(ctx, o)
-		if err == nil && tactivity.GetInfo(ctx).Attempt == 1 {
-			mu.Lock()
-			first = r
-			mu.Unlock()
-			return Receipt{}, errors.New("connection reset before the result reached Temporal")
-		}
-		return r, err
-	}
-	tq := temporaltest.Name(t, "tq")
-	temporaltest.Worker(t, c, tq, worker.Options{}, func(r worker.Registry) {
-		r.RegisterWorkflow(chargeWorkflow)
-		r.RegisterActivityWithOptions(lossy, tactivity.RegisterOptions{Name: "Charge"})
-	})
+	for _, tc := range []struct {
+		name string
+		opts []activity.Option
+	}{
+		{"input key", nil},
+		{"execution scope", []activity.Option{activity.WithExecutionScope()}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := newGuard(t)
+			var effects ledger
+			guarded := activity.Guard(g, func(ctx context.Context, o Order) (Receipt, error) {
+				effects.add(o.OrderID)
+				return newReceipt(ctx, o), nil
+			}, tc.opts...)
+			var mu sync.Mutex
+			var first Receipt // protected by mu
+			lossy := func(ctx context.Context, o Order) (Receipt, error) {
+				r, err := guarded(ctx, o)
+				if err == nil && tactivity.GetInfo(ctx).Attempt == 1 {
+					mu.Lock()
+					first = r
+					mu.Unlock()
+					return Receipt{}, errors.New("connection reset before the result reached Temporal")
+				}
+				return r, err
+			}
+			tq := temporaltest.Name(t, "tq")
+			temporaltest.Worker(t, c, tq, worker.Options{}, func(r worker.Registry) {
+				r.RegisterWorkflow(chargeWorkflow)
+				r.RegisterActivityWithOptions(lossy, tactivity.RegisterOptions{Name: "Charge"})
+			})
 
-	id := temporaltest.Name(t, "wf")
-	var got Receipt
-	if err := temporaltest.Run(t, c, tq, id, time.Minute, &got, chargeWorkflow, chargeParams{Order: Order{OrderID: "o-1", Amount: 42}}); err != nil {
-		t.Fatalf("workflow failed: %v", err)
-	}
-	if n := effects.count("o-1"); n != 1 {
-		t.Errorf("side effects = %d, want 1", n)
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if got != first {
-		t.Errorf("workflow result = %+v, want the first attempt's %+v", got, first)
-	}
-	if got.Attempt != 1 {
-		t.Errorf("result was made by attempt %d, want 1", got.Attempt)
-	}
-	h := temporaltest.History(t, c, id, "")
-	for _, e := range h.Events {
-		if a := e.GetActivityTaskStartedEventAttributes(); a != nil && a.Attempt != 2 {
-			t.Errorf("the activity completed on attempt %d, want 2 (a retry)", a.Attempt)
-		}
+			id := temporaltest.Name(t, "wf")
+			var got Receipt
+			if err := temporaltest.Run(t, c, tq, id, time.Minute, &got, chargeWorkflow, chargeParams{Order: Order{OrderID: "o-1", Amount: 42}}); err != nil {
+				t.Fatalf("workflow failed: %v", err)
+			}
+			if n := effects.count("o-1"); n != 1 {
+				t.Errorf("side effects = %d, want 1", n)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if got != first {
+				t.Errorf("workflow result = %+v, want the first attempt's %+v", got, first)
+			}
+			if got.Attempt != 1 {
+				t.Errorf("result was made by attempt %d, want 1", got.Attempt)
+			}
+			h := temporaltest.History(t, c, id, "")
+			for _, e := range h.Events {
+				if a := e.GetActivityTaskStartedEventAttributes(); a != nil && a.Attempt != 2 {
+					t.Errorf("the activity completed on attempt %d, want 2 (a retry)", a.Attempt)
+				}
+			}
+		})
 	}
 }
 

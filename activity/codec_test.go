@@ -1,0 +1,185 @@
+package activity_test
+
+import (
+	"bytes"
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	commonpb "go.temporal.io/api/common/v1"
+	tactivity "go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/interceptor"
+	"go.temporal.io/sdk/worker"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/idemguard/idemguard/activity"
+	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/temporaltest"
+	idemddb "github.com/idemguard/idemguard/store/dynamodb"
+	"github.com/idemguard/idemguard/store/dynamodb/dynamodbtest"
+)
+
+// xorCodec is a payload codec standing in for encryption: it replaces each
+// payload with its protobuf form XORed with a key byte, under its own
+// encoding, so no byte of the plaintext survives.
+type xorCodec struct{}
+
+const xorEncoding = "binary/idemguard-test-xor"
+
+func (xorCodec) Encode(ps []*commonpb.Payload) ([]*commonpb.Payload, error) {
+	out := make([]*commonpb.Payload, len(ps))
+	for i, p := range ps {
+		b, err := proto.Marshal(p)
+		if err != nil {
+			return nil, err
+		}
+		for j := range b {
+			b[j] ^= 0xA5
+		}
+		out[i] = &commonpb.Payload{Metadata: map[string][]byte{converter.MetadataEncoding: []byte(xorEncoding)}, Data: b}
+	}
+	return out, nil
+}
+
+func (xorCodec) Decode(ps []*commonpb.Payload) ([]*commonpb.Payload, error) {
+	out := make([]*commonpb.Payload, len(ps))
+	for i, p := range ps {
+		if string(p.GetMetadata()[converter.MetadataEncoding]) != xorEncoding {
+			out[i] = p
+			continue
+		}
+		b := bytes.Clone(p.Data)
+		for j := range b {
+			b[j] ^= 0xA5
+		}
+		out[i] = &commonpb.Payload{}
+		if err := proto.Unmarshal(b, out[i]); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// Acceptance 8: with a payload codec in the data converter, the result
+// stored in DynamoDB's data attribute is codec-encoded, and a replay to
+// another workflow decodes it. The control run without the codec finds the
+// plaintext, which shows the check can fail.
+func TestPayloadCodecAppliesToStoredResults(t *testing.T) {
+	ddb := dynamodbtest.NewClient(t)
+	const marker = "plaintext-marker-7f3a9c"
+	codecDC := converter.NewCodecDataConverter(converter.GetDefaultDataConverter(), xorCodec{})
+	for _, tc := range []struct {
+		name        string
+		dc          converter.DataConverter
+		interceptor bool
+	}{
+		{"Guard", codecDC, false},
+		{"NewInterceptor", codecDC, true},
+		{"control without codec", nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := temporaltest.Client(t, client.Options{DataConverter: tc.dc})
+			table := dynamodbtest.NewTable(t, ddb)
+			s, err := idemddb.New(ddb, table)
+			if err != nil {
+				t.Fatal(err)
+			}
+			g, err := guard.New(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var effects ledger
+			var mu sync.Mutex
+			var key string // protected by mu
+			charge := func(ctx context.Context, o Order) (Receipt, error) {
+				effects.add(o.OrderID)
+				mu.Lock()
+				key, _ = guard.KeyFromContext(ctx)
+				mu.Unlock()
+				return newReceipt(ctx, o), nil
+			}
+			opts := []activity.Option{activity.WithDataConverter(tc.dc), activity.WithKeyPath("order_id")}
+			var wopts worker.Options
+			tq := temporaltest.Name(t, "tq")
+			if tc.interceptor {
+				wopts.Interceptors = []interceptor.WorkerInterceptor{activity.NewInterceptor(g, activity.Policy{Activity: "Charge", Options: opts})}
+			}
+			temporaltest.Worker(t, c, tq, wopts, func(r worker.Registry) {
+				r.RegisterWorkflow(chargeWorkflow)
+				if tc.interceptor {
+					r.RegisterActivityWithOptions(charge, tactivity.RegisterOptions{Name: "Charge"})
+				} else {
+					r.RegisterActivityWithOptions(activity.Guard(g, charge, opts...), tactivity.RegisterOptions{Name: "Charge"})
+				}
+			})
+
+			var first, second Receipt
+			if err := temporaltest.Run(t, c, tq, temporaltest.Name(t, "wf"), time.Minute, &first, chargeWorkflow,
+				chargeParams{Order: Order{OrderID: "o-8", Amount: 8, Note: marker}}); err != nil {
+				t.Fatalf("first workflow: %v", err)
+			}
+			if first.Note != marker {
+				t.Fatalf("first result %+v lacks the marker", first)
+			}
+
+			mu.Lock()
+			k := key
+			mu.Unlock()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			item, err := ddb.GetItem(ctx, &dynamodb.GetItemInput{
+				TableName:      aws.String(table),
+				Key:            map[string]types.AttributeValue{idemddb.DefaultKeyAttr: &types.AttributeValueMemberS{Value: k}},
+				ConsistentRead: aws.Bool(true),
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var raw []byte
+			switch v := item.Item[idemddb.DefaultDataAttr].(type) {
+			case *types.AttributeValueMemberB:
+				raw = v.Value
+			case *types.AttributeValueMemberS:
+				raw = []byte(v.Value)
+			default:
+				t.Fatalf("data attribute of the record is %T", v)
+			}
+			plaintext := bytes.Contains(raw, []byte(marker))
+			if plaintext != (tc.dc == nil) {
+				t.Errorf("stored data holds the plaintext: %v, want %v (codec in use: %v)", plaintext, tc.dc == nil, tc.dc != nil)
+			}
+
+			rec, err := s.Get(ctx, k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var p commonpb.Payloads
+			if err := proto.Unmarshal(rec.Result, &p); err != nil || len(p.Payloads) != 1 {
+				t.Fatalf("stored data is not one Temporal payload: %v", err)
+			}
+			if enc := string(p.Payloads[0].Metadata[converter.MetadataEncoding]); (enc == xorEncoding) != (tc.dc != nil) {
+				t.Errorf("stored payload encoding %q", enc)
+			}
+			var stored Receipt
+			if err := (activity.PayloadCodec{DataConverter: tc.dc}).Unmarshal(rec.Result, &stored); err != nil || stored != first {
+				t.Errorf("stored result decodes to %+v (%v), want %+v", stored, err, first)
+			}
+
+			// Another workflow with the same key replays the stored result,
+			// which the workflow decodes with the codec.
+			if err := temporaltest.Run(t, c, tq, temporaltest.Name(t, "wf"), time.Minute, &second, chargeWorkflow,
+				chargeParams{Order: Order{OrderID: "o-8", Amount: 8, Note: "a duplicate"}}); err != nil {
+				t.Fatalf("second workflow: %v", err)
+			}
+			if second != first || effects.count("o-8") != 1 {
+				t.Errorf("replay: %+v after %d side effects, want %+v after 1", second, effects.count("o-8"), first)
+			}
+		})
+	}
+}
