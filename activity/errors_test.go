@@ -293,8 +293,10 @@ func TestInvalidOptionsPanic(t *testing.T) {
 	g := newGuard(t)
 	charge := func(ctx context.Context, o Order) (Receipt, error) { return Receipt{}, nil }
 	for name, f := range map[string]func(){
-		"Guard":                   func() { activity.Guard(g, charge, activity.WithKeyPath("order_id[")) },
-		"NewInterceptor":          func() { activity.NewInterceptor(g, activity.Policy{Activity: "Charge", Options: []activity.Option{activity.WithKeyPath("[")}}) },
+		"Guard": func() { activity.Guard(g, charge, activity.WithKeyPath("order_id[")) },
+		"NewInterceptor": func() {
+			activity.NewInterceptor(g, activity.Policy{Activity: "Charge", Options: []activity.Option{activity.WithKeyPath("[")}})
+		},
 		"NewInterceptor no name":  func() { activity.NewInterceptor(g, activity.Policy{}) },
 		"NewInterceptor same one": func() { activity.NewInterceptor(g, activity.Policy{Activity: "A"}, activity.Policy{Activity: "A"}) },
 	} {
