@@ -52,7 +52,9 @@ func Guard[In, Out any](g *guard.Guard, wf func(tworkflow.Context, In) (Out, err
 	if _, err := guard.Wrap(g, "validate", func(context.Context, struct{}) (struct{}, error) { return struct{}{}, nil }, c.guardOptions()...); err != nil {
 		panic(fmt.Sprintf("idemguard/workflow: guarding %s: %v", idemactivity.Name(wf), err))
 	}
-	la := localActivities[In, Out]{g: g, c: c}
+	la := localActivities{g: g, c: c, decode: func(rec *store.Record, codec guard.Codec) (any, error) {
+		return guard.Decode[Out](g, rec, guard.WithCodec(codec))
+	}}
 	return func(ctx tworkflow.Context, in In) (Out, error) {
 		return guarded(ctx, la, wf, in)
 	}
@@ -75,15 +77,15 @@ func (c *config) guardOptions() []guard.Option {
 }
 
 // guarded is the body of every guarded workflow.
-func guarded[In, Out any](ctx tworkflow.Context, la localActivities[In, Out], wf func(tworkflow.Context, In) (Out, error), in In) (Out, error) {
+func guarded[In, Out any](ctx tworkflow.Context, la localActivities, wf func(tworkflow.Context, In) (Out, error), in In) (Out, error) {
 	var zero Out
 	c := la.c
 	lctx := tworkflow.WithLocalActivityOptions(ctx, c.la)
-	req := claimRequest[In]{Scope: tworkflow.GetInfo(ctx).WorkflowType.Name, Input: in}
+	req := claimRequest{Scope: tworkflow.GetInfo(ctx).WorkflowType.Name, Input: in}
 
-	var res claimResult[Out]
+	var res claimOutcome[Out]
 	for pause := minPollInterval; ; pause = min(2*pause, c.maxPoll) {
-		res = claimResult[Out]{}
+		res = claimOutcome[Out]{}
 		if err := tworkflow.ExecuteLocalActivity(lctx, la.IdempotencyClaim, req).Get(lctx, &res); err != nil {
 			return zero, unwrap(err)
 		}
@@ -129,7 +131,7 @@ func guarded[In, Out any](ctx tworkflow.Context, la localActivities[In, Out], wf
 		}
 		return zero, err
 	}
-	if cerr := tworkflow.ExecuteLocalActivity(dctx, la.IdempotencyComplete, completeRequest[Out]{Claim: held, Value: out}).Get(dctx, nil); cerr != nil {
+	if cerr := tworkflow.ExecuteLocalActivity(dctx, la.IdempotencyComplete, completeRequest{Claim: held, Value: out}).Get(dctx, nil); cerr != nil {
 		return zero, unwrap(cerr)
 	}
 	return out, nil
@@ -138,7 +140,7 @@ func guarded[In, Out any](ctx tworkflow.Context, la localActivities[In, Out], wf
 // keepLease extends the claim every third of a lease until done is closed
 // or the claim is lost. It never cancels an extension in flight, so that
 // no extension runs after the claim is completed or released.
-func keepLease[In, Out any](ctx tworkflow.Context, la localActivities[In, Out], done tworkflow.ReceiveChannel, held *guard.Claim) {
+func keepLease(ctx tworkflow.Context, la localActivities, done tworkflow.ReceiveChannel, held *guard.Claim) {
 	lctx := tworkflow.WithLocalActivityOptions(ctx, la.c.la)
 	for {
 		tctx, cancelTimer := tworkflow.WithCancel(ctx)
@@ -176,43 +178,57 @@ func unwrap(err error) error {
 }
 
 // localActivities are the local activities of one guarded workflow type.
-// Their methods have value receivers so that their names, as Temporal
-// derives them, are the plain method names.
-type localActivities[In, Out any] struct {
-	g *guard.Guard
-	c *config
+// Temporal names a local activity after its function and checks the name on
+// replay, so they are methods with value receivers of a type that is not
+// generic: their names are the plain method names, whatever the workflow's
+// types. Their arguments reach them in memory, not encoded; what is typed
+// (decoding a stored result) is done by decode.
+type localActivities struct {
+	g      *guard.Guard
+	c      *config
+	decode func(rec *store.Record, codec guard.Codec) (any, error) // guard.Decode into the workflow's result type
 }
 
-type claimRequest[In any] struct {
-	Scope string `json:"scope"`
-	Input In     `json:"input"`
+type claimRequest struct {
+	Scope string
+	Input any
 }
 
-type claimResult[Out any] struct {
+// claimResult is what IdempotencyClaim returns, and claimOutcome is how the
+// workflow reads it, with the workflow's result type.
+type claimResult struct {
 	// Claim is set when this workflow now holds the key.
 	Claim *guard.Claim `json:"claim,omitempty"`
 	// Done is set when a workflow with the key completed; Value is its
 	// result.
 	Done  bool `json:"done,omitempty"`
-	Value Out  `json:"value"`
+	Value any  `json:"value"`
 	// Key and HolderLeaseEnd are set when another workflow holds the key.
 	Key            string    `json:"key,omitempty"`
 	HolderLeaseEnd time.Time `json:"holder_lease_end"`
 }
 
-type completeRequest[Out any] struct {
-	Claim guard.Claim `json:"claim"`
-	Value Out         `json:"value"`
+type claimOutcome[Out any] struct {
+	Claim          *guard.Claim `json:"claim,omitempty"`
+	Done           bool         `json:"done,omitempty"`
+	Value          Out          `json:"value"`
+	Key            string       `json:"key,omitempty"`
+	HolderLeaseEnd time.Time    `json:"holder_lease_end"`
+}
+
+type completeRequest struct {
+	Claim guard.Claim
+	Value any
 }
 
 type extendRequest struct {
-	Claim guard.Claim   `json:"claim"`
-	Lease time.Duration `json:"lease"`
+	Claim guard.Claim
+	Lease time.Duration
 }
 
 // IdempotencyClaim claims the workflow's key.
-func (la localActivities[In, Out]) IdempotencyClaim(ctx context.Context, req claimRequest[In]) (claimResult[Out], error) {
-	var res claimResult[Out]
+func (la localActivities) IdempotencyClaim(ctx context.Context, req claimRequest) (claimResult, error) {
+	var res claimResult
 	cl, rec, err := la.g.Claim(ctx, req.Scope, req.Input, la.c.guardOptions()...)
 	var busy *guard.InProgressError
 	switch {
@@ -222,7 +238,7 @@ func (la localActivities[In, Out]) IdempotencyClaim(ctx context.Context, req cla
 	case err != nil:
 		return res, idemactivity.TemporalError(err)
 	case rec != nil:
-		v, err := guard.Decode[Out](la.g, rec, guard.WithCodec(la.codec(ctx)))
+		v, err := la.decode(rec, la.codec(ctx))
 		if err != nil {
 			return res, idemactivity.TemporalError(err)
 		}
@@ -234,13 +250,13 @@ func (la localActivities[In, Out]) IdempotencyClaim(ctx context.Context, req cla
 }
 
 // IdempotencyExtend extends the workflow's claim by a lease from now.
-func (la localActivities[In, Out]) IdempotencyExtend(ctx context.Context, req extendRequest) (guard.Claim, error) {
+func (la localActivities) IdempotencyExtend(ctx context.Context, req extendRequest) (guard.Claim, error) {
 	next, err := la.g.Extend(ctx, req.Claim, time.Now().Add(req.Lease))
 	return next, finalError(err)
 }
 
 // IdempotencyComplete stores the workflow's result.
-func (la localActivities[In, Out]) IdempotencyComplete(ctx context.Context, req completeRequest[Out]) error {
+func (la localActivities) IdempotencyComplete(ctx context.Context, req completeRequest) error {
 	kind := store.ResultValue
 	data, err := la.codec(ctx).Marshal(req.Value)
 	if err != nil {
@@ -251,7 +267,7 @@ func (la localActivities[In, Out]) IdempotencyComplete(ctx context.Context, req 
 }
 
 // IdempotencyRelease gives up the workflow's claim after its body failed.
-func (la localActivities[In, Out]) IdempotencyRelease(ctx context.Context, cl guard.Claim) error {
+func (la localActivities) IdempotencyRelease(ctx context.Context, cl guard.Claim) error {
 	err := la.g.Release(ctx, cl)
 	if errors.Is(err, guard.ErrLeaseLost) {
 		return nil // someone else holds the key now: nothing to release
@@ -270,7 +286,7 @@ func finalError(err error) error {
 
 // codec encodes workflow results as the worker encodes them: with the data
 // converter under the workflow's serialization context.
-func (la localActivities[In, Out]) codec(ctx context.Context) idemactivity.PayloadCodec {
+func (la localActivities) codec(ctx context.Context) idemactivity.PayloadCodec {
 	dc := converter.MakeTransferAware(la.c.dc)
 	if tactivity.IsActivity(ctx) {
 		info := tactivity.GetInfo(ctx)
