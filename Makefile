@@ -12,15 +12,18 @@ GO ?= go
 
 .PHONY: test unit vet bench tools fmt
 
+# The library module and the examples module (joined by go.work).
+PKGS = ./... ./examples/...
+
 test: vet
-	scripts/harness.sh run $(GO) test -race -count=1 ./...
+	scripts/harness.sh run $(GO) test -race -count=1 $(PKGS)
 
 unit: vet
-	$(GO) test -race ./...
+	$(GO) test -race $(PKGS)
 
 vet:
 	@test -z "$$(gofmt -l .)" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
-	$(GO) vet ./...
+	$(GO) vet $(PKGS)
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./guard/

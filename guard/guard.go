@@ -287,6 +287,11 @@ func land[T any](g *Guard, fkey string, f *flight, rec *store.Record, v T, hasVa
 // follow waits for the leader of f. again reports that the leader's context
 // ended while the caller's did not, so the caller should try on its own.
 func follow[T any](ctx context.Context, g *Guard, c *config, d derived, f *flight) (v T, out Outcome, err error, again bool) {
+	if k, ok := KeyFromContext(ctx); ok && k == d.key {
+		// A guarded function calling itself with its own key would wait for
+		// itself forever.
+		return v, 0, &InProgressError{Key: d.key}, false
+	}
 	if c.mode == Reject {
 		g.mu.Lock()
 		if !f.settled {

@@ -877,3 +877,16 @@ func TestLeaseFollowsContextDeadline(t *testing.T) {
 		return 0, nil
 	})
 }
+
+func TestReentrantCallDoesNotDeadlock(t *testing.T) {
+	m, _ := newMemory()
+	g := mustGuard(t, m, guard.WithWait(time.Minute))
+	var inner error
+	_, err := guard.Do(ctx, g, "job", "k", func(ctx context.Context) (int, error) {
+		_, inner = guard.Do(ctx, g, "job", "k", func(context.Context) (int, error) { return 2, nil })
+		return 1, nil
+	})
+	if err != nil || !errors.Is(inner, guard.ErrInProgress) {
+		t.Errorf("outer %v, inner %v; want the inner call rejected as in progress", err, inner)
+	}
+}

@@ -67,12 +67,15 @@ type Store interface {
 	// It returns (nil, nil) when rec was written. When a live record exists
 	// it writes nothing and returns that record and [ErrConflict]; the record
 	// may be nil if it vanished before it could be read. A record that exists
-	// but is not live is replaced. Acquire must be atomic.
+	// but is not live is replaced. An existing item that cannot be read as a
+	// record is reported as [ErrCorrupt], and the key stays blocked until the
+	// item expires or is removed. Acquire must be atomic.
 	Acquire(ctx context.Context, rec *Record, now time.Time) (*Record, error)
 
 	// Complete replaces the record rec.Key, if it is held under rec.Token,
-	// with rec: Status COMPLETED, Result, ResultKind, PayloadHash and
-	// ExpiresAt as given. It returns [ErrTokenMismatch] and writes nothing
+	// with rec: Status COMPLETED, and Result, ResultKind, PayloadHash,
+	// ExpiresAt and LeaseExpiresAt as given. An empty Result and a nil one
+	// may read back alike. It returns [ErrTokenMismatch] and writes nothing
 	// when the record is absent or held under another token, and
 	// [ErrTooLarge] when rec cannot be stored because of its size, in which
 	// case the caller may try again with a smaller or empty Result.
@@ -85,7 +88,9 @@ type Store interface {
 
 	// Release deletes the record key if it is held under token, so that the
 	// next caller can acquire it at once. It returns [ErrTokenMismatch] and
-	// deletes nothing otherwise.
+	// deletes nothing otherwise — also when a retried delete finds its own
+	// earlier attempt already succeeded, so callers treat ErrTokenMismatch
+	// from Release as harmless.
 	Release(ctx context.Context, key, token string) error
 
 	// Get returns the record stored under key, live or not, with a
