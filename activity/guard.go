@@ -122,8 +122,8 @@ type call struct {
 	opts  []guard.Option
 }
 
-// prepare computes the scope and guard options of a call running with ctx.
-// hasInput is false for activities without input.
+// prepare computes the scope and guard options of a call running with ctx,
+// whose results codec encodes; the explicit key comes from keyOption.
 func (r *runner) prepare(ctx context.Context, codec guard.Codec) call {
 	c := r.cfg
 	cl := call{scope: r.fallback}
@@ -137,12 +137,9 @@ func (r *runner) prepare(ctx context.Context, codec guard.Codec) call {
 			cl.opts = append(cl.opts, guard.WithLease(info.HeartbeatTimeout))
 		}
 	}
+	cl.opts = append(cl.opts, guard.WithErrorCodec(newFailureCodec(activityConverter(ctx, c.dc))))
 	if c.storeFailures {
-		cl.opts = append(cl.opts,
-			guard.WithErrorCodec(newFailureCodec(activityConverter(ctx, c.dc))),
-			guard.WithDefiniteErrors(isStoredFailure))
-	} else {
-		cl.opts = append(cl.opts, guard.WithErrorCodec(newFailureCodec(activityConverter(ctx, c.dc))))
+		cl.opts = append(cl.opts, guard.WithDefiniteErrors(isStoredFailure))
 	}
 	cl.opts = append(cl.opts, c.baseOptions(codec)...)
 	return cl
