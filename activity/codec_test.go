@@ -71,7 +71,8 @@ func (xorCodec) Decode(ps []*commonpb.Payload) ([]*commonpb.Payload, error) {
 // another workflow decodes it. The control run without the codec finds the
 // plaintext, which shows the check can fail.
 func TestPayloadCodecAppliesToStoredResults(t *testing.T) {
-	ddb := dynamodbtest.NewClient(t)
+	var requests *dynamodbtest.Counter
+	ddb := dynamodbtest.NewClient(t, func(o *dynamodb.Options) { requests = dynamodbtest.CountRequests(o) })
 	const marker = "plaintext-marker-7f3a9c"
 	codecDC := converter.NewCodecDataConverter(converter.GetDefaultDataConverter(), xorCodec{})
 	for _, tc := range []struct {
@@ -120,12 +121,16 @@ func TestPayloadCodecAppliesToStoredResults(t *testing.T) {
 			})
 
 			var first, second Receipt
+			requests.Reset()
 			if err := temporaltest.Run(t, c, tq, temporaltest.Name(t, "wf"), time.Minute, &first, chargeWorkflow,
 				chargeParams{Order: Order{OrderID: "o-8", Amount: 8, Note: marker}}); err != nil {
 				t.Fatalf("first workflow: %v", err)
 			}
 			if first.Note != marker {
 				t.Fatalf("first result %+v lacks the marker", first)
+			}
+			if n := requests.Total(); n != 2 {
+				t.Errorf("first execution sent %d DynamoDB requests (%v), want 2: claim, complete", n, requests)
 			}
 
 			mu.Lock()
@@ -172,7 +177,8 @@ func TestPayloadCodecAppliesToStoredResults(t *testing.T) {
 			}
 
 			// Another workflow with the same key replays the stored result,
-			// which the workflow decodes with the codec.
+			// which the workflow decodes with the codec, in one request.
+			requests.Reset()
 			if err := temporaltest.Run(t, c, tq, temporaltest.Name(t, "wf"), time.Minute, &second, chargeWorkflow,
 				chargeParams{Order: Order{OrderID: "o-8", Amount: 8, Note: "a duplicate"}}); err != nil {
 				t.Fatalf("second workflow: %v", err)
@@ -180,6 +186,10 @@ func TestPayloadCodecAppliesToStoredResults(t *testing.T) {
 			if second != first || effects.count("o-8") != 1 {
 				t.Errorf("replay: %+v after %d side effects, want %+v after 1", second, effects.count("o-8"), first)
 			}
+			if n := requests.Total(); n != 1 {
+				t.Errorf("replay sent %d DynamoDB requests (%v), want 1: the failed claim returns the record", n, requests)
+			}
+			t.Logf("DynamoDB requests: replay %v", requests)
 		})
 	}
 }

@@ -40,8 +40,14 @@ import (
 //     claim is released (even when the workflow was cancelled) and the
 //     error returned: a later workflow with the key runs the body again.
 //
+// An input whose key selection is empty fails the workflow with
+// activity.ErrorTypeKeyMissing: there is nothing to claim.
+//
 // A workflow terminated while it holds the key (termination runs no
-// workflow code) blocks its key until the lease lapses. Guard errors are
+// workflow code) blocks its key until the lease lapses. So does, for the
+// workflow itself, a worker crash after the claim succeeded and before the
+// workflow task that recorded it completed: the claim runs again, finds the
+// earlier claim in progress and waits for it to lapse. Guard errors are
 // returned as the application errors of idemguard's activity package
 // (activity.TemporalError). Guard panics on invalid options.
 func Guard[In, Out any](g *guard.Guard, wf func(tworkflow.Context, In) (Out, error), opts ...Option) func(tworkflow.Context, In) (Out, error) {
