@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -234,5 +235,50 @@ func TestPayloadMismatchStopsRetries(t *testing.T) {
 	}
 	if n := effects.count("o-3"); n != 1 {
 		t.Errorf("side effects = %d, want 1", n)
+	}
+}
+
+// A heartbeating activity that runs for several of its leases (its lease is
+// its heartbeat timeout) keeps its key: the guard extends the lease while it
+// runs, so a duplicate waits and replays instead of taking over, and the
+// heartbeats reach Temporal as before.
+func TestLongHeartbeatingActivityKeepsItsKey(t *testing.T) {
+	c := temporaltest.Client(t, client.Options{})
+	g := newGuard(t)
+	var effects ledger
+	var heartbeats atomic.Int32
+	charge := func(ctx context.Context, o Order) (Receipt, error) {
+		effects.add(o.OrderID)
+		for range 14 { // 3.5 s, with a 1 s heartbeat timeout
+			tactivity.RecordHeartbeat(ctx, heartbeats.Add(1))
+			time.Sleep(250 * time.Millisecond)
+		}
+		return newReceipt(ctx, o), nil
+	}
+	tq := temporaltest.Name(t, "tq")
+	temporaltest.Worker(t, c, tq, worker.Options{}, func(r worker.Registry) {
+		r.RegisterWorkflow(chargeWorkflow)
+		r.RegisterActivityWithOptions(activity.Guard(g, charge, activity.WithKeyPath("order_id")), tactivity.RegisterOptions{Name: "Charge"})
+	})
+	p := chargeParams{Order: Order{OrderID: "o-long", Amount: 1}, HeartbeatTimeout: time.Second, StartToClose: time.Minute}
+	first := temporaltest.Start(t, c, client.StartWorkflowOptions{ID: temporaltest.Name(t, "wf"), TaskQueue: tq}, chargeWorkflow, p)
+	for deadline := time.Now().Add(30 * time.Second); effects.count("o-long") == 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the first activity never started")
+		}
+	}
+	second := temporaltest.Start(t, c, client.StartWorkflowOptions{ID: temporaltest.Name(t, "wf"), TaskQueue: tq}, chargeWorkflow, p)
+	var a, b Receipt
+	if err := first.Get(t.Context(), &a); err != nil {
+		t.Fatalf("first workflow: %v", err)
+	}
+	if err := second.Get(t.Context(), &b); err != nil {
+		t.Fatalf("second workflow: %v", err)
+	}
+	if n := effects.count("o-long"); n != 1 || a != b {
+		t.Errorf("%d side effects, results %+v and %+v; want 1 and equal results", n, a, b)
+	}
+	if heartbeats.Load() < 14 {
+		t.Errorf("%d heartbeats, want 14", heartbeats.Load())
 	}
 }
