@@ -35,6 +35,7 @@ func Pay(ctx context.Context, p Payment) (string, error) {
 // environment stands in for a worker; with a real worker, pass it to
 // activity.Register instead.
 func ExampleGuard() {
+	charges = 0
 	g, _ := guard.New(memory.New())
 	guarded := activity.Guard(g, Pay, activity.WithKeyPath("order_id"))
 
@@ -72,6 +73,7 @@ func Refund(ctx context.Context, p Payment) (string, error) {
 // The interceptor guards activities by type name, leaving their code and
 // registration as they are.
 func ExampleNewInterceptor() {
+	refunds = 0
 	g, _ := guard.New(memory.New())
 
 	var s testsuite.WorkflowTestSuite

@@ -47,6 +47,7 @@ func InvoiceWorkflow(ctx tworkflow.Context, inv Invoice) (string, error) {
 // interceptor, registered on the worker. The SDK's test environment stands
 // in for a worker.
 func ExampleStepKey() {
+	sent = 0
 	g, _ := guard.New(memory.New())
 
 	var s testsuite.WorkflowTestSuite
@@ -81,6 +82,7 @@ func Onboard(ctx tworkflow.Context, customerID string) (string, error) {
 // A guarded workflow: a second workflow with the same key returns the first
 // one's result without running the body.
 func ExampleGuard() {
+	welcomed = 0
 	g, _ := guard.New(memory.New())
 	guarded := workflow.Guard(g, Onboard)
 
