@@ -7,10 +7,12 @@ import (
 	"runtime"
 	"strings"
 
+	"go.opentelemetry.io/otel/attribute"
 	tactivity "go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/worker"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/telemetry"
 )
 
 // Guard returns an activity function with fn's signature that runs fn at
@@ -99,8 +101,7 @@ func newRunner(g *guard.Guard, fn any, opts []Option) *runner {
 
 // validate reports invalid options, as the guard would on every call.
 func (c *config) validate(g *guard.Guard) error {
-	_, err := guard.Wrap(g, "validate", func(context.Context, struct{}) (struct{}, error) { return struct{}{}, nil }, c.baseOptions(nil)...)
-	return err
+	return g.Check(c.baseOptions(nil)...)
 }
 
 // baseOptions are the guard options every call of the activity uses; codec
@@ -132,6 +133,7 @@ func (r *runner) prepare(ctx context.Context, codec guard.Codec) call {
 	if inActivity {
 		info = tactivity.GetInfo(ctx)
 		cl.scope = info.ActivityType.Name
+		cl.opts = append(cl.opts, guard.WithSpanAttributes(spanAttributes(info)...))
 		if info.HeartbeatTimeout > 0 {
 			// Before the caller's options, so an explicit lease wins.
 			cl.opts = append(cl.opts, guard.WithLease(info.HeartbeatTimeout))
@@ -179,4 +181,23 @@ func run[Out any](ctx context.Context, r *runner, input any, hasInput bool, fn f
 	}
 	v, err := guard.Do(ctx, r.g, cl.scope, input, fn, cl.opts...)
 	return v, temporalError(err, r.cfg.maxRetryDelay)
+}
+
+// spanAttributes are the Temporal attributes of the call's
+// idemguard.execute span.
+func spanAttributes(info tactivity.Info) []attribute.KeyValue {
+	attrs := []attribute.KeyValue{
+		telemetry.TemporalActivityTypeKey.String(info.ActivityType.Name),
+		telemetry.TemporalActivityIDKey.String(info.ActivityID),
+		telemetry.TemporalAttemptKey.Int(int(info.Attempt)),
+	}
+	if info.WorkflowExecution.ID != "" {
+		attrs = append(attrs,
+			telemetry.TemporalWorkflowIDKey.String(info.WorkflowExecution.ID),
+			telemetry.TemporalRunIDKey.String(info.WorkflowExecution.RunID))
+	}
+	if info.WorkflowType != nil {
+		attrs = append(attrs, telemetry.TemporalWorkflowTypeKey.String(info.WorkflowType.Name))
+	}
+	return attrs
 }

@@ -135,3 +135,10 @@ func Decode[T any](g *Guard, rec *store.Record, opts ...Option) (T, error) {
 	v, _, err := replay[T](context.Background(), c, derived{key: rec.Key, payloadHash: rec.PayloadHash}, rec, OutcomeReplayed)
 	return v, err
 }
+
+// Check reports whether opts are valid options for a call, as [Do] and
+// [Wrap] would report them, without making one.
+func (g *Guard) Check(opts ...Option) error {
+	_, err := g.with("check", opts)
+	return err
+}

@@ -75,3 +75,33 @@ func TestClaimFencedAndReleased(t *testing.T) {
 		t.Errorf("Claim of an empty selection = %v, want ErrKeyMissing", err)
 	}
 }
+
+func TestClaimTokenMakesClaimReentrant(t *testing.T) {
+	m, _ := newMemory()
+	g := mustGuard(t, m, guard.WithLease(time.Hour))
+	first, _, err := g.Claim(ctx, "wf", "k", guard.WithClaimToken("run-1"))
+	if err != nil || first == nil || first.Token != "run-1" {
+		t.Fatalf("Claim = %+v, %v", first, err)
+	}
+	// The same claimant claims again (it lost the first answer): it holds.
+	again, _, err := g.Claim(ctx, "wf", "k", guard.WithClaimToken("run-1"))
+	if err != nil || again == nil || again.Token != "run-1" {
+		t.Fatalf("repeated Claim = %+v, %v; want the claim held again", again, err)
+	}
+	// Another claimant is still kept out.
+	if _, _, err := g.Claim(ctx, "wf", "k", guard.WithClaimToken("run-2")); !errors.Is(err, guard.ErrInProgress) {
+		t.Errorf("other claimant: %v, want ErrInProgress", err)
+	}
+	if _, err := g.Complete(ctx, *again, store.ResultValue, []byte(`1`)); err != nil {
+		t.Fatal(err)
+	}
+	if cl, rec, err := g.Claim(ctx, "wf", "k", guard.WithClaimToken("run-1")); cl != nil || rec == nil || err != nil {
+		t.Errorf("after completion: %v, %v, %v; want the record", cl, rec, err)
+	}
+	if err := g.Check(guard.WithKeyPath("a[")); !errors.Is(err, guard.ErrInvalidOption) {
+		t.Errorf("Check = %v, want ErrInvalidOption", err)
+	}
+	if err := g.Check(guard.WithKeyPath("a.b")); err != nil {
+		t.Errorf("Check of valid options = %v", err)
+	}
+}

@@ -453,10 +453,14 @@ func (g *Guard) acquire(ctx context.Context, c *config, d derived) (claim, exist
 		}
 		now := c.clock.Now()
 		lease := c.leaseFor(ctx)
+		token := c.claimToken
+		if token == "" {
+			token = newToken()
+		}
 		claim = &store.Record{
 			Key:            d.key,
 			Status:         store.StatusInProgress,
-			Token:          newToken(),
+			Token:          token,
 			PayloadHash:    d.payloadHash,
 			ExpiresAt:      now.Add(max(c.ttl, lease)),
 			LeaseExpiresAt: now.Add(lease),
@@ -483,6 +487,9 @@ func (g *Guard) acquire(ctx context.Context, c *config, d derived) (claim, exist
 		}
 		if old.Status == store.StatusCompleted {
 			return nil, old, nil
+		}
+		if c.claimToken != "" && old.Token == c.claimToken {
+			return old, nil, nil // our own claim, made before and forgotten
 		}
 		busy := &InProgressError{Key: d.key, LeaseExpiresAt: old.LeaseExpiresAt}
 		if c.mode == Reject {

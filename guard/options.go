@@ -146,6 +146,7 @@ type config struct {
 	keepResult     func(any) bool
 	clock          Clock
 	onReplay       ReplayHook
+	claimToken     string               // fixed fencing token, for re-entrant claims
 	rawKeyAttr     bool                 // record the key selection on spans
 	spanAttrs      []attribute.KeyValue // added to the execute span
 	tracerProvider trace.TracerProvider // guard-wide
@@ -394,4 +395,16 @@ func WithKeySelectionAttribute(on bool) Option {
 // for example the Temporal workflow ID and activity type.
 func WithSpanAttributes(attrs ...attribute.KeyValue) Option {
 	return optionFunc(func(c *config) { c.spanAttrs = append(c.spanAttrs[:len(c.spanAttrs):len(c.spanAttrs)], attrs...) })
+}
+
+// WithClaimToken makes the call claim with token instead of a random fencing
+// token, and treats an in-progress record that already carries token as its
+// own claim, held again. It is for a claimant that may repeat its claim after
+// losing the answer, such as a Temporal workflow whose claiming local
+// activity ran but whose workflow task was lost: the workflow derives the
+// token from its run, and the repeated claim finds itself instead of waiting
+// for its own lease to lapse. The token must be unique to the claimant; two
+// claimants sharing one would both hold the key.
+func WithClaimToken(token string) Option {
+	return optionFunc(func(c *config) { c.claimToken = token })
 }

@@ -81,6 +81,16 @@ const (
 	ErrorTypeKey = attribute.Key("error.type")
 )
 
+// Temporal attributes, set on idemguard.execute for guarded activities.
+const (
+	TemporalWorkflowIDKey   = attribute.Key("temporal.workflow.id")
+	TemporalRunIDKey        = attribute.Key("temporal.workflow.run_id")
+	TemporalWorkflowTypeKey = attribute.Key("temporal.workflow.type")
+	TemporalActivityTypeKey = attribute.Key("temporal.activity.type")
+	TemporalActivityIDKey   = attribute.Key("temporal.activity.id")
+	TemporalAttemptKey      = attribute.Key("temporal.activity.attempt")
+)
+
 // Outcome values of OutcomeKey.
 const (
 	OutcomeExecuted        = "executed"

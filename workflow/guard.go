@@ -44,10 +44,10 @@ import (
 // activity.ErrorTypeKeyMissing: there is nothing to claim.
 //
 // A workflow terminated while it holds the key (termination runs no
-// workflow code) blocks its key until the lease lapses. So does, for the
-// workflow itself, a worker crash after the claim succeeded and before the
-// workflow task that recorded it completed: the claim runs again, finds the
-// earlier claim in progress and waits for it to lapse. Guard errors are
+// workflow code) blocks its key until the lease lapses. A worker crash after
+// the claim succeeded and before the workflow task that recorded it
+// completed is harmless: the claim runs again with the run's own fencing
+// token (namespace, workflow ID, run ID) and holds the key again. Guard errors are
 // returned as the application errors of idemguard's activity package
 // (activity.TemporalError). Guard panics on invalid options.
 func Guard[In, Out any](g *guard.Guard, wf func(tworkflow.Context, In) (Out, error), opts ...Option) func(tworkflow.Context, In) (Out, error) {
@@ -55,7 +55,7 @@ func Guard[In, Out any](g *guard.Guard, wf func(tworkflow.Context, In) (Out, err
 		panic("idemguard/workflow: nil guard")
 	}
 	c := newConfig(opts)
-	if _, err := guard.Wrap(g, "validate", func(context.Context, struct{}) (struct{}, error) { return struct{}{}, nil }, c.guardOptions()...); err != nil {
+	if err := g.Check(c.guardOptions()...); err != nil {
 		panic(fmt.Sprintf("idemguard/workflow: guarding %s: %v", idemactivity.Name(wf), err))
 	}
 	la := localActivities{g: g, c: c, decode: func(rec *store.Record, codec guard.Codec) (any, error) {
@@ -87,7 +87,14 @@ func guarded[In, Out any](ctx tworkflow.Context, la localActivities, wf func(two
 	var zero Out
 	c := la.c
 	lctx := tworkflow.WithLocalActivityOptions(ctx, c.la)
-	req := claimRequest{Scope: tworkflow.GetInfo(ctx).WorkflowType.Name, Input: in}
+	info := tworkflow.GetInfo(ctx)
+	req := claimRequest{
+		Scope: info.WorkflowType.Name,
+		Input: in,
+		// The run's own token: a claim repeated after a lost workflow task
+		// finds its earlier claim and holds it again.
+		Token: info.Namespace + "/" + info.WorkflowExecution.ID + "/" + info.WorkflowExecution.RunID,
+	}
 
 	var res claimOutcome[Out]
 	for pause := minPollInterval; ; pause = min(2*pause, c.maxPoll) {
@@ -198,6 +205,7 @@ type localActivities struct {
 type claimRequest struct {
 	Scope string
 	Input any
+	Token string // the run's fencing token
 }
 
 // claimResult is what IdempotencyClaim returns, and claimOutcome is how the
@@ -235,7 +243,7 @@ type extendRequest struct {
 // IdempotencyClaim claims the workflow's key.
 func (la localActivities) IdempotencyClaim(ctx context.Context, req claimRequest) (claimResult, error) {
 	var res claimResult
-	cl, rec, err := la.g.Claim(ctx, req.Scope, req.Input, la.c.guardOptions()...)
+	cl, rec, err := la.g.Claim(ctx, req.Scope, req.Input, append(la.c.guardOptions(), guard.WithClaimToken(req.Token))...)
 	var busy *guard.InProgressError
 	switch {
 	case errors.As(err, &busy):
