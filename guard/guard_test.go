@@ -134,11 +134,12 @@ func TestThousandConcurrentDuplicatesWait(t *testing.T) {
 	g := mustGuard(t, cs, guard.WithWait(10*time.Second))
 	const n = 1000
 	var runs atomic.Int64
-	var started sync.WaitGroup
-	started.Add(n)
+	keyc := make(chan string, 1)
 	release := make(chan struct{})
-	fn := func(context.Context) (charge, error) {
+	fn := func(ctx context.Context) (charge, error) {
 		runs.Add(1)
+		k, _ := guard.KeyFromContext(ctx)
+		keyc <- k
 		<-release
 		return charge{ChargeID: "ch_once", Amount: 7}, nil
 	}
@@ -149,12 +150,12 @@ func TestThousandConcurrentDuplicatesWait(t *testing.T) {
 		done.Add(1)
 		go func() {
 			defer done.Done()
-			started.Done()
 			results[i], errs[i] = guard.Do(ctx, g, "charge", order{ID: "hot"}, fn)
 		}()
 	}
-	started.Wait()
-	time.Sleep(50 * time.Millisecond) // let the last goroutines reach Do
+	// Let the body finish only once every duplicate has joined it.
+	key := <-keyc
+	waitFor(t, "all duplicates to join", func() bool { return g.Joined(key) == n-1 })
 	close(release)
 	done.Wait()
 

@@ -2,6 +2,7 @@ package guard_test
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -95,6 +96,8 @@ func newFakeClock() fakeClock {
 
 func mustGuard(t testing.TB, s store.Store, opts ...guard.Option) *guard.Guard {
 	t.Helper()
+	// Quiet by default: the tests provoke the warnings on purpose.
+	opts = append([]guard.Option{guard.WithLogger(slog.New(slog.DiscardHandler))}, opts...)
 	g, err := guard.New(s, opts...)
 	if err != nil {
 		t.Fatalf("guard.New: %v", err)
@@ -110,7 +113,7 @@ func newMemory() (*memory.Store, *countingStore) {
 // waitFor polls cond until it holds or a few seconds pass.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(15 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
