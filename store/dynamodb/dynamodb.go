@@ -63,6 +63,9 @@ func New(client API, table string, opts ...Option) (*Store, error) {
 // Table returns the name of the store's table.
 func (s *Store) Table() string { return s.table }
 
+// Name returns "dynamodb", the store's name in telemetry (idemguard.store).
+func (s *Store) Name() string { return "dynamodb" }
+
 func (s *Store) opErr(op, key string, err error) error {
 	return &OpError{Op: op, Table: s.table, Key: key, Err: err}
 }
