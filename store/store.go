@@ -47,6 +47,12 @@
 // "slow down and retry" (throttling) should make them match [ErrThrottled]
 // through errors.Is, so callers can retry without knowing the store.
 //
+// # Optional interfaces
+//
+// The guard probes a store for more with type assertions:
+//
+//	interface{ Name() string }  the store's name in telemetry ("memory", "dynamodb")
+//
 // # Conformance
 //
 // Package storetest runs the same semantics against any store; a new store
