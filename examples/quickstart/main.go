@@ -1,90 +1,153 @@
-// Command quickstart shows idemguard's main job with no servers: a payment
-// is charged once although the worker crashes after charging and the job is
-// retried, and although the queue delivers it twice.
+// Command quickstart runs a real Temporal worker and workflow whose payment
+// activity is guarded by idemguard, on a machine with nothing but Go: no
+// Docker, no servers started by hand.
 //
 //	go run ./examples/quickstart
+//
+// The story: a Payment workflow calls a Charge activity. Its first attempt
+// charges the card, and then the worker "crashes" before Temporal hears of
+// the success (an interceptor throws the result away and fails the attempt).
+// Temporal retries the activity; the guard finds the charge recorded and
+// replays its receipt instead of charging again. A second workflow for the
+// same order (a duplicate request) replays it too. The program prints the
+// number of charges (1), the workflow results, and the OpenTelemetry trace
+// of both workflows as a tree.
+//
+// # Which Temporal
+//
+// The quickstart must work offline, in seconds, with only Go installed, so
+// it picks the first of these that is available and says which it used:
+//
+//  1. A server you name: -temporal HOST:PORT, or IDEMGUARD_TEMPORAL_ADDRESS
+//     (set by scripts/harness.sh), namespace "default".
+//  2. A Temporal dev server it starts itself (`temporal server start-dev`,
+//     in memory, on a free loopback port) and stops at exit, from a Temporal
+//     CLI already on this machine: the one `make test` caches in
+//     ${XDG_CACHE_HOME:-$HOME/.cache}/idemguard/temporal-cli-v1.5.1/, or
+//     `temporal` on PATH.
+//  3. The Temporal Go SDK's in-process test environment
+//     (go.temporal.io/sdk/testsuite): the same workflow, activity,
+//     interceptors and guard code, with Temporal's scheduling and retries
+//     simulated in this process instead of a server.
+//
+// What it does not do, and why: downloading the CLI (what
+// testsuite.StartDevServer does without ExistingPath) needs the network
+// beyond the Go module proxy; building it with `go install` takes 5–10
+// minutes on two cores; and embedding the server
+// (go.temporal.io/server/temporaltest) adds about 180 modules and a
+// five-minute first compile, with dependency conflicts against the AWS SDK.
+// So a fresh machine gets the in-process environment; a machine that has
+// run `make test` once (or has the CLI installed) gets a real server.
+//
+// # Which store
+//
+// The memory store by default. DynamoDB when IDEMGUARD_DYNAMODB_ENDPOINT is
+// set (for example to DynamoDB Local, http://127.0.0.1:8000), when the AWS
+// SDK's own endpoint variables AWS_ENDPOINT_URL_DYNAMODB or AWS_ENDPOINT_URL
+// are set, or when IDEMGUARD_DYNAMODB_TABLE names a table (then with the
+// usual AWS configuration: region, credentials, profile). The table
+// (default "idemguard-quickstart") is created if it does not exist.
 package main
 
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
-	"sync/atomic"
-
-	"github.com/idemguard/idemguard/guard"
-	"github.com/idemguard/idemguard/store/memory"
+	"os/signal"
+	"time"
 )
 
-// Payment is the job: what the key is derived from.
-type Payment struct {
-	OrderID  string `json:"order_id"`
-	Amount   int    `json:"amount"`
-	Currency string `json:"currency"`
-}
-
-// Receipt is the result that is stored and replayed.
-type Receipt struct {
-	ChargeID string `json:"charge_id"`
-	Amount   int    `json:"amount"`
-}
-
-// provider stands in for a payment provider; it counts real charges.
-type provider struct{ charges atomic.Int64 }
-
-func (p *provider) charge(ctx context.Context, pay Payment) Receipt {
-	n := p.charges.Add(1)
-	return Receipt{ChargeID: fmt.Sprintf("ch_%s_%d", pay.OrderID, n), Amount: pay.Amount}
-}
-
-var errCrash = errors.New("worker crashed after charging, before acknowledging")
-
 func main() {
-	if err := run(context.Background(), os.Stdout); err != nil {
+	cfg := config{Temporal: "auto", Getenv: os.Getenv}
+	flag.StringVar(&cfg.Temporal, "temporal", cfg.Temporal,
+		`which Temporal to run on: "auto", a server's HOST:PORT, "cli" (start a dev server from the Temporal CLI) or "testsuite" (the SDK's in-process test environment)`)
+	flag.Parse()
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if err := run(ctx, os.Stdout, cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "quickstart:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, out io.Writer) error {
-	g, err := guard.New(memory.New(), guard.WithKeyPath("order_id"))
-	if err != nil {
-		return err
-	}
-	p := &provider{}
-	pay := Payment{OrderID: "order-42", Amount: 4200, Currency: "EUR"}
+// config is what the command line chooses.
+type config struct {
+	// Temporal is "auto", "cli", "testsuite" or a server's host:port.
+	Temporal string
+	// Getenv reads the environment (os.Getenv; tests give their own).
+	Getenv func(string) string
+}
 
-	// Attempt 1 charges, then "crashes" before the queue hears of success:
-	// the guard records the charge, the job fails, the queue retries.
-	attempt := 0
-	job := func(ctx context.Context, pay Payment) (Receipt, error) {
-		return guard.Do(ctx, g, "charge", pay, func(ctx context.Context) (Receipt, error) {
-			return p.charge(ctx, pay), nil
-		})
+// result is what one run established, for the test.
+type result struct {
+	Temporal string    // which Temporal ran the workflows
+	Store    string    // which store kept the records
+	Charges  int64     // charges that reached the provider
+	Receipts []Receipt // the workflows' results, in order
+	Tree     string    // the printed trace
+}
+
+func run(ctx context.Context, out io.Writer, cfg config) error {
+	_, err := quickstart(ctx, out, cfg)
+	return err
+}
+
+func quickstart(ctx context.Context, out io.Writer, cfg config) (*result, error) {
+	tp, spans := newTracerProvider()
+	defer tp.Shutdown(context.Background())
+
+	st, err := openStore(ctx, cfg.Getenv)
+	if err != nil {
+		return nil, err
 	}
-	deliver := func(label string) (Receipt, error) {
-		attempt++
-		r, err := job(ctx, pay)
-		if err == nil && attempt == 1 {
-			err = errCrash // the side effect and its record are done; the ack is lost
+
+	provider := &Provider{}
+	w, err := newWorker(st.store, tp, provider)
+	if err != nil {
+		return nil, err
+	}
+	tc, err := startTemporal(ctx, cfg, w)
+	if err != nil {
+		return nil, err
+	}
+	defer tc.close()
+
+	res := &result{Temporal: tc.desc, Store: st.desc}
+	fmt.Fprintf(out, "Temporal: %s\n", tc.desc)
+	fmt.Fprintf(out, "store:    %s\n\n", st.desc)
+
+	order := newOrder()
+	for _, id := range []string{"pay-" + order.OrderID, "pay-" + order.OrderID + "-again"} {
+		var r Receipt
+		if err := tc.execute(ctx, id, order, &r); err != nil {
+			return nil, fmt.Errorf("workflow %s: %w", id, err)
 		}
-		fmt.Fprintf(out, "%-26s receipt=%s err=%v\n", label, r.ChargeID, err)
-		return r, err
+		res.Receipts = append(res.Receipts, r)
+		fmt.Fprintf(out, "workflow %-24s result: receipt %s, %d.%02d %s\n", id, r.ChargeID, r.Amount/100, r.Amount%100, r.Currency)
 	}
+	res.Charges = provider.Charges()
+	fmt.Fprintf(out, "charges made: %d\n\n", res.Charges)
 
-	first, _ := deliver("attempt 1")
-	retry, err := deliver("attempt 2 (retry)")
-	if err != nil {
-		return err
+	tc.close() // stop the worker, so that every span has ended
+	if err := tp.ForceFlush(ctx); err != nil {
+		return nil, err
 	}
-	dup, err := deliver("duplicate delivery")
-	if err != nil {
-		return err
+	res.Tree = renderTree(spans.GetSpans())
+	fmt.Fprintf(out, "trace of the guarded calls:\n%s", res.Tree)
+
+	if res.Charges != 1 {
+		return res, fmt.Errorf("the card was charged %d times, want 1", res.Charges)
 	}
-	fmt.Fprintf(out, "charges made: %d\n", p.charges.Load())
-	if p.charges.Load() != 1 || retry != first || dup != first {
-		return fmt.Errorf("charged %d times; receipts %v %v %v", p.charges.Load(), first, retry, dup)
+	for _, r := range res.Receipts[1:] {
+		if r != res.Receipts[0] {
+			return res, errors.New("the workflows returned different receipts for one order")
+		}
 	}
-	return nil
+	return res, nil
 }

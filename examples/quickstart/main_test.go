@@ -3,16 +3,126 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
 	"strings"
 	"testing"
+	"time"
 )
 
-func TestQuickstart(t *testing.T) {
+// env returns a getenv that sees only the named variables of the real
+// environment, so that a test decides which servers the quickstart finds.
+func env(names ...string) func(string) string {
+	return func(k string) string {
+		for _, n := range names {
+			if k == n {
+				return os.Getenv(k)
+			}
+		}
+		return ""
+	}
+}
+
+// The variables that locate the cached Temporal CLI.
+var cliEnv = []string{"IDEMGUARD_TOOLS_DIR", "XDG_CACHE_HOME"}
+
+// requireEnv returns the variable's value, skipping the test when it is
+// unset, or failing it when CI=true.
+func requireEnv(t *testing.T, name string) string {
+	t.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("%s is not set; CI runs this test under scripts/harness.sh", name)
+		}
+		t.Skipf("%s is not set; run under scripts/harness.sh", name)
+	}
+	return v
+}
+
+// quickstartRun runs the quickstart's main logic and checks what every run
+// must show: one charge, the same receipt for both workflows, and the trace
+// tree of a crashed attempt that executed and a retry that replayed.
+func quickstartRun(t *testing.T, cfg config) *result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
 	var out bytes.Buffer
-	if err := run(context.Background(), &out); err != nil {
-		t.Fatalf("run: %v\n%s", err, out.String())
+	start := time.Now()
+	res, err := quickstart(ctx, &out, cfg)
+	t.Logf("ran in %v:\n%s", time.Since(start).Round(time.Millisecond), out.String())
+	if err != nil {
+		t.Fatalf("quickstart: %v", err)
+	}
+	if res.Charges != 1 {
+		t.Errorf("charges = %d, want 1", res.Charges)
 	}
 	if !strings.Contains(out.String(), "charges made: 1\n") {
-		t.Errorf("output lacks the charge count of 1:\n%s", out.String())
+		t.Errorf("output lacks the charge count of 1")
+	}
+	if len(res.Receipts) != 2 || res.Receipts[0] != res.Receipts[1] || res.Receipts[0].ChargeID == "" {
+		t.Errorf("receipts = %+v, want two equal ones", res.Receipts)
+	}
+	for _, want := range []string{
+		"RunWorkflow:Payment  workflow=pay-order-",
+		"StartActivity:Charge",
+		"├─ RunActivity:Charge  error: " + errCrash.Error(),
+		"idemguard.execute  attempt=1  outcome=executed",
+		"├─ idemguard.acquire",
+		"└─ idemguard.complete",
+		"idemguard.execute  attempt=2  outcome=replayed",
+	} {
+		if !strings.Contains(res.Tree, want) {
+			t.Errorf("trace tree lacks %q:\n%s", want, res.Tree)
+		}
+	}
+	if !strings.Contains(out.String(), "trace of the guarded calls:\n"+res.Tree) {
+		t.Errorf("the tree is not printed")
+	}
+	return res
+}
+
+// With no servers and no CLI, the quickstart runs on the SDK's in-process
+// test environment and the memory store.
+func TestInProcess(t *testing.T) {
+	res := quickstartRun(t, config{Temporal: "testsuite", Getenv: env()})
+	if !strings.Contains(res.Temporal, "go.temporal.io/sdk/testsuite") || !strings.HasPrefix(res.Store, "memory") {
+		t.Errorf("ran on %q with %q, want the test environment and the memory store", res.Temporal, res.Store)
+	}
+}
+
+// `go run ./examples/quickstart` with no servers running: whatever this
+// machine offers (the cached CLI after `make test`, else the test
+// environment), it works.
+func TestAutoWithoutServers(t *testing.T) {
+	res := quickstartRun(t, config{Temporal: "auto", Getenv: env(cliEnv...)})
+	if strings.Contains(res.Temporal, addressEnv) {
+		t.Errorf("ran on %q, want a server of its own", res.Temporal)
+	}
+}
+
+// The dev server the quickstart starts from the Temporal CLI that
+// scripts/harness.sh caches, and stops at the end.
+func TestDevServerFromCLI(t *testing.T) {
+	cli := findCLI(env(cliEnv...))
+	if cli == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("no Temporal CLI at %s; CI installs it with scripts/harness.sh", cachedCLI(env(cliEnv...)))
+		}
+		t.Skip("no Temporal CLI; `make tools` installs it")
+	}
+	res := quickstartRun(t, config{Temporal: "cli", Getenv: env(cliEnv...)})
+	if !strings.Contains(res.Temporal, "dev server started from the Temporal CLI") {
+		t.Errorf("ran on %q", res.Temporal)
+	}
+}
+
+// The harness's Temporal server and DynamoDB Local, as named by the
+// environment.
+func TestServerAndDynamoDB(t *testing.T) {
+	addr := requireEnv(t, addressEnv)
+	requireEnv(t, endpointEnv)
+	res := quickstartRun(t, config{Temporal: "auto", Getenv: env(addressEnv, endpointEnv)})
+	if !strings.Contains(res.Temporal, addr) || !strings.HasPrefix(res.Store, "DynamoDB table "+defaultTable) {
+		t.Errorf("ran on %q with %q, want the server at %s and DynamoDB", res.Temporal, res.Store, addr)
 	}
 }
