@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 
 	"github.com/gowebpki/jcs"
@@ -28,6 +29,11 @@ import (
 type expression struct {
 	src string
 	jp  jmespath.JMESPath
+	// chain reports that the expression is "@" or a chain of unquoted
+	// identifiers, "a.b.c", with these fields: derive can then read the
+	// selection from the input's canonical text instead of evaluating jp.
+	chain  bool
+	fields []string
 }
 
 // expressions caches compiled expressions by source, so that per-call
@@ -42,8 +48,30 @@ func compile(src string) (*expression, error) {
 	if err != nil {
 		return nil, &ExpressionError{Expr: src, Err: err}
 	}
-	e, _ := expressions.LoadOrStore(src, &expression{src: src, jp: jp})
-	return e.(*expression), nil
+	e := &expression{src: src, jp: jp}
+	e.fields, e.chain = fieldChain(src)
+	v, _ := expressions.LoadOrStore(src, e)
+	return v.(*expression), nil
+}
+
+// fieldChain splits "a.b.c", a chain of JMESPath unquoted identifiers, into
+// its fields; "@" is the empty chain.
+func fieldChain(src string) ([]string, bool) {
+	if src == "@" {
+		return nil, true
+	}
+	fields := strings.Split(src, ".")
+	for _, f := range fields {
+		if f == "" || !(f[0] == '_' || 'a' <= f[0]|0x20 && f[0]|0x20 <= 'z') {
+			return nil, false
+		}
+		for i := 1; i < len(f); i++ {
+			if b := f[i]; !(b == '_' || '0' <= b && b <= '9' || 'a' <= b|0x20 && b|0x20 <= 'z') {
+				return nil, false
+			}
+		}
+	}
+	return fields, true
 }
 
 // powertoolsFunctions are the JMESPath functions AWS Powertools ships, so
@@ -115,102 +143,196 @@ type derived struct {
 // selection yields an empty key and no error.
 func (c *config) derive(scope string, input any) (derived, error) {
 	var d derived
-	var tree any // the input's JSON form, decoded once if an expression needs it
-	var treeErr error
-	haveTree := false
-	decode := func() (any, error) {
-		if !haveTree {
-			haveTree = true
-			tree, treeErr = jsonTree(input)
-		}
-		return tree, treeErr
-	}
+	cn := getCanon()
+	defer putCanon(cn)
+	in := inputForms{cn: cn, input: input}
 
 	var sel []byte
 	switch {
 	case c.hasKey:
-		b, err := canonicalValue(c.explicitKey)
+		b, err := cn.marshal(c.explicitKey) // before in uses cn.enc
+		if err == nil {
+			b, err = cn.canonical(b)
+		}
 		if err != nil {
 			return d, &inputError{"marshalling the explicit key", err}
 		}
-		if !missingJSON(c.explicitKey) {
+		if !missingCanonical(b) {
 			sel = b
 		}
 	case c.keyPath == nil:
-		b, err := json.Marshal(input)
+		b, err := in.canonical()
 		if err != nil {
-			return d, &inputError{"marshalling the input to JSON", err}
-		}
-		if b, err = jcs.Transform(b); err != nil {
-			return d, &inputError{"canonicalising the input", err}
+			return d, err
 		}
 		if !missingCanonical(b) {
 			sel = b
 		}
 	default:
-		t, err := decode()
+		b, m, err := in.sel(c.keyPath, true, "key path", "key selection")
 		if err != nil {
 			return d, err
 		}
-		v, err := c.keyPath.jp.Search(t)
-		if err != nil {
-			return d, &inputError{"evaluating key path " + c.keyPath.src, err}
-		}
-		if !missing(v) {
-			if sel, err = canonicalValue(v); err != nil {
-				return d, &inputError{"canonicalising the key selection", err}
-			}
+		if !m {
+			sel = b
 		}
 	}
 	if sel != nil {
-		d.key = scope + "#" + hashHex(sel)
+		d.key = keyString(scope, sel)
 		if c.rawKeyAttr {
-			d.selection = sel
+			d.selection = bytes.Clone(sel) // sel is cn's, reused below
 		}
 	}
 
 	if c.validationPath != nil {
-		t, err := decode()
+		b, _, err := in.sel(c.validationPath, false, "payload validation path", "validation selection")
 		if err != nil {
 			return d, err
-		}
-		v, err := c.validationPath.jp.Search(t)
-		if err != nil {
-			return d, &inputError{"evaluating payload validation path " + c.validationPath.src, err}
-		}
-		b, err := canonicalValue(v)
-		if err != nil {
-			return d, &inputError{"canonicalising the validation selection", err}
 		}
 		d.payloadHash = hashHex(b)
 	}
 	return d, nil
 }
 
-// jsonTree returns input's JSON form as the generic tree JMESPath expects
-// (map[string]any, []any, float64, string, bool, nil).
-func jsonTree(input any) (any, error) {
-	b, err := json.Marshal(input)
+// inputForms computes the forms of a call's input that derive needs, each
+// at most once: its JSON encoding, its canonical text, its generic tree.
+type inputForms struct {
+	cn    *canon
+	input any
+
+	json    []byte // in cn.enc: nothing else may use cn.enc after marshal
+	jsonErr error
+	encoded bool
+
+	doc      []byte // canonical text: cn.doc, or jcs's
+	docErr   error
+	docDone  bool
+	fastDone bool
+	fast     bool // doc came from canon
+
+	tree     any
+	treeErr  error
+	treeDone bool
+}
+
+func (in *inputForms) marshal() ([]byte, error) {
+	if !in.encoded {
+		in.encoded = true
+		if in.json, in.jsonErr = in.cn.marshal(in.input); in.jsonErr != nil {
+			in.jsonErr = &inputError{"marshalling the input to JSON", in.jsonErr}
+		}
+	}
+	return in.json, in.jsonErr
+}
+
+// canonicalFast reports whether canon accepted the input; if so, its
+// canonical text is in.doc.
+func (in *inputForms) canonicalFast() bool {
+	if !in.fastDone {
+		in.fastDone = true
+		// JSON text that canon accepts is valid, so json.Marshal would only
+		// have compacted it: canonicalise it directly.
+		b, _ := in.input.(json.RawMessage)
+		if b == nil {
+			b, _ = in.marshal()
+		}
+		if b != nil && in.cn.transform(b) {
+			in.fast = true
+			in.doc, in.cn.doc, in.cn.out = in.cn.out, in.cn.out, in.cn.doc[:0]
+		}
+	}
+	return in.fast
+}
+
+// canonical returns the input's canonical text.
+func (in *inputForms) canonical() ([]byte, error) {
+	if !in.docDone {
+		in.docDone = true
+		if !in.canonicalFast() {
+			b, err := in.marshal()
+			if err != nil {
+				in.docErr = err
+			} else if in.doc, err = jcs.Transform(b); err != nil {
+				in.docErr = &inputError{"canonicalising the input", err}
+			}
+		}
+	}
+	return in.doc, in.docErr
+}
+
+// decode returns the input's JSON form as the generic tree JMESPath
+// expects (map[string]any, []any, float64, string, bool, nil).
+func (in *inputForms) decode() (any, error) {
+	if !in.treeDone {
+		in.treeDone = true
+		b, err := in.marshal()
+		if err != nil {
+			in.treeErr = err
+		} else {
+			var t any // not &in.tree, which would move in to the heap
+			if err := json.Unmarshal(b, &t); err != nil {
+				in.treeErr = &inputError{"decoding the input's JSON", err}
+			}
+			in.tree = t
+		}
+	}
+	return in.tree, in.treeErr
+}
+
+// sel returns the canonical text of what e selects from the input, and
+// whether the selection is missing (then, with onlyPresent, no text). what
+// and sel name the expression and its selection in errors.
+func (in *inputForms) sel(e *expression, onlyPresent bool, what, sel string) ([]byte, bool, error) {
+	// When canon accepts the input, its canonical text is exactly the tree's
+	// (encoding/json decodes it without loss), and a field chain cannot
+	// fail: read the selection from the text.
+	if e.chain {
+		if in.canonicalFast() {
+			b := selectFields(in.doc, e.fields)
+			return b, missingCanonical(b), nil
+		}
+	}
+	t, err := in.decode()
 	if err != nil {
-		return nil, &inputError{"marshalling the input to JSON", err}
+		return nil, false, err
 	}
-	var t any
-	if err := json.Unmarshal(b, &t); err != nil {
-		return nil, &inputError{"decoding the input's JSON", err}
+	v, err := e.jp.Search(t)
+	if err != nil {
+		return nil, false, &inputError{"evaluating " + what + " " + e.src, err}
 	}
-	return t, nil
+	m := missing(v)
+	if m && onlyPresent {
+		return nil, true, nil
+	}
+	b, err := in.cn.canonicalValue(v)
+	if err != nil {
+		return nil, m, &inputError{"canonicalising the " + sel, err}
+	}
+	return b, m, nil
 }
 
 // Canonicalize returns the RFC 8785 (JCS) canonical form of the JSON text b.
-func Canonicalize(b []byte) ([]byte, error) { return jcs.Transform(b) }
-
-// canonicalValue marshals v to JSON and canonicalises it.
-func canonicalValue(v any) ([]byte, error) {
-	b, err := json.Marshal(v)
+func Canonicalize(b []byte) ([]byte, error) {
+	cn := getCanon()
+	defer putCanon(cn)
+	out, err := cn.canonical(b)
 	if err != nil {
 		return nil, err
 	}
-	return jcs.Transform(b)
+	return bytes.Clone(out), nil
+}
+
+// keyString returns "<scope>#<hex SHA-256 of sel>" in one allocation.
+func keyString(scope string, sel []byte) string {
+	sum := sha256.Sum256(sel)
+	var hx [2 * sha256.Size]byte
+	hex.Encode(hx[:], sum[:])
+	var b strings.Builder
+	b.Grow(len(scope) + 1 + len(hx))
+	b.WriteString(scope)
+	b.WriteByte('#')
+	b.Write(hx[:])
+	return b.String()
 }
 
 func hashHex(b []byte) string {
@@ -243,26 +365,4 @@ func missing(v any) bool {
 		return true
 	}
 	return false
-}
-
-// missingCanonical is missing for canonical JSON text of the whole input.
-func missingCanonical(b []byte) bool {
-	switch string(b) {
-	case "null", `""`, "{}", "[]":
-		return true
-	}
-	if (b[0] != '{' && b[0] != '[') || !bytes.Contains(b, []byte("null")) {
-		return false
-	}
-	var v any
-	if json.Unmarshal(b, &v) != nil {
-		return false
-	}
-	return missing(v)
-}
-
-// missingJSON is missing for an arbitrary Go value.
-func missingJSON(v any) bool {
-	t, err := jsonTree(v)
-	return err == nil && missing(t)
 }

@@ -1,0 +1,901 @@
+package guard
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"math"
+	"math/bits"
+	"slices"
+	"strconv"
+	"sync"
+	"unicode/utf16"
+	"unicode/utf8"
+
+	"github.com/gowebpki/jcs"
+)
+
+// RFC 8785 canonicalisation, on the key-derivation hot path.
+//
+// github.com/gowebpki/jcs is the reference: it builds a tree of strings for
+// every document and allocates for every token. canon is a single-pass
+// canonicaliser that writes into reusable buffers. It handles the documents
+// key derivation sees; on anything else it gives up, and jcs.Transform
+// decides, so that the output, and whether there is an error at all, are
+// always jcs's. canon therefore only has to be right when it succeeds: it
+// may never accept a document jcs rejects, nor produce different bytes
+// (key_internal_test.go checks both against jcs, also by fuzzing).
+
+// maxCanonDepth is jcs's nesting limit.
+const maxCanonDepth = 10000
+
+// canon is a reusable canonicaliser. Get one with getCanon and return it
+// with putCanon; what it returns is valid until then.
+type canon struct {
+	in      []byte
+	pos     int
+	depth   int
+	out     []byte   // the canonical text
+	doc     []byte   // a canonical text kept while out is reused (see inputForms)
+	keys    []byte   // decoded object keys that contained escapes
+	members []member // object members awaiting sorting, a stack across nesting levels
+	names   []string // map keys awaiting sorting, a stack across nesting levels
+	tmp     []byte   // scratch for reordering members
+	moved   int      // bytes copied reordering members; bounded by budget
+	budget  int      // above it, reordering gives up (jcs is linear)
+	enc     bytes.Buffer
+	encoder *json.Encoder // writes to enc
+}
+
+// member is one object member written to out[start:end] as "key":value.
+// Its decoded key is in[ks:ke], or keys[ks:ke] if it had escapes. (No
+// pointers: appending members needs no write barriers.)
+type member struct {
+	ks, ke, start, end int
+	inKeys             bool
+}
+
+func (c *canon) key(m *member) []byte {
+	if m.inKeys {
+		return c.keys[m.ks:m.ke]
+	}
+	return c.in[m.ks:m.ke]
+}
+
+var canonPool = sync.Pool{New: func() any {
+	c := &canon{}
+	c.encoder = json.NewEncoder(&c.enc)
+	// Escaping <, > and & changes nothing after canonicalisation.
+	c.encoder.SetEscapeHTML(false)
+	return c
+}}
+
+func getCanon() *canon { return canonPool.Get().(*canon) }
+
+// maxPooledBuffer bounds the buffers a pooled canon keeps.
+const maxPooledBuffer = 64 << 10
+
+func putCanon(c *canon) {
+	if cap(c.out) > maxPooledBuffer || cap(c.doc) > maxPooledBuffer || cap(c.keys) > maxPooledBuffer || cap(c.tmp) > maxPooledBuffer ||
+		c.enc.Cap() > maxPooledBuffer || cap(c.members) > 1024 || cap(c.names) > 1024 {
+		return
+	}
+	c.in = nil
+	clear(c.names[:cap(c.names)])
+	canonPool.Put(c)
+}
+
+// marshal is json.Marshal(v), into c's buffer.
+func (c *canon) marshal(v any) ([]byte, error) {
+	c.enc.Reset()
+	if err := c.encoder.Encode(v); err != nil {
+		return nil, err
+	}
+	b := c.enc.Bytes()
+	return b[:len(b)-1], nil // without Encode's newline
+}
+
+// canonical returns the RFC 8785 form of the JSON text b, exactly as
+// jcs.Transform does.
+func (c *canon) canonical(b []byte) ([]byte, error) {
+	if c.transform(b) {
+		return c.out, nil
+	}
+	return jcs.Transform(b)
+}
+
+// canonicalValue returns the RFC 8785 form of v's JSON encoding.
+func (c *canon) canonicalValue(v any) ([]byte, error) {
+	c.reset(nil)
+	if c.tree(v) {
+		return c.out, nil
+	}
+	// Not c.marshal: c.enc may hold the input (see inputForms).
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	return c.canonical(b)
+}
+
+func (c *canon) reset(in []byte) {
+	c.in, c.pos, c.depth = in, 0, 0
+	c.out, c.keys, c.members, c.names = c.out[:0], c.keys[:0], c.members[:0], c.names[:0]
+	c.moved, c.budget = 0, 8*len(in)+4096
+}
+
+// transform canonicalises b into c.out, reporting false if it cannot.
+func (c *canon) transform(b []byte) bool {
+	c.reset(b)
+	if !c.value() {
+		return false
+	}
+	c.skipSpace()
+	return c.pos == len(c.in)
+}
+
+func (c *canon) skipSpace() {
+	for c.pos < len(c.in) {
+		switch c.in[c.pos] {
+		case ' ', '\n', '\r', '\t':
+			c.pos++
+		default:
+			return
+		}
+	}
+}
+
+func (c *canon) value() bool {
+	c.skipSpace()
+	if c.pos >= len(c.in) {
+		return false
+	}
+	switch c.in[c.pos] {
+	case '{':
+		c.pos++
+		return c.object()
+	case '[':
+		c.pos++
+		return c.array()
+	case '"':
+		c.pos++
+		_, _, _, ok := c.str(false)
+		return ok
+	}
+	return c.scalar()
+}
+
+func (c *canon) array() bool {
+	if c.depth++; c.depth > maxCanonDepth {
+		return false
+	}
+	c.out = append(c.out, '[')
+	c.skipSpace()
+	if c.pos < len(c.in) && c.in[c.pos] == ']' {
+		c.pos++
+	} else {
+		for {
+			if !c.value() {
+				return false
+			}
+			c.skipSpace()
+			if c.pos >= len(c.in) {
+				return false
+			}
+			b := c.in[c.pos]
+			c.pos++
+			if b == ']' {
+				break
+			}
+			if b != ',' {
+				return false
+			}
+			c.out = append(c.out, ',')
+		}
+	}
+	c.out = append(c.out, ']')
+	c.depth--
+	return true
+}
+
+func (c *canon) object() bool {
+	if c.depth++; c.depth > maxCanonDepth {
+		return false
+	}
+	open := len(c.out)
+	c.out = append(c.out, '{')
+	base := len(c.members)
+	c.skipSpace()
+	if c.pos < len(c.in) && c.in[c.pos] == '}' {
+		c.pos++
+	} else {
+		for {
+			c.skipSpace()
+			if c.pos >= len(c.in) || c.in[c.pos] != '"' {
+				return false
+			}
+			c.pos++
+			if len(c.members) > base {
+				c.out = append(c.out, ',')
+			}
+			m := member{start: len(c.out)}
+			var ok bool
+			if m.ks, m.ke, m.inKeys, ok = c.str(true); !ok {
+				return false
+			}
+			c.skipSpace()
+			if c.pos >= len(c.in) || c.in[c.pos] != ':' {
+				return false
+			}
+			c.pos++
+			c.out = append(c.out, ':')
+			if !c.value() {
+				return false
+			}
+			m.end = len(c.out)
+			c.members = append(c.members, m)
+			c.skipSpace()
+			if c.pos >= len(c.in) {
+				return false
+			}
+			b := c.in[c.pos]
+			c.pos++
+			if b == '}' {
+				break
+			}
+			if b != ',' {
+				return false
+			}
+		}
+		if !c.sortMembers(open, c.members[base:]) {
+			return false
+		}
+		c.members = c.members[:base]
+	}
+	c.out = append(c.out, '}')
+	c.depth--
+	return true
+}
+
+// sortMembers puts the members of the object opened at out[open] in
+// UTF-16 order of their keys, reporting false on a duplicate key.
+func (c *canon) sortMembers(open int, ms []member) bool {
+	sorted := true
+	for i := 1; i < len(ms); i++ {
+		switch d := compareUTF16(c.key(&ms[i-1]), c.key(&ms[i])); {
+		case d == 0:
+			return false
+		case d > 0:
+			sorted = false
+		}
+	}
+	if sorted {
+		return true
+	}
+	cmp := func(a, b member) int { return compareUTF16(c.key(&a), c.key(&b)) }
+	if len(ms) <= 12 {
+		for i := 1; i < len(ms); i++ {
+			for j := i; j > 0 && cmp(ms[j-1], ms[j]) > 0; j-- {
+				ms[j-1], ms[j] = ms[j], ms[j-1]
+			}
+		}
+	} else {
+		slices.SortFunc(ms, cmp)
+	}
+	for i := 1; i < len(ms); i++ {
+		if cmp(ms[i-1], ms[i]) == 0 {
+			return false
+		}
+	}
+	body := open + 1
+	if c.moved += len(c.out) - body; c.moved > c.budget {
+		return false
+	}
+	c.tmp = append(c.tmp[:0], c.out[body:]...)
+	c.out = c.out[:body]
+	for i, m := range ms {
+		if i > 0 {
+			c.out = append(c.out, ',')
+		}
+		c.out = append(c.out, c.tmp[m.start-body:m.end-body]...)
+	}
+	return true
+}
+
+// compareUTF16 orders decoded strings (valid UTF-8) by their UTF-16 code
+// units, as RFC 8785 sorts object keys.
+func compareUTF16[T string | []byte](a, b T) int {
+	n := min(len(a), len(b))
+	i := 0
+	for i < n && a[i] == b[i] {
+		i++
+	}
+	if i == n {
+		return len(a) - len(b)
+	}
+	if a[i] < utf8.RuneSelf || b[i] < utf8.RuneSelf {
+		return int(a[i]) - int(b[i])
+	}
+	// Inside or at the start of two different non-ASCII characters with a
+	// common prefix: byte order is code point order, which is UTF-16 order
+	// except that U+E000..U+FFFF sort after the surrogate pairs.
+	s := i
+	for s > 0 && a[s]&0xC0 == 0x80 {
+		s--
+	}
+	var ra, rb [utf8.UTFMax]byte
+	copy(ra[:], a[s:])
+	copy(rb[:], b[s:])
+	x, _ := utf8.DecodeRune(ra[:])
+	y, _ := utf8.DecodeRune(rb[:])
+	return int(utf16Order(x)) - int(utf16Order(y))
+}
+
+func utf16Order(r rune) rune {
+	if r >= 0xE000 && r <= 0xFFFF {
+		return r + 0x200000
+	}
+	return r
+}
+
+// plain marks the bytes a string copies unchanged: printable ASCII other
+// than '"' and '\'.
+var plain = func() (t [256]bool) {
+	for b := 0x20; b < 0x80; b++ {
+		t[b] = b != '"' && b != '\\'
+	}
+	return t
+}()
+
+// specialBytes marks (with its top bit) each byte of x, eight bytes of a
+// string, that is not plain; the lowest mark is exact.
+func specialBytes(x uint64) uint64 {
+	const ones, tops = 0x0101010101010101, 0x8080808080808080
+	q := x ^ (ones * '"')
+	b := x ^ (ones * '\\')
+	return ((x-ones*0x20) & ^x | (q-ones) & ^q | (b-ones) & ^b | x) & tops
+}
+
+// str reads a string after its opening quote and writes its canonical
+// form. For a key it also returns where the decoded string is: in[ks:ke],
+// or keys[ks:ke] if inKeys.
+func (c *canon) str(key bool) (ks, ke int, inKeys, ok bool) {
+	in := c.in
+	c.out = append(c.out, '"')
+	start := c.pos
+	escaped := false // key: the decoded form is in c.keys[kstart:]
+	kstart := len(c.keys)
+	for {
+		i := c.pos
+		for i+8 <= len(in) { // eight bytes at a time
+			if m := specialBytes(binary.LittleEndian.Uint64(in[i:])); m != 0 {
+				i += bits.TrailingZeros64(m) / 8
+				break
+			}
+			i += 8
+		}
+		for i < len(in) && plain[in[i]] {
+			i++
+		}
+		c.out = append(c.out, in[c.pos:i]...)
+		if escaped {
+			c.keys = append(c.keys, in[c.pos:i]...)
+		}
+		c.pos = i
+		if i >= len(in) {
+			return 0, 0, false, false
+		}
+		switch b := in[i]; {
+		case b == '"':
+			c.pos++
+			c.out = append(c.out, '"')
+			if escaped {
+				return kstart, len(c.keys), true, true
+			}
+			return start, i, false, true
+		case b == '\\':
+			if key && !escaped {
+				escaped = true
+				c.keys = append(c.keys, in[start:i]...)
+			}
+			r, ok := c.escape()
+			if !ok {
+				return 0, 0, false, false
+			}
+			c.out = appendCanonicalRune(c.out, r)
+			if escaped {
+				c.keys = utf8.AppendRune(c.keys, r)
+			}
+		case b < 0x20:
+			return 0, 0, false, false
+		default: // non-ASCII: copied if it is valid UTF-8
+			r, size := utf8.DecodeRune(in[i:])
+			if r == utf8.RuneError && size <= 1 {
+				return 0, 0, false, false
+			}
+			c.out = append(c.out, in[i:i+size]...)
+			if escaped {
+				c.keys = append(c.keys, in[i:i+size]...)
+			}
+			c.pos += size
+		}
+	}
+}
+
+// escape reads the escape sequence at c.pos and returns the character.
+func (c *canon) escape() (rune, bool) {
+	in := c.in
+	if c.pos+1 >= len(in) {
+		return 0, false
+	}
+	e := in[c.pos+1]
+	c.pos += 2
+	switch e {
+	case '"', '\\', '/':
+		return rune(e), true
+	case 'b':
+		return '\b', true
+	case 'f':
+		return '\f', true
+	case 'n':
+		return '\n', true
+	case 'r':
+		return '\r', true
+	case 't':
+		return '\t', true
+	case 'u':
+		r, ok := c.hex4()
+		if !ok {
+			return 0, false
+		}
+		if !utf16.IsSurrogate(r) {
+			return r, true
+		}
+		// A high surrogate followed by an escaped low one; anything
+		// else is rejected.
+		if r > 0xDBFF || c.pos+1 >= len(in) || in[c.pos] != '\\' || in[c.pos+1] != 'u' {
+			return 0, false
+		}
+		c.pos += 2
+		lo, ok := c.hex4()
+		if !ok || lo < 0xDC00 || lo > 0xDFFF {
+			return 0, false
+		}
+		return utf16.DecodeRune(r, lo), true
+	}
+	return 0, false
+}
+
+func (c *canon) hex4() (rune, bool) {
+	if c.pos+4 > len(c.in) {
+		return 0, false
+	}
+	var r rune
+	for _, b := range c.in[c.pos : c.pos+4] {
+		switch {
+		case '0' <= b && b <= '9':
+			b -= '0'
+		case 'a' <= b && b <= 'f':
+			b -= 'a' - 10
+		case 'A' <= b && b <= 'F':
+			b -= 'A' - 10
+		default:
+			return 0, false
+		}
+		r = r<<4 | rune(b)
+	}
+	c.pos += 4
+	return r, true
+}
+
+// appendCanonicalRune appends r as RFC 8785 writes it inside a string.
+func appendCanonicalRune(out []byte, r rune) []byte {
+	switch r {
+	case '"':
+		return append(out, '\\', '"')
+	case '\\':
+		return append(out, '\\', '\\')
+	case '\b':
+		return append(out, '\\', 'b')
+	case '\f':
+		return append(out, '\\', 'f')
+	case '\n':
+		return append(out, '\\', 'n')
+	case '\r':
+		return append(out, '\\', 'r')
+	case '\t':
+		return append(out, '\\', 't')
+	}
+	if r < 0x20 {
+		const hexDigits = "0123456789abcdef"
+		return append(out, '\\', 'u', '0', '0', hexDigits[r>>4], hexDigits[r&0xF])
+	}
+	return utf8.AppendRune(out, r)
+}
+
+// appendCanonicalString appends s (valid UTF-8) as an RFC 8785 string.
+func appendCanonicalString(out []byte, s string) []byte {
+	out = append(out, '"')
+	for i := 0; i < len(s); {
+		j := i
+		for j < len(s) && (plain[s[j]] || s[j] >= utf8.RuneSelf) {
+			j++
+		}
+		out = append(out, s[i:j]...)
+		if j == len(s) {
+			break
+		}
+		out = appendCanonicalRune(out, rune(s[j]))
+		i = j + 1
+	}
+	return append(out, '"')
+}
+
+// scalar reads a literal or a number: the characters up to the next ',',
+// ']', '}' or white space, as jcs delimits them.
+func (c *canon) scalar() bool {
+	start := c.pos
+	i := start
+scan:
+	for ; i < len(c.in); i++ {
+		switch c.in[i] {
+		case ',', ']', '}', ' ', '\n', '\r', '\t':
+			break scan
+		}
+	}
+	tok := c.in[start:i]
+	c.pos = i
+	switch string(tok) {
+	case "true", "false", "null":
+		c.out = append(c.out, tok...)
+		return true
+	}
+	switch numberToken(tok) {
+	case notNumber:
+		return false
+	case smallInteger:
+		// At most 15 digits: exact, and written as is.
+		if string(tok) == "-0" {
+			tok = tok[1:]
+		}
+		c.out = append(c.out, tok...)
+		return true
+	case shortDecimal:
+		if out, ok := appendShortDecimal(c.out, tok); ok {
+			c.out = out
+			return true
+		}
+	}
+	f, err := strconv.ParseFloat(string(tok), 64)
+	if err != nil {
+		return false
+	}
+	c.out = appendES6Number(c.out, f)
+	return true
+}
+
+// Kinds of number tokens.
+const (
+	notNumber    = iota // not an RFC 8259 number
+	smallInteger        // an integer of at most 15 digits
+	shortDecimal        // digits with a fraction and no exponent
+	otherNumber
+)
+
+// numberToken classifies t.
+func numberToken(t []byte) int {
+	i := 0
+	if i < len(t) && t[i] == '-' {
+		i++
+	}
+	digits := i
+	switch {
+	case i < len(t) && t[i] == '0':
+		i++
+	case i < len(t) && '1' <= t[i] && t[i] <= '9':
+		for i < len(t) && '0' <= t[i] && t[i] <= '9' {
+			i++
+		}
+	default:
+		return notNumber
+	}
+	if i == len(t) {
+		if i-digits <= 15 {
+			return smallInteger
+		}
+		return otherNumber
+	}
+	kind := otherNumber
+	if t[i] == '.' {
+		i++
+		if i == len(t) || t[i] < '0' || t[i] > '9' {
+			return notNumber
+		}
+		for i < len(t) && '0' <= t[i] && t[i] <= '9' {
+			i++
+		}
+		kind = shortDecimal
+	}
+	if i < len(t) && (t[i] == 'e' || t[i] == 'E') {
+		i++
+		if i < len(t) && (t[i] == '+' || t[i] == '-') {
+			i++
+		}
+		if i == len(t) || t[i] < '0' || t[i] > '9' {
+			return notNumber
+		}
+		for i < len(t) && '0' <= t[i] && t[i] <= '9' {
+			i++
+		}
+		kind = otherNumber
+	}
+	if i != len(t) {
+		return notNumber
+	}
+	return kind
+}
+
+// appendShortDecimal appends the canonical form of the decimal t ("-"?
+// digits "." digits, valid) if it has at most 15 significant digits and is
+// 0 or at least 1e-6 in magnitude. Such a decimal is the shortest text that
+// reads back as its double (any two decimals of at most 15 digits read as
+// different doubles), so ECMAScript writes its digits unchanged, in fixed
+// notation, without trailing zeros.
+func appendShortDecimal(out, t []byte) ([]byte, bool) {
+	neg := t[0] == '-'
+	if neg {
+		t = t[1:]
+	}
+	dot := bytes.IndexByte(t, '.')
+	ip, fp := t[:dot], t[dot+1:]
+	for len(fp) > 0 && fp[len(fp)-1] == '0' {
+		fp = fp[:len(fp)-1]
+	}
+	if string(ip) == "0" {
+		if len(fp) == 0 {
+			return append(out, '0'), true
+		}
+		zeros := 0
+		for fp[zeros] == '0' {
+			zeros++
+		}
+		if zeros > 5 || len(fp)-zeros > 15 {
+			return out, false
+		}
+	} else if len(ip)+len(fp) > 15 {
+		return out, false
+	}
+	if neg {
+		out = append(out, '-')
+	}
+	out = append(out, ip...)
+	if len(fp) > 0 {
+		out = append(out, '.')
+		out = append(out, fp...)
+	}
+	return out, true
+}
+
+// appendES6Number appends f (finite) as ECMAScript's Number.prototype.toString
+// writes it, which is RFC 8785's number format; it is jcs.NumberToJSON.
+func appendES6Number(out []byte, f float64) []byte {
+	if f == 0 {
+		return append(out, '0')
+	}
+	if f < 0 {
+		out = append(out, '-')
+		f = -f
+	}
+	format := byte('e')
+	if f < 1e21 && f >= 1e-6 {
+		format = 'f'
+	}
+	start := len(out)
+	out = strconv.AppendFloat(out, f, format, -1, 64)
+	if format == 'e' {
+		// Go writes "1e+09" where ECMAScript writes "1e+9".
+		if e := bytes.IndexByte(out[start:], 'e'); e > 0 && out[start+e+2] == '0' {
+			out = append(out[:start+e+2], out[start+e+3:]...)
+		}
+	}
+	return out
+}
+
+// tree canonicalises a value of the generic JSON form (what JMESPath
+// returns: nil, bool, float64, string, []any, map[string]any) into c.out,
+// as json.Marshal and then jcs would, reporting false for anything else,
+// including strings that are not valid UTF-8 (which json.Marshal changes).
+func (c *canon) tree(v any) bool {
+	switch v := v.(type) {
+	case nil:
+		c.out = append(c.out, "null"...)
+	case bool:
+		if v {
+			c.out = append(c.out, "true"...)
+		} else {
+			c.out = append(c.out, "false"...)
+		}
+	case float64:
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return false
+		}
+		c.out = appendES6Number(c.out, v)
+	case string:
+		if !utf8.ValidString(v) {
+			return false
+		}
+		c.out = appendCanonicalString(c.out, v)
+	case []any:
+		if c.depth++; c.depth > maxCanonDepth {
+			return false
+		}
+		c.out = append(c.out, '[')
+		for i, e := range v {
+			if i > 0 {
+				c.out = append(c.out, ',')
+			}
+			if !c.tree(e) {
+				return false
+			}
+		}
+		c.out = append(c.out, ']')
+		c.depth--
+	case map[string]any:
+		if c.depth++; c.depth > maxCanonDepth {
+			return false
+		}
+		base := len(c.names)
+		for k := range v {
+			if !utf8.ValidString(k) {
+				return false
+			}
+			c.names = append(c.names, k)
+		}
+		names := c.names[base:]
+		slices.SortFunc(names, compareUTF16[string])
+		c.out = append(c.out, '{')
+		for i, k := range names {
+			if i > 0 {
+				c.out = append(c.out, ',')
+			}
+			c.out = appendCanonicalString(c.out, k)
+			c.out = append(c.out, ':')
+			if !c.tree(v[k]) {
+				return false
+			}
+		}
+		c.out = append(c.out, '}')
+		clear(names)
+		c.names = c.names[:base]
+		c.depth--
+	default:
+		return false
+	}
+	return true
+}
+
+// missingCanonical reports whether canonical JSON text b is a selection
+// that identifies nothing (see missing): null, "", or an array or object
+// that is empty or holds only nulls.
+func missingCanonical(b []byte) bool {
+	switch string(b) {
+	case "null", `""`, "{}", "[]":
+		return true
+	}
+	switch b[0] {
+	case '[':
+		// [null,null,...]
+		for i := 1; ; i += 5 {
+			if i+5 > len(b) || string(b[i:i+4]) != "null" {
+				return false
+			}
+			if b[i+4] == ']' {
+				return i+5 == len(b)
+			}
+			if b[i+4] != ',' {
+				return false
+			}
+		}
+	case '{':
+		// {"k":null,...}: skip each key, stop at the first other value.
+		for i := 1; i < len(b); {
+			if b[i] != '"' {
+				return false
+			}
+			for i++; i < len(b) && b[i] != '"'; i++ {
+				if b[i] == '\\' {
+					i++
+				}
+			}
+			i++
+			if i+6 > len(b) || string(b[i:i+5]) != ":null" {
+				return false
+			}
+			i += 5
+			if b[i] == '}' {
+				return i+1 == len(b)
+			}
+			if b[i] != ',' {
+				return false
+			}
+			i++
+		}
+	}
+	return false
+}
+
+var nullText = []byte("null")[:4:4]
+
+// selectFields returns the value that the field chain selects from the
+// canonical text doc, as JMESPath would: null where a field is absent or a
+// value is not an object.
+func selectFields(doc []byte, fields []string) []byte {
+	v := doc
+	for _, f := range fields {
+		if v[0] != '{' {
+			return nullText
+		}
+		if v = memberValue(v, f); v == nil {
+			return nullText
+		}
+	}
+	return v
+}
+
+// memberValue returns the value of the member named name (which needs no
+// escaping) of the canonical object obj, or nil.
+func memberValue(obj []byte, name string) []byte {
+	for i := 1; obj[i] == '"'; {
+		k := i + 1
+		i = skipString(obj, i)
+		match := string(obj[k:i-1]) == name
+		i++ // ':'
+		end := skipValue(obj, i)
+		if match {
+			return obj[i:end:end]
+		}
+		if obj[end] != ',' {
+			break
+		}
+		i = end + 1
+	}
+	return nil
+}
+
+// skipString returns the index after the canonical string at b[i].
+func skipString(b []byte, i int) int {
+	for i++; b[i] != '"'; i++ {
+		if b[i] == '\\' {
+			i++
+		}
+	}
+	return i + 1
+}
+
+// skipValue returns the index after the canonical value at b[i].
+func skipValue(b []byte, i int) int {
+	switch b[i] {
+	case '"':
+		return skipString(b, i)
+	case '{', '[':
+		depth := 0
+		for {
+			switch b[i] {
+			case '"':
+				i = skipString(b, i)
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return i + 1
+				}
+			}
+			i++
+		}
+	}
+	for i < len(b) && b[i] != ',' && b[i] != '}' && b[i] != ']' {
+		i++
+	}
+	return i
+}
