@@ -53,10 +53,24 @@
 //
 //	interface{ Name() string }  the store's name in telemetry ("memory", "dynamodb")
 //
+// # Optional interfaces
+//
+// A store may implement more than [Store]; callers probe for each optional
+// interface with a type assertion and fall back to the Store methods when it
+// is missing, so a store implements only what its backend does well:
+//
+//   - [BatchGetter] reads many records in one round trip; the guard uses it
+//     to look up a batch's completed items in bulk.
+//
+// A method of an optional interface may return [ErrSkip] to decline at run
+// time (say, a client without the batch API); the caller then goes on as if
+// the interface were not implemented.
+//
 // # Conformance
 //
-// Package storetest runs the same semantics against any store; a new store
-// should pass storetest.Run under the race detector.
+// Package storetest runs the same semantics against any store, including
+// the optional interfaces it implements; a new store should pass
+// storetest.Run under the race detector.
 package store
 
 import (

@@ -19,8 +19,11 @@
 // GetItem. [Store.Complete] and [Store.Extend] are one UpdateItem and
 // [Store.Release] one DeleteItem, each conditional on the record's fencing
 // token. A guarded call therefore costs two writes the first time and one
-// on a replay. Every expression is built with the SDK's expression builder,
-// so attribute names are always aliased.
+// on a replay. [Store.GetMany] (the optional [store.BatchGetter], which
+// guard.DoBatch uses) reads up to 100 records per consistent BatchGetItem,
+// so a batch of completed items replays for one read per 100 items and no
+// writes. Every expression is built with the SDK's expression builder, so
+// attribute names are always aliased.
 //
 // Requests are retried by the SDK's standard retryer with
 // [DefaultMaxAttempts] attempts and short jittered backoff (see
@@ -123,16 +126,21 @@
 //
 // # IAM
 //
-// The store needs four actions on the table and nothing else:
+// The store needs four actions on the table, and a fifth for batches:
 //
 //	{
 //	  "Version": "2012-10-17",
 //	  "Statement": [{
 //	    "Effect": "Allow",
-//	    "Action": ["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"],
+//	    "Action": ["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem",
+//	               "dynamodb:BatchGetItem"],
 //	    "Resource": "arn:aws:dynamodb:REGION:ACCOUNT_ID:table/idempotency"
 //	  }]
 //	}
+//
+// dynamodb:BatchGetItem is needed only by [Store.GetMany], that is by
+// guard.DoBatch and the Temporal batch helper; without it, leave it out and
+// a batch fails with AccessDeniedException on its lookup.
 //
 // [CreateTable] additionally needs dynamodb:CreateTable, DescribeTable,
 // DescribeTimeToLive and UpdateTimeToLive; give those to your deployment

@@ -22,12 +22,13 @@ import (
 // throttling) matches [store.ErrThrottled] with [errors.Is]; it is returned
 // only once the store's retryer has given up.
 type OpError struct {
-	// Op is the store method: "Acquire", "Complete", "Extend", "Release" or
-	// "Get".
+	// Op is the store method: "Acquire", "Complete", "Extend", "Release",
+	// "Get" or "GetMany".
 	Op string
 	// Table is the table name.
 	Table string
-	// Key is the idempotency key.
+	// Key is the idempotency key (for GetMany, the first key of the failed
+	// request).
 	Key string
 	// Err is the cause.
 	Err error

@@ -6,6 +6,11 @@
 // a fresh, empty store (its own table or key space) for each subtest. The
 // suite is best run under the race detector (go test -race); its claim races
 // are written for it.
+//
+// Run also tests the optional interfaces of package store that the store
+// implements, probed with a type assertion as the guard probes them. For an
+// interface the store does not implement, the subtest named after it
+// (BatchGetter) is skipped with a message that says so.
 package storetest
 
 import (
@@ -78,6 +83,7 @@ func Run(t *testing.T, newStore MakeStore, opts ...Option) {
 			testTooLarge(t, newHarness(t, newStore(t)), cfg.tooLarge)
 		})
 	}
+	runBatchGetter(t, newStore, cfg)
 }
 
 type harness struct {
