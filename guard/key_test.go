@@ -410,6 +410,11 @@ func keyMissingCases() []struct {
 		{"path all-null multi-select", map[string]any{"z": 1}, []guard.Option{guard.WithKeyPath("[a, b]")}},
 		{"path into a string", map[string]any{"id": "x"}, []guard.Option{guard.WithKeyPath("id.sub")}},
 		{"powertools_json of null", map[string]any{"body": "null"}, []guard.Option{guard.WithKeyPath("powertools_json(body)")}},
+		{"powertools_json of \"\"", map[string]any{"body": `""`}, []guard.Option{guard.WithKeyPath("powertools_json(body)")}},
+		{"powertools_json of {}", map[string]any{"body": "{}"}, []guard.Option{guard.WithKeyPath("powertools_json(body)")}},
+		{"powertools_json of []", map[string]any{"body": "[]"}, []guard.Option{guard.WithKeyPath("powertools_json(body)")}},
+		{"powertools_json of an all-null object", map[string]any{"body": `{"a": null}`}, []guard.Option{guard.WithKeyPath("powertools_json(body)")}},
+		{"expression to an empty string", map[string]any{"id": ""}, []guard.Option{guard.WithKeyPath("[id][0]")}},
 		{"explicit nil", map[string]int{"id": 1}, []guard.Option{guard.WithKey(nil)}},
 		{"explicit empty string", map[string]int{"id": 1}, []guard.Option{guard.WithKey("")}},
 		{"explicit empty map", map[string]int{"id": 1}, []guard.Option{guard.WithKey(map[string]string{})}},
@@ -516,6 +521,11 @@ func TestKeyZeroValuesAreNotMissing(t *testing.T) {
 		{"path to 0", map[string]any{"id": 0}, []guard.Option{guard.WithKeyPath("id")}, `0`},
 		{"path to false", map[string]any{"id": false}, []guard.Option{guard.WithKeyPath("id")}, `false`},
 		{"path to [null, 0]", map[string]any{"a": 0}, []guard.Option{guard.WithKeyPath("[z, a]")}, `[null,0]`},
+		// Through JMESPath rather than a plain field chain.
+		{"expression to 0", map[string]any{"id": 0}, []guard.Option{guard.WithKeyPath("[id][0]")}, `0`},
+		{"powertools_json to 0", map[string]any{"body": "0"}, []guard.Option{guard.WithKeyPath("powertools_json(body)")}, `0`},
+		{"powertools_json to false", map[string]any{"body": "false"}, []guard.Option{guard.WithKeyPath("powertools_json(body)")}, `false`},
+		{"powertools_json to [null, 0]", map[string]any{"body": "[null, 0.0]"}, []guard.Option{guard.WithKeyPath("powertools_json(body)")}, `[null,0]`},
 		{"explicit 0", nil, []guard.Option{guard.WithKey(0)}, `0`},
 		{"explicit false", nil, []guard.Option{guard.WithKey(false)}, `false`},
 	} {
