@@ -19,6 +19,16 @@
 //		activity.NewInterceptor(g, activity.Policy{Activity: "ChargeCard", Options: []activity.Option{activity.WithKeyPath("order_id")}}),
 //	}})
 //
+// An activity that processes a slice (send 1,000 emails, pay 300
+// invoices) guards each item instead, with [DoBatch]: items completed
+// earlier replay from one bulk read, the rest run with bounded concurrency,
+// and progress kept in the heartbeat details lets a retried attempt skip
+// straight to the items not yet done:
+//
+//	func SendInvoices(ctx context.Context, invoices []Invoice) ([]Receipt, error) {
+//		return activity.DoBatch(ctx, g, invoices, sendInvoice, activity.WithKeyPath("invoice_id"))
+//	}
+//
 // # Keys
 //
 // The key's scope is the activity type name, so two activity types never
