@@ -15,6 +15,10 @@
 //	├─ idemguard.complete  the completion write (with its retries)
 //	└─ idemguard.release   giving the key back after a failure
 //
+//	idemguard.batch        one per guard.DoBatch: item counts by outcome;
+//	                       the execute spans of the items it claims nest
+//	                       under it (see the Batch constants)
+//
 // # Metrics
 //
 //	idemguard.calls           counter: guarded calls, by outcome and scope
