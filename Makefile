@@ -6,7 +6,10 @@
 #             loopback ports and stops by PID.
 # make unit   the same tests without starting servers (integration tests skip
 #             unless CI=true).
-# make bench  the micro-benchmarks.
+# make bench  the guard's micro-benchmarks, then the load benchmark against
+#             DynamoDB Local (bench/load; see docs/benchmarks.md); pass flags
+#             to it with BENCHFLAGS, e.g. BENCHFLAGS='-ops 4000'.
+# make fuzz   every fuzz target for $$(FUZZTIME) (default 60s) each.
 
 GO ?= go
 
@@ -27,6 +30,19 @@ vet:
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./guard/
+	IDEMGUARD_SERVICES=dynamodb scripts/harness.sh run $(GO) run ./bench/load $(BENCHFLAGS)
+
+# One run per fuzz target. `go test -fuzz` passes silently when its pattern
+# matches nothing, so each target is first checked to exist.
+.PHONY: fuzz
+FUZZTIME ?= 60s
+fuzz:
+	@$(GO) test -list '^FuzzDeriveKey$$' ./guard | grep -qx FuzzDeriveKey || { echo "fuzz: FuzzDeriveKey not found in ./guard"; exit 1; }
+	$(GO) test -run '^$$' -fuzz '^FuzzDeriveKey$$' -fuzztime $(FUZZTIME) ./guard
+	@$(GO) test -list '^FuzzCanonicalize$$' ./guard | grep -qx FuzzCanonicalize || { echo "fuzz: FuzzCanonicalize not found in ./guard"; exit 1; }
+	$(GO) test -run '^$$' -fuzz '^FuzzCanonicalize$$' -fuzztime $(FUZZTIME) ./guard
+	@$(GO) test -list '^FuzzDecodeItem$$' ./store/dynamodb | grep -qx FuzzDecodeItem || { echo "fuzz: FuzzDecodeItem not found in ./store/dynamodb"; exit 1; }
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeItem$$' -fuzztime $(FUZZTIME) ./store/dynamodb
 
 tools:
 	scripts/harness.sh install

@@ -1,0 +1,272 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	mathrand "math/rand/v2"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/idemguard/idemguard/guard"
+	idemddb "github.com/idemguard/idemguard/store/dynamodb"
+	"github.com/idemguard/idemguard/store/dynamodb/dynamodbtest"
+)
+
+// Config says what to run.
+type Config struct {
+	// Endpoint is the DynamoDB endpoint URL.
+	Endpoint string
+	// Concurrency is the number of concurrent callers in the miss and
+	// replay scenarios.
+	Concurrency int
+	// Ops is the number of operations per miss and replay scenario, over
+	// all rounds.
+	Ops int
+	// Rounds is the number of rounds the operations are split into; every
+	// round runs every scenario once, in an order rotated by one each round.
+	Rounds int
+	// Warmup is the number of operations per scenario in the warm-up pass.
+	Warmup int
+	// ReplayKeys is the number of completed keys the replay scenarios cycle
+	// through; it is raised to Concurrency if lower, since each caller
+	// replays keys of its own (concurrent calls with one key would share
+	// one request).
+	ReplayKeys int
+	// HotCalls is the number of concurrent calls with one key in a hot-key
+	// burst; each round runs one burst per hot-key scenario.
+	HotCalls int
+	// HotHold is how long the hot-key function runs, in wait mode, once
+	// every caller has started.
+	HotHold time.Duration
+	// Scenarios names the scenarios to run; nil runs all.
+	Scenarios []string
+	// Profile, if set, receives a CPU profile of the measured rounds.
+	Profile io.Writer
+	// Verbose writes each scenario's figures in each round to the log.
+	Verbose bool
+
+	// httpClient replaces the SDK's HTTP client (tests: a stub server).
+	httpClient aws.HTTPClient
+}
+
+// DefaultConfig returns the defaults of the load command.
+func DefaultConfig() Config {
+	return Config{
+		Concurrency: 16,
+		Ops:         2000,
+		Rounds:      20,
+		Warmup:      300,
+		ReplayKeys:  500,
+		HotCalls:    2000,
+		HotHold:     100 * time.Millisecond,
+	}
+}
+
+// Scenario names.
+const (
+	MissRaw             = "miss_raw"
+	MissGuarded         = "miss_guarded"
+	ReplayRaw           = "replay_raw"
+	ReplayGuarded       = "replay_guarded"
+	ReplayCachedGuarded = "replay_cached_guarded"
+	HotKeyWait          = "hotkey_wait"
+	HotKeyReject        = "hotkey_reject"
+)
+
+// AllScenarios lists every scenario in the order of the first round.
+var AllScenarios = []string{MissRaw, MissGuarded, ReplayRaw, ReplayGuarded, ReplayCachedGuarded, HotKeyWait, HotKeyReject}
+
+// baselines maps a guarded scenario to the raw scenario it is compared with.
+var baselines = map[string]string{
+	MissGuarded:         MissRaw,
+	ReplayGuarded:       ReplayRaw,
+	ReplayCachedGuarded: ReplayRaw,
+}
+
+// Order is the input of the guarded function: what a payment job receives.
+type Order struct {
+	OrderID  string `json:"order_id"`
+	Customer string `json:"customer"`
+	Amount   int64  `json:"amount_cents"`
+	Currency string `json:"currency"`
+}
+
+// Receipt is the guarded function's result, stored and replayed.
+type Receipt struct {
+	ChargeID string `json:"charge_id"`
+	Status   string `json:"status"`
+}
+
+func newOrder(id string) Order {
+	return Order{OrderID: id, Customer: "cus_4f1c9a", Amount: 4999, Currency: "EUR"}
+}
+
+// charge is the side effect of the miss and replay scenarios: trivial, so
+// that the guard's cost is not hidden behind the function's.
+func charge(o Order) Receipt { return Receipt{ChargeID: "ch_" + o.OrderID, Status: "charged"} }
+
+const (
+	scopeMiss   = "bench-miss"
+	scopeReplay = "bench-replay"
+	scopeHot    = "bench-hot"
+)
+
+// bench holds the client, the store, the guards and the state of the
+// scenarios. Scenarios run one at a time.
+type bench struct {
+	cfg     Config
+	client  *dynamodb.Client
+	counter *dynamodbtest.Counter
+	retry   aws.Retryer
+	optFns  []func(*dynamodb.Options) // what the store passes on every request
+	table   string
+	runID   string
+	g       *guard.Guard
+
+	missFn   func(context.Context, Order) (Receipt, error) // guard.Wrap of charge
+	replayFn func(context.Context, Order) (Receipt, error)
+	cachedFn func(context.Context, Order) (Receipt, error) // on a guard with a cache
+	hotWait  func(context.Context, Order) (Receipt, error)
+	hotRejct func(context.Context, Order) (Receipt, error)
+
+	bodyRuns  atomic.Int64
+	replayIn  []Order  // inputs of the completed records
+	replayKey []string // their keys, as the guard derived them
+	seq       atomic.Int64
+	hot       atomic.Pointer[burst] // the burst in progress
+}
+
+// newBench connects to the endpoint, creates a table and builds the guards.
+func newBench(ctx context.Context, cfg Config) (*bench, error) {
+	cfg.ReplayKeys = max(cfg.ReplayKeys, cfg.Concurrency, 1)
+	b := &bench{cfg: cfg, runID: randomHex(4)}
+	// One retryer for the store and the raw requests: the store's default,
+	// the SDK's standard retryer with 8 attempts and 25 ms–1 s jittered
+	// backoff, passed per request as the store passes it.
+	b.retry = retry.NewStandard(func(o *retry.StandardOptions) {
+		o.MaxAttempts = idemddb.DefaultMaxAttempts
+		o.Backoff = jitterBackoff{base: 25 * time.Millisecond, max: time.Second}
+	})
+	b.optFns = []func(*dynamodb.Options){func(o *dynamodb.Options) { o.Retryer = b.retry }}
+	opts := dynamodbtest.Options(cfg.Endpoint)
+	// Keep a connection per concurrent caller: the SDK's default keeps 10
+	// idle connections per host, which would make a run at concurrency 16
+	// measure reconnects.
+	idle := max(cfg.Concurrency, 16) * 2
+	opts.HTTPClient = awshttp.NewBuildableClient().WithTransportOptions(func(t *http.Transport) {
+		t.MaxIdleConns, t.MaxIdleConnsPerHost = idle, idle
+	})
+	if cfg.httpClient != nil {
+		opts.HTTPClient = cfg.httpClient
+	}
+	b.client = dynamodb.New(opts, func(o *dynamodb.Options) { b.counter = dynamodbtest.CountRequests(o) })
+
+	b.table = "idemguard-bench-" + b.runID
+	err := idemddb.CreateTable(ctx, b.client, b.table)
+	if err != nil && !errors.Is(err, idemddb.ErrTTLNotEnabled) {
+		return nil, err
+	}
+	s, err := idemddb.New(b.client, b.table, idemddb.WithRetryer(b.retry))
+	if err != nil {
+		return nil, err
+	}
+	g, err := guard.New(s)
+	if err != nil {
+		return nil, err
+	}
+	b.g = g
+	cached, err := guard.New(s, guard.WithCache(cfg.ReplayKeys))
+	if err != nil {
+		return nil, err
+	}
+	body := func(_ context.Context, o Order) (Receipt, error) {
+		b.bodyRuns.Add(1)
+		return charge(o), nil
+	}
+	if b.missFn, err = guard.Wrap(g, scopeMiss, body); err != nil {
+		return nil, err
+	}
+	if b.replayFn, err = guard.Wrap(g, scopeReplay, body); err != nil {
+		return nil, err
+	}
+	if b.cachedFn, err = guard.Wrap(cached, scopeReplay, body); err != nil {
+		return nil, err
+	}
+	if b.hotWait, err = guard.Wrap(g, scopeHot, b.hotBody, guard.WithWait(time.Minute)); err != nil {
+		return nil, err
+	}
+	if b.hotRejct, err = guard.Wrap(g, scopeHot, b.hotBody, guard.WithReject()); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// close deletes the table.
+func (b *bench) close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := b.client.DeleteTable(ctx, &dynamodb.DeleteTableInput{TableName: aws.String(b.table)})
+	return err
+}
+
+// populate completes ReplayKeys records through the guard, records their
+// keys for the raw replay, and fills the cached guard's cache.
+func (b *bench) populate(ctx context.Context) error {
+	n := b.cfg.ReplayKeys
+	b.replayIn = make([]Order, n)
+	b.replayKey = make([]string, n)
+	// The scope, guard and result of replayFn, so the records are the ones
+	// the replay scenarios read; the function also notes the key the guard
+	// derived, which the raw replay uses as a raw caller would.
+	var key string
+	complete, err := guard.Wrap(b.g, scopeReplay, func(ctx context.Context, o Order) (Receipt, error) {
+		key, _ = guard.KeyFromContext(ctx)
+		return charge(o), nil
+	})
+	if err != nil {
+		return err
+	}
+	for i := range n {
+		in := newOrder(fmt.Sprintf("replay-%s-%d", b.runID, i))
+		key = ""
+		if _, err := complete(ctx, in); err != nil {
+			return fmt.Errorf("completing replay record %d: %w", i, err)
+		}
+		if key == "" {
+			return fmt.Errorf("replay record %d: the function did not run (key reused?)", i)
+		}
+		b.replayIn[i], b.replayKey[i] = in, key
+	}
+	for i, in := range b.replayIn {
+		if _, err := b.cachedFn(ctx, in); err != nil {
+			return fmt.Errorf("priming the cache with record %d: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// jitterBackoff is store/dynamodb's default backoff: exponential with full
+// jitter, a random delay in [0, min(max, base·2^attempt)).
+type jitterBackoff struct{ base, max time.Duration }
+
+// BackoffDelay implements retry.BackoffDelayer.
+func (b jitterBackoff) BackoffDelay(attempt int, _ error) (time.Duration, error) {
+	d := b.max
+	if attempt < 30 {
+		if e := b.base << attempt; e < d {
+			d = e
+		}
+	}
+	if d <= 0 {
+		return 0, nil
+	}
+	return mathrand.N(d), nil
+}

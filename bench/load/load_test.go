@@ -1,0 +1,146 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemguard/idemguard/store/dynamodb/dynamodbtest"
+)
+
+// TestScenarioRequestCounts runs every scenario with a few operations
+// against DynamoDB Local and checks the deterministic targets: requests per
+// operation (2 on a miss, 1 on a replay, 0 from the local cache), at most 3
+// requests and one function run per hot-key burst, no errors in wait mode.
+// It checks no timings.
+func TestScenarioRequestCounts(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Endpoint = dynamodbtest.Endpoint(t) // skips, or fails under CI=true, without the server
+	cfg.Concurrency = 4
+	cfg.Ops = 24
+	cfg.Rounds = 2
+	cfg.Warmup = 4
+	cfg.ReplayKeys = 8
+	cfg.HotCalls = 64
+	cfg.HotHold = 200 * time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var out, log bytes.Buffer
+	results, err := Run(ctx, cfg, &out, &log)
+	if err != nil {
+		t.Fatalf("Run: %v\n%s", err, log.String())
+	}
+	if len(results) != len(AllScenarios) {
+		t.Fatalf("got %d results, want one per scenario (%d)", len(results), len(AllScenarios))
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != len(results) {
+		t.Errorf("printed %d lines, want %d:\n%s", len(lines), len(results), out.String())
+	}
+	for _, line := range lines {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Errorf("line %q is not JSON: %v", line, err)
+		}
+	}
+
+	for _, r := range results {
+		for _, p := range Problems(r) {
+			if p.Hard {
+				t.Errorf("%s: %s", p.Scenario, p.Msg)
+			}
+		}
+		switch r.Scenario {
+		case MissRaw, MissGuarded, ReplayRaw, ReplayGuarded, ReplayCachedGuarded:
+			if r.Ops != cfg.Ops {
+				t.Errorf("%s ran %d ops, want %d", r.Scenario, r.Ops, cfg.Ops)
+			}
+		case HotKeyWait, HotKeyReject:
+			if r.Bursts != cfg.Rounds || r.Ops != cfg.Rounds*cfg.HotCalls {
+				t.Errorf("%s ran %d bursts, %d calls; want %d, %d", r.Scenario, r.Bursts, r.Ops, cfg.Rounds, cfg.Rounds*cfg.HotCalls)
+			}
+		}
+		if r.Scenario == HotKeyReject {
+			// By construction (the function returns once every other caller
+			// has been turned away) a reject burst sends exactly the
+			// leader's claim and completion.
+			if want := 2 * cfg.Rounds; r.Requests != want {
+				t.Errorf("%s sent %d requests in %d bursts; want %d", r.Scenario, r.Requests, r.Bursts, want)
+			}
+			if want := int64(cfg.Rounds * (cfg.HotCalls - 1)); r.InProgress != want {
+				t.Errorf("%s: %d calls got ErrInProgress; want %d", r.Scenario, r.InProgress, want)
+			}
+		}
+		if base, ok := baselines[r.Scenario]; ok && (r.Baseline != base || r.ThroughputRatio == nil || r.CPURatio == nil) {
+			t.Errorf("%s: baseline %q, ratios %v, %v; want ratios against %s", r.Scenario, r.Baseline, r.ThroughputRatio, r.CPURatio, base)
+		}
+	}
+	if t.Failed() {
+		t.Logf("output:\n%s\n%s", out.String(), log.String())
+	}
+}
+
+// TestProblems checks that the target check catches what it should, without
+// a server.
+func TestProblems(t *testing.T) {
+	low := 0.9
+	ok := 1.0
+	for _, tc := range []struct {
+		r    Result
+		hard int
+		soft int
+	}{
+		{Result{Scenario: MissGuarded, Ops: 10, Requests: 20, BodyRuns: 10, ThroughputRatio: &ok, CPURatio: &ok}, 0, 0},
+		{Result{Scenario: MissGuarded, Ops: 10, Requests: 21, BodyRuns: 10, ThroughputRatio: &low, CPURatio: &ok}, 1, 1},
+		{Result{Scenario: ReplayGuarded, Ops: 10, Requests: 10, BodyRuns: 1}, 1, 0},
+		{Result{Scenario: ReplayCachedGuarded, Ops: 10, Requests: 0}, 0, 0},
+		{Result{Scenario: HotKeyWait, Ops: 10, MaxRequestsPerBurst: 3, MaxBodyRunsPerBurst: 1, MinBodyRunsPerBurst: 1}, 0, 0},
+		{Result{Scenario: HotKeyWait, Ops: 10, MaxRequestsPerBurst: 4, MaxBodyRunsPerBurst: 2, MinBodyRunsPerBurst: 1, Errors: 1}, 3, 0},
+		{Result{Scenario: HotKeyReject, Ops: 10, MaxRequestsPerBurst: 2, MaxBodyRunsPerBurst: 1, MinBodyRunsPerBurst: 1, Errors: 9, InProgress: 9}, 0, 0},
+	} {
+		var hard, soft int
+		for _, p := range Problems(tc.r) {
+			if p.Hard {
+				hard++
+			} else {
+				soft++
+			}
+		}
+		if hard != tc.hard || soft != tc.soft {
+			t.Errorf("Problems(%+v): %d hard, %d soft; want %d, %d", tc.r, hard, soft, tc.hard, tc.soft)
+		}
+	}
+}
+
+func TestPercentile(t *testing.T) {
+	var d []time.Duration
+	for i := 1; i <= 100; i++ {
+		d = append(d, time.Duration(i))
+	}
+	if p := percentile(d, 0.5); p != 50 {
+		t.Errorf("p50 = %v, want 50", p)
+	}
+	if p := percentile(d, 0.99); p != 99 {
+		t.Errorf("p99 = %v, want 99", p)
+	}
+	if p := percentile(nil, 0.5); p != 0 {
+		t.Errorf("p50 of nothing = %v, want 0", p)
+	}
+}
+
+func TestMedian(t *testing.T) {
+	for _, tc := range []struct {
+		xs   []float64
+		want float64
+	}{{[]float64{3, 1, 2}, 2}, {[]float64{4, 1, 3, 2}, 2.5}, {[]float64{7}, 7}} {
+		if m := median(tc.xs); m == nil || *m != tc.want {
+			t.Errorf("median(%v) = %v, want %v", tc.xs, m, tc.want)
+		}
+	}
+	if m := median(nil); m != nil {
+		t.Errorf("median(nil) = %v, want nil", *m)
+	}
+}

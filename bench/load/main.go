@@ -1,0 +1,109 @@
+// Command load measures what a guard costs against DynamoDB, next to the raw
+// SDK doing the same requests, in one process and one run.
+//
+//	IDEMGUARD_SERVICES=dynamodb scripts/harness.sh run go run ./bench/load
+//	go run ./bench/load -endpoint http://127.0.0.1:8000 -ops 4000 -concurrency 32
+//
+// It creates a fresh table on the endpoint (DynamoDB Local or another
+// server that accepts the static credentials "local"/"local"), runs a
+// warm-up pass, then runs every scenario in several rounds, round-robin and
+// in a rotated order each round, so that noise on a shared machine hits all
+// scenarios alike. It prints one JSON line per scenario on standard output
+// and a check of the targets of issue 7 on standard error; it exits with
+// status 1 if a request-count target (the deterministic ones) is missed, or,
+// with -strict, any target.
+//
+// Scenarios (see docs/benchmarks.md):
+//
+//	miss_raw              conditional PutItem + UpdateItem, built by hand, as the store sends them
+//	miss_guarded          a guarded call with a fresh key: claim, run, complete
+//	replay_raw            the conditional PutItem, failing, returning the old item (ALL_OLD)
+//	replay_guarded        a guarded call whose key is completed: one failed claim, replay
+//	replay_cached_guarded the same with guard.WithCache: no request
+//	hotkey_wait           -hot-calls concurrent calls with one key, guard.WithWait
+//	hotkey_reject         the same with guard.WithReject
+//
+// Every scenario uses the same SDK client (one HTTP client, one retryer,
+// one request-counting middleware).
+//
+// Flags: -concurrency (16), -ops (2000 per scenario), -rounds (20),
+// -warmup (300 per scenario), -hot-calls (2000), -scenarios, -v (figures of
+// every round on standard error), -cpuprofile (samples labelled
+// scenario=<name>: go tool pprof -tagfocus scenario=miss_guarded; against a
+// server, HTTP connection goroutines keep the label of the scenario that
+// dialled them, so compare labels with -stub), and
+// -stub, which answers the requests in process instead of sending them, so
+// that the client's CPU time can be measured without the server's noise.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"runtime/pprof"
+	"strings"
+	"time"
+
+	"github.com/idemguard/idemguard/store/dynamodb/dynamodbtest"
+)
+
+func main() {
+	cfg := DefaultConfig()
+	flag.StringVar(&cfg.Endpoint, "endpoint", os.Getenv(dynamodbtest.EndpointEnv), "DynamoDB endpoint URL (default $"+dynamodbtest.EndpointEnv+")")
+	flag.IntVar(&cfg.Concurrency, "concurrency", cfg.Concurrency, "concurrent callers in the miss and replay scenarios")
+	flag.IntVar(&cfg.Ops, "ops", cfg.Ops, "operations per miss and replay scenario, over all rounds")
+	flag.IntVar(&cfg.Rounds, "rounds", cfg.Rounds, "rounds the operations are split into, scenarios interleaved")
+	flag.IntVar(&cfg.Warmup, "warmup", cfg.Warmup, "operations per scenario in the warm-up pass (not reported)")
+	flag.IntVar(&cfg.ReplayKeys, "replay-keys", cfg.ReplayKeys, "distinct completed keys the replay scenarios cycle through")
+	flag.IntVar(&cfg.HotCalls, "hot-calls", cfg.HotCalls, "concurrent calls with one key in each hot-key burst (one burst per round)")
+	flag.DurationVar(&cfg.HotHold, "hot-hold", cfg.HotHold, "how long the hot-key function runs once every caller has started (wait mode)")
+	flag.BoolVar(&cfg.Verbose, "v", false, "write each scenario's figures in each round to standard error")
+	stub := flag.Bool("stub", false, "answer the requests in process instead of sending them, to measure the client's CPU time alone (no server, no network)")
+	scenarios := flag.String("scenarios", "", "comma-separated scenarios to run (default all)")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the measured rounds to `file` (samples labelled scenario=<name>)")
+	timeout := flag.Duration("timeout", 15*time.Minute, "give up after this long")
+	strict := flag.Bool("strict", false, "exit with status 1 when a throughput or CPU target is missed too")
+	flag.Parse()
+	if *scenarios != "" {
+		cfg.Scenarios = strings.Split(*scenarios, ",")
+	}
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			fatal(err)
+		}
+		defer f.Close()
+		cfg.Profile = f
+	}
+	if *stub {
+		cfg.Endpoint = "http://127.0.0.1:9" // never dialled
+		cfg.httpClient = newStubDynamo()
+	}
+	if cfg.Endpoint == "" {
+		fatal(fmt.Errorf("no endpoint: set -endpoint or %s, or run under scripts/harness.sh", dynamodbtest.EndpointEnv))
+	}
+
+	// Cancelled, not given a deadline: a deadline on the callers' context
+	// would change the guard's lease (it follows the context deadline).
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer cancel()
+	stop := time.AfterFunc(*timeout, cancel)
+	defer stop.Stop()
+
+	results, err := Run(ctx, cfg, os.Stdout, os.Stderr)
+	if err != nil {
+		fatal(err)
+	}
+	hard, soft := Check(results, os.Stderr)
+	if hard > 0 || (*strict && soft > 0) {
+		os.Exit(1)
+	}
+}
+
+func fatal(err error) {
+	pprof.StopCPUProfile()
+	fmt.Fprintln(os.Stderr, "load:", err)
+	os.Exit(2)
+}
