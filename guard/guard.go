@@ -221,9 +221,8 @@ func execute[T any](ctx context.Context, g *Guard, c *config, scope string, inpu
 // flight is a call in progress in this process, which concurrent calls with
 // the same key and payload join instead of going to the store.
 type flight struct {
-	done chan struct{} // closed when the leader has an outcome
-
 	// Protected by Guard.mu.
+	done      chan struct{} // made by the first follower; closed once the leader has an outcome
 	dups      int           // followers that joined
 	settled   bool          // the leader knows whether it runs the function
 	executing bool          // the leader runs the function (valid once settled)
@@ -243,12 +242,15 @@ func (g *Guard) join(fkey string) (f *flight, leader bool) {
 	defer g.mu.Unlock()
 	if f, ok := g.flights[fkey]; ok {
 		f.dups++
+		if f.done == nil {
+			f.done = make(chan struct{})
+		}
 		return f, false
 	}
 	if g.flights == nil {
 		g.flights = make(map[string]*flight)
 	}
-	f = &flight{done: make(chan struct{})}
+	f = &flight{}
 	g.flights[fkey] = f
 	return f, true
 }
@@ -275,13 +277,16 @@ func land[T any](g *Guard, fkey string, f *flight, rec *store.Record, v T, hasVa
 			close(f.decided)
 		}
 	}
-	dups := f.dups
+	dups, done := f.dups, f.done
 	g.mu.Unlock()
+	if dups == 0 {
+		return // nobody joined, and nobody can any more
+	}
 	f.rec, f.err = rec, err
-	if dups > 0 && hasValue {
+	if hasValue {
 		f.value, f.hasValue = v, true
 	}
-	close(f.done)
+	close(done)
 }
 
 // follow waits for the leader of f. again reports that the leader's context
@@ -674,9 +679,11 @@ func (g *Guard) release(ctx context.Context, claim *store.Record) {
 // newToken returns a random fencing token: 128 bits, hex.
 func newToken() string {
 	var b [16]byte
+	var h [32]byte
 	binary.LittleEndian.PutUint64(b[:8], rand.Uint64())
 	binary.LittleEndian.PutUint64(b[8:], rand.Uint64())
-	return hex.EncodeToString(b[:])
+	hex.Encode(h[:], b[:])
+	return string(h[:])
 }
 
 // sleep pauses for d on clock, or until ctx is done.

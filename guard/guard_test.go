@@ -416,6 +416,10 @@ func TestLeaseKeeperExtendsWhileRunning(t *testing.T) {
 	key := <-inside
 	before, _ := m.Get(ctx, key)
 	for i := 0; i < 5; i++ { // 5 s of a 3 s lease, in 1 s steps
+		// The keeper's next tick is armed before the clock moves past it.
+		if err := clock.BlockUntilContext(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
 		clock.Advance(time.Second)
 		want := int64(i + 1)
 		waitFor(t, "an extension", func() bool { return cs.extends.Load() >= want })

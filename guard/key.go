@@ -14,6 +14,8 @@ import (
 
 	"github.com/gowebpki/jcs"
 	jmespath "github.com/jmespath-community/go-jmespath"
+	"github.com/jmespath-community/go-jmespath/pkg/functions"
+	"github.com/jmespath-community/go-jmespath/pkg/parsing"
 )
 
 // A key is derived in four steps (see DESIGN.md "Keys"):
@@ -44,7 +46,7 @@ func compile(src string) (*expression, error) {
 	if e, ok := expressions.Load(src); ok {
 		return e.(*expression), nil
 	}
-	jp, err := jmespath.Compile(src, powertoolsFunctions...)
+	jp, err := compileChecked(src)
 	if err != nil {
 		return nil, &ExpressionError{Expr: src, Err: err}
 	}
@@ -52,6 +54,75 @@ func compile(src string) (*expression, error) {
 	e.fields, e.chain = fieldChain(src)
 	v, _ := expressions.LoadOrStore(src, e)
 	return v.(*expression), nil
+}
+
+// compileChecked compiles src and rejects, when the guard is built rather
+// than at the first call, what would fail or mislead at every call: a
+// parser panic (go-jmespath v1.1.1 panics on some malformed input), an
+// unknown function, and a selection whose value depends on map iteration
+// order (an object wildcard, keys(), values(), items()) outside a function
+// that makes order irrelevant, such as sort() or length(): such a key would
+// differ between retries of one request.
+func compileChecked(src string) (jp jmespath.JMESPath, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			jp, err = nil, fmt.Errorf("the parser failed on it: %v", r)
+		}
+	}()
+	ast, err := jmespath.NewParser().Parse(src)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkNode(ast, false); err != nil {
+		return nil, err
+	}
+	return jmespath.Compile(src, powertoolsFunctions...)
+}
+
+// knownFunctions are the names of the functions expressions may call.
+var knownFunctions = func() map[string]bool {
+	m := map[string]bool{}
+	for _, f := range functions.GetDefaultFunctions() {
+		m[f.Name] = true
+	}
+	for _, f := range powertoolsFunctions {
+		m[f.Name] = true
+	}
+	return m
+}()
+
+// orderFree are functions whose result does not depend on the order of
+// their array arguments.
+var orderFree = map[string]bool{
+	"sort": true, "sort_by": true, "length": true, "max": true, "min": true,
+	"max_by": true, "min_by": true, "sum": true, "avg": true, "contains": true,
+}
+
+// orderDependent are functions whose result follows map iteration order.
+var orderDependent = map[string]bool{"keys": true, "values": true, "items": true}
+
+func checkNode(n parsing.ASTNode, ordered bool) error {
+	switch n.NodeType {
+	case parsing.ASTFunctionExpression:
+		name, _ := n.Value.(string)
+		if !knownFunctions[name] {
+			return fmt.Errorf("unknown function %s()", name)
+		}
+		if orderDependent[name] && !ordered {
+			return fmt.Errorf("%s() follows map order, so the key would change between calls; wrap it in sort()", name)
+		}
+		ordered = ordered || orderFree[name]
+	case parsing.ASTValueProjection:
+		if !ordered {
+			return fmt.Errorf("an object wildcard (.*) follows map order, so the key would change between calls; wrap it in sort() or select fields by name")
+		}
+	}
+	for _, c := range n.Children {
+		if err := checkNode(c, ordered); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // fieldChain splits "a.b.c", a chain of JMESPath unquoted identifiers, into

@@ -834,3 +834,25 @@ func TestKeyVectors(t *testing.T) {
 		}
 	}
 }
+
+func TestExpressionsRejectedWhenBuilt(t *testing.T) {
+	m := memory.New()
+	for _, expr := range []string{
+		"a\u0080",              // go-jmespath's lexer panics on it
+		"powertools_jsn(body)", // a misspelt function
+		"order.*",              // values in map order
+		"keys(@)",
+		"values(order)",
+		"items(@)",
+	} {
+		var ee *guard.ExpressionError
+		if _, err := guard.New(m, guard.WithKeyPath(expr)); !errors.As(err, &ee) || !errors.Is(err, guard.ErrInvalidOption) {
+			t.Errorf("WithKeyPath(%q): %v, want an ExpressionError", expr, err)
+		}
+	}
+	for _, expr := range []string{"sort(keys(@))", "length(order.*)", "sort(values(order))", "powertools_json(body).id", "[a, b]"} {
+		if _, err := guard.New(m, guard.WithKeyPath(expr)); err != nil {
+			t.Errorf("WithKeyPath(%q): %v, want it accepted", expr, err)
+		}
+	}
+}

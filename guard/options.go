@@ -177,7 +177,11 @@ func (c *config) fail(err error) {
 // WithKeyPath selects the part of the input the key is derived from, with a
 // JMESPath expression over the input's JSON form (for example
 // "order.id" or "powertools_json(body).order_id"). Without it the key is
-// derived from the whole input. An expression that does not compile is
+// derived from the whole input.
+//
+// Numbers are canonicalised as IEEE-754 doubles, as RFC 8785 requires, so
+// integers beyond ±2^53 lose precision and neighbouring ones share a key:
+// select large IDs (snowflake IDs, for example) as strings. An expression that does not compile is
 // reported by [New], [Wrap] or [Do] as an [*ExpressionError].
 func WithKeyPath(expr string) Option {
 	e, err := compile(expr)
