@@ -129,13 +129,13 @@ func DoBatch[In, Out any](ctx context.Context, g *guard.Guard, items []In, fn fu
 func batchError(err error, i, n int, maxDelay time.Duration) error {
 	if errors.Is(err, store.ErrThrottled) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
 		return temporal.NewApplicationErrorWithOptions(
-			fmt.Sprintf("batch item %d of %d: %v", i, n, err), ErrorTypeStoreThrottled,
+			fmt.Sprintf("batch item at index %d (of %d): %v", i, n, err), ErrorTypeStoreThrottled,
 			temporal.ApplicationErrorOptions{NextRetryDelay: throttleDelay(maxDelay), Cause: err})
 	}
 	if te := temporalError(err, maxDelay); te == err {
 		return err // the activity's own error, or a context error
 	}
-	return temporalError(fmt.Errorf("batch item %d of %d: %w", i, n, err), maxDelay)
+	return temporalError(fmt.Errorf("batch item at index %d (of %d): %w", i, n, err), maxDelay)
 }
 
 // throttleDelay is ThrottleRetryDelay with ±50% jitter, capped by maxDelay

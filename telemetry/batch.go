@@ -34,11 +34,14 @@ const (
 // only in the batch span's counts.
 const OutcomeNotRun = "not_run"
 
-// BatchOutcomes are the outcomes a batch span counts items by, each under
-// [BatchOutcomeKey]: the outcomes of single calls plus [OutcomeNotRun].
-var BatchOutcomes = []string{
-	OutcomeExecuted, OutcomeReplayed, OutcomeInProgress, OutcomePayloadMismatch,
-	OutcomeUnguarded, OutcomeError, OutcomeNotRun,
+// BatchOutcomes returns the outcomes a batch span counts items by, each
+// under [BatchOutcomeKey]: the outcomes of single calls plus
+// [OutcomeNotRun].
+func BatchOutcomes() []string {
+	return []string{
+		OutcomeExecuted, OutcomeReplayed, OutcomeInProgress, OutcomePayloadMismatch,
+		OutcomeUnguarded, OutcomeError, OutcomeNotRun,
+	}
 }
 
 // BatchOutcomeKey is the attribute of a batch span that counts the items

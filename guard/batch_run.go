@@ -1,0 +1,452 @@
+package guard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/idemguard/idemguard/store"
+	"github.com/idemguard/idemguard/telemetry"
+)
+
+// How DoBatch runs a batch: bind every key, settle what the cache and one
+// bulk lookup can answer, then claim the rest through execute, the path of
+// a single call, in a bounded pool.
+
+// batchRun is one call of DoBatch.
+type batchRun[In, Out any] struct {
+	g      *Guard
+	c      *config
+	b      *batchConfig
+	scope  string
+	inputs []In
+	fn     func(context.Context, In) (Out, error)
+	res    []ItemResult[Out] // each element written once, by the item's goroutine, before wg.Wait returns
+
+	items []batchItem // derived keys, by input index
+
+	mu       sync.Mutex     // protects the fields below and serialises onItem
+	counts   map[string]int // items by telemetry outcome label
+	direct   map[string]int // those not counted by an execute call
+	failed   int
+	stopped  bool
+	panicked any
+	hasPanic bool
+}
+
+// batchItem is an input's key, bound before anything runs.
+type batchItem struct {
+	c *config // the batch's config, or a copy carrying the item's key
+	d derived
+}
+
+// batchUnit is the items of a batch that share a key.
+type batchUnit struct {
+	key   string
+	idx   []int // in input order
+	known bool  // an item lies before the resume point: the key completed earlier
+}
+
+// notRun labels items the batch did not start, on the batch span.
+const notRun = telemetry.OutcomeNotRun
+
+func (r *batchRun[In, Out]) run(ctx context.Context) {
+	g := r.g
+	r.counts, r.direct = make(map[string]int), make(map[string]int)
+	ctx, span := g.tel.Tracer.Start(ctx, telemetry.SpanBatch)
+	var lookedUp, found int
+	defer func() { r.end(ctx, span, lookedUp, found) }()
+
+	if g.disabled {
+		tasks := make([]batchTask, len(r.inputs))
+		for i := range r.inputs {
+			tasks[i] = batchTask{idx: []int{i}, run: func(ctx context.Context) { r.execute(ctx, i, r.c) }}
+		}
+		r.pool(ctx, tasks)
+		return
+	}
+	units, tasks := r.bind()
+
+	// Settle what the local cache holds, then what one bulk lookup finds.
+	now := r.c.clock.Now()
+	var pending []*batchUnit
+	for _, u := range units {
+		if g.cache != nil {
+			if rec, ok := g.cache.Get(u.key); ok && r.settle(ctx, u, rec, now) {
+				continue
+			}
+		}
+		pending = append(pending, u)
+	}
+	pending, lookedUp, found = r.lookup(ctx, span, pending)
+
+	// What is left needs a claim, or, for a unit resumed past without an
+	// answer from the lookup, a read of its record.
+	need := make(map[*batchUnit]bool, len(pending))
+	for _, u := range pending {
+		need[u] = true
+	}
+	out := tasks[:0]
+	for _, t := range tasks {
+		switch u := t.unit; {
+		case u == nil:
+			out = append(out, t)
+		case !need[u]:
+		case u.known:
+			out = append(out, batchTask{unit: u, idx: u.idx, run: func(ctx context.Context) { r.read(ctx, u) }})
+		default:
+			out = append(out, batchTask{unit: u, idx: u.idx, run: func(ctx context.Context) { r.claimUnit(ctx, u) }})
+		}
+	}
+	r.pool(ctx, out)
+}
+
+// bind derives every item's key before anything runs (fn may change its
+// input) and groups the items by key. It returns the units and a task per
+// unit (to be filled in) or per unkeyed item, in the input order of their
+// first items. Items whose key cannot be derived are finished here.
+func (r *batchRun[In, Out]) bind() (units []*batchUnit, tasks []batchTask) {
+	r.items = make([]batchItem, len(r.inputs))
+	byKey := make(map[string]*batchUnit)
+	for i, in := range r.inputs {
+		c := r.c
+		if r.b.itemKey != nil {
+			ci := *r.c
+			ci.explicitKey, ci.hasKey = r.b.itemKey(any(in)), true
+			c = &ci
+		}
+		d, err := c.derive(r.scope, in)
+		r.items[i] = batchItem{c: c, d: d}
+		switch {
+		case err != nil:
+			r.finish(i, ItemResult[Out]{Err: err}, false)
+		case d.key == "":
+			// Unguarded, or ErrKeyMissing: execute decides and says so.
+			tasks = append(tasks, batchTask{idx: []int{i}, run: func(ctx context.Context) { r.execute(ctx, i, c) }})
+		default:
+			u := byKey[d.key]
+			if u == nil {
+				u = &batchUnit{key: d.key}
+				byKey[d.key] = u
+				units = append(units, u)
+				tasks = append(tasks, batchTask{unit: u})
+			}
+			u.idx = append(u.idx, i)
+			u.known = u.known || i < r.b.resume
+		}
+	}
+	return units, tasks
+}
+
+// lookup reads the records of pending units with the store's BatchGetter,
+// if it has one, settles the units they answer, and returns the others. If
+// the lookup is throttled (or the context ends) it fails the units it did
+// not answer instead: claims would only add to the store's load.
+func (r *batchRun[In, Out]) lookup(ctx context.Context, span trace.Span, pending []*batchUnit) (rest []*batchUnit, lookedUp, found int) {
+	g := r.g
+	bg, ok := g.store.(store.BatchGetter)
+	if !ok || len(pending) == 0 {
+		return pending, 0, 0
+	}
+	keys := make([]string, len(pending))
+	for i, u := range pending {
+		keys[i] = u.key
+	}
+	start := time.Now()
+	recs, err := bg.GetMany(ctx, keys)
+	g.timeStore(ctx, "get_many", start)
+	if errors.Is(err, store.ErrSkip) {
+		return pending, 0, 0
+	}
+	now := r.c.clock.Now()
+	if err != nil && (ctx.Err() != nil || isContextError(err) || errors.Is(err, store.ErrThrottled)) {
+		recordError(span, err)
+		for _, u := range pending {
+			if rec := recs[u.key]; rec != nil && r.settle(ctx, u, rec, now) {
+				continue
+			}
+			uerr := ctx.Err()
+			if uerr == nil {
+				uerr = &StoreError{Op: "get_many", Key: u.key, Err: err}
+			}
+			r.finishUnit(u, uerr)
+		}
+		return nil, len(keys), len(recs)
+	}
+	if err != nil {
+		// One corrupt item, say: the claims find out key by key.
+		g.log(ctx, slog.LevelWarn, "idemguard: batch lookup failed; claiming the items it did not return one by one", r.scope+"#", slog.Any("error", err))
+		if span.IsRecording() {
+			span.AddEvent("idemguard.batch.lookup_failed", trace.WithAttributes(telemetry.ErrorTypeKey.String(errorType(err))))
+		}
+	}
+	for _, u := range pending {
+		// Without an error, an absent record means there is none.
+		if rec := recs[u.key]; (rec != nil || err == nil) && r.settle(ctx, u, rec, now) {
+			continue
+		}
+		rest = append(rest, u)
+	}
+	return rest, len(keys), len(recs)
+}
+
+// batchTask is work for the pool: one unit's claims or read, or one
+// unkeyed item.
+type batchTask struct {
+	unit *batchUnit
+	idx  []int // the items it settles
+	run  func(context.Context)
+}
+
+// settle replays rec to every item of u if it holds an outcome u may
+// replay, or fails u's items if u was resumed past and rec cannot give its
+// outcome; it reports false, settling nothing, when u needs a claim.
+func (r *batchRun[In, Out]) settle(ctx context.Context, u *batchUnit, rec *store.Record, now time.Time) bool {
+	if rec != nil && rec.Status == store.StatusCompleted && (u.known || rec.Live(now)) {
+		if rec.Live(now) {
+			r.g.remember(rec)
+		}
+		for _, i := range u.idx {
+			it := r.items[i]
+			v, out, err := replay[Out](ctx, it.c, it.d, rec, OutcomeReplayed)
+			r.finish(i, ItemResult[Out]{Value: v, Outcome: out, Err: err}, false)
+		}
+		return true
+	}
+	if !u.known {
+		return false
+	}
+	why := "it has no record"
+	if rec != nil {
+		why = "its record is " + rec.Status.String() + " under another claim"
+	}
+	r.finishUnit(u, fmt.Errorf("%w (key %s): the batch resumed past this item, but %s", ErrResultUnavailable, u.key, why))
+	return true
+}
+
+// finishUnit gives every item of u the error err.
+func (r *batchRun[In, Out]) finishUnit(u *batchUnit, err error) {
+	for _, i := range u.idx {
+		r.finish(i, ItemResult[Out]{Err: err}, false)
+	}
+}
+
+// read settles a unit resumed past when the bulk lookup could not answer:
+// it reads the record with the store's Get.
+func (r *batchRun[In, Out]) read(ctx context.Context, u *batchUnit) {
+	start := time.Now()
+	rec, err := r.g.store.Get(ctx, u.key)
+	r.g.timeStore(ctx, "get", start)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		rec = nil
+	case err != nil:
+		if ctx.Err() != nil {
+			err = ctx.Err()
+		} else {
+			err = &StoreError{Op: "get", Key: u.key, Err: err}
+		}
+		r.finishUnit(u, err)
+		return
+	}
+	r.settle(ctx, u, rec, r.c.clock.Now())
+}
+
+// claimUnit runs u's items through the single-call path: the first item of
+// each payload runs (or replays, or waits) as Do would, and the items with
+// the same payload share its outcome. Payloads are taken one after another,
+// so a second payload meets the first one's record, as it would in
+// sequential calls.
+func (r *batchRun[In, Out]) claimUnit(ctx context.Context, u *batchUnit) {
+	type group struct {
+		lead   int
+		shares []int
+	}
+	var groups []*group
+	byHash := make(map[string]*group, 1)
+	for _, i := range u.idx {
+		ph := r.items[i].d.payloadHash
+		if g := byHash[ph]; g != nil {
+			g.shares = append(g.shares, i)
+			continue
+		}
+		g := &group{lead: i}
+		byHash[ph] = g
+		groups = append(groups, g)
+	}
+	for n, g := range groups {
+		if n > 0 && r.halted(ctx) {
+			err := r.notStarted(ctx)
+			for _, g := range groups[n:] {
+				for _, i := range append([]int{g.lead}, g.shares...) {
+					r.finish(i, ItemResult[Out]{Err: err}, false)
+				}
+			}
+			return
+		}
+		lead := r.execute(ctx, g.lead, r.items[g.lead].c)
+		if lead.Outcome != 0 {
+			lead.Outcome = OutcomeShared
+		}
+		for _, i := range g.shares {
+			r.finish(i, lead, false)
+		}
+	}
+}
+
+// execute runs item i through the single-call path with config c.
+func (r *batchRun[In, Out]) execute(ctx context.Context, i int, c *config) ItemResult[Out] {
+	in := r.inputs[i]
+	v, out, err := execute(ctx, r.g, c, r.scope, in, func(ctx context.Context) (Out, error) { return r.fn(ctx, in) })
+	res := ItemResult[Out]{Value: v, Outcome: out, Err: err}
+	r.finish(i, res, true)
+	return res
+}
+
+// finish records item i's outcome. viaExecute says an execute call has
+// counted it in the calls metric already.
+func (r *batchRun[In, Out]) finish(i int, res ItemResult[Out], viaExecute bool) {
+	r.res[i] = res
+	label := outcomeLabel(res.Outcome, res.Err)
+	if errors.Is(res.Err, ErrBatchStopped) || (res.Outcome == 0 && isContextError(res.Err) && !viaExecute) {
+		label = notRun
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.counts[label]++
+	if !viaExecute && label != notRun {
+		r.direct[label]++
+	}
+	if res.Err != nil {
+		r.failed++
+		if r.b.stopOnError {
+			r.stopped = true
+		}
+	}
+	if r.b.onItem != nil {
+		r.b.onItem(i, res.Outcome, res.Err)
+	}
+}
+
+// halted reports whether no more items may start.
+func (r *batchRun[In, Out]) halted(ctx context.Context) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.stopped || r.hasPanic || ctx.Err() != nil
+}
+
+// notStarted is the error of an item the batch did not start.
+func (r *batchRun[In, Out]) notStarted(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return ErrBatchStopped
+}
+
+// pool runs tasks in order, at most r.b.concurrency at a time. A panic in
+// a task stops the batch and continues in the caller once the running
+// tasks have finished.
+func (r *batchRun[In, Out]) pool(ctx context.Context, tasks []batchTask) {
+	sem := make(chan struct{}, r.b.concurrency)
+	var wg sync.WaitGroup
+	skip := func(t batchTask) {
+		err := r.notStarted(ctx)
+		for _, i := range t.idx {
+			r.finish(i, ItemResult[Out]{Err: err}, false)
+		}
+	}
+	for _, t := range tasks {
+		if r.halted(ctx) {
+			skip(t)
+			continue
+		}
+		acquired := false
+		select {
+		case sem <- struct{}{}:
+			acquired = true
+		case <-ctx.Done():
+		}
+		if r.halted(ctx) {
+			if acquired {
+				<-sem
+			}
+			skip(t)
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			finished := false
+			defer func() {
+				if !finished {
+					p := recover()
+					r.mu.Lock()
+					if !r.hasPanic {
+						if p == nil {
+							// runtime.Goexit: the items of the task that
+							// have no outcome get errGoexit.
+							p = errGoexit
+						}
+						r.panicked, r.hasPanic = p, true
+					}
+					r.mu.Unlock()
+				}
+				<-sem
+				wg.Done()
+			}()
+			t.run(ctx)
+			finished = true
+		}()
+	}
+	wg.Wait()
+	r.mu.Lock()
+	p, ok := r.panicked, r.hasPanic
+	r.mu.Unlock()
+	if ok {
+		if p == errGoexit {
+			for i := range r.res {
+				if r.res[i].Outcome == 0 && r.res[i].Err == nil {
+					r.res[i].Err = errGoexit
+				}
+			}
+			return
+		}
+		panic(p)
+	}
+}
+
+// end ends the batch span with the item counts and counts the items that
+// no execute call counted.
+func (r *batchRun[In, Out]) end(ctx context.Context, span trace.Span, lookedUp, found int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for label, n := range r.direct {
+		r.g.tel.Calls.Add(ctx, int64(n), r.g.tel.CallOption(r.scope, label))
+	}
+	if span.IsRecording() {
+		attrs := []attribute.KeyValue{
+			telemetry.ScopeKey.String(r.scope), r.g.tel.StoreAttr(),
+			telemetry.BatchItemsKey.Int(len(r.inputs)),
+			telemetry.BatchLookupKeysKey.Int(lookedUp),
+			telemetry.BatchLookupFoundKey.Int(found),
+		}
+		for _, o := range telemetry.BatchOutcomes() {
+			attrs = append(attrs, telemetry.BatchOutcomeKey(o).Int(r.counts[o]))
+		}
+		if r.b.resume > 0 {
+			attrs = append(attrs, telemetry.BatchResumedKey.Int(min(r.b.resume, len(r.inputs))))
+		}
+		attrs = append(attrs, r.c.spanAttrs...)
+		span.SetAttributes(attrs...)
+		if r.failed > 0 {
+			span.SetStatus(codes.Error, fmt.Sprintf("%d of %d items failed", r.failed, len(r.inputs)))
+		}
+	}
+	span.End()
+}
