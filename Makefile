@@ -37,11 +37,11 @@ bench:
 .PHONY: fuzz
 FUZZTIME ?= 60s
 fuzz:
-	@$(GO) test -list '^FuzzDeriveKey$$' ./guard | grep -qx FuzzDeriveKey || { echo "fuzz: FuzzDeriveKey not found in ./guard"; exit 1; }
+	@l=$$($(GO) test -list '^FuzzDeriveKey$$' ./guard) || { echo "$$l"; exit 1; }; echo "$$l" | grep -qx FuzzDeriveKey || { echo "fuzz: FuzzDeriveKey not found in ./guard"; exit 1; }
 	$(GO) test -run '^$$' -fuzz '^FuzzDeriveKey$$' -fuzztime $(FUZZTIME) ./guard
-	@$(GO) test -list '^FuzzCanonicalize$$' ./guard | grep -qx FuzzCanonicalize || { echo "fuzz: FuzzCanonicalize not found in ./guard"; exit 1; }
+	@l=$$($(GO) test -list '^FuzzCanonicalize$$' ./guard) || { echo "$$l"; exit 1; }; echo "$$l" | grep -qx FuzzCanonicalize || { echo "fuzz: FuzzCanonicalize not found in ./guard"; exit 1; }
 	$(GO) test -run '^$$' -fuzz '^FuzzCanonicalize$$' -fuzztime $(FUZZTIME) ./guard
-	@$(GO) test -list '^FuzzDecodeItem$$' ./store/dynamodb | grep -qx FuzzDecodeItem || { echo "fuzz: FuzzDecodeItem not found in ./store/dynamodb"; exit 1; }
+	@l=$$($(GO) test -list '^FuzzDecodeItem$$' ./store/dynamodb) || { echo "$$l"; exit 1; }; echo "$$l" | grep -qx FuzzDecodeItem || { echo "fuzz: FuzzDecodeItem not found in ./store/dynamodb"; exit 1; }
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeItem$$' -fuzztime $(FUZZTIME) ./store/dynamodb
 
 tools:
