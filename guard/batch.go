@@ -2,19 +2,12 @@ package guard
 
 import (
 	"context"
-	"errors"
 	"reflect"
 )
 
 // DefaultConcurrency is how many items of a batch [DoBatch] runs at once
 // unless [WithConcurrency] says otherwise.
 const DefaultConcurrency = 8
-
-// ErrBatchStopped is the error of a batch item that [DoBatch] did not start
-// because an earlier item failed and the batch runs with
-// [WithStopOnError]. The function did not run for the item; running the
-// batch again is safe.
-var ErrBatchStopped = errors.New("idemguard: batch stopped before this item ran")
 
 // ItemResult is the outcome of one item of a batch run by [DoBatch]: what
 // [Execute] would have returned for the item alone.

@@ -59,6 +59,14 @@
 // [ErrInProgress] in [Reject] mode (the default), or polls with backoff and
 // jitter in [Wait] mode ([WithWait]) until it can replay or take over.
 //
+// # Batches
+//
+// [DoBatch] guards each item of a slice with its own record: items completed
+// earlier are found with one bulk read (when the store implements
+// [store.BatchGetter]) and replayed, and only the rest are claimed and run,
+// with bounded concurrency. Results come back in input order, one item's
+// failure leaving the others alone.
+//
 // # Cost
 //
 // A first call costs two store writes (claim, complete); a replay costs one

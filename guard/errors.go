@@ -70,6 +70,12 @@ var (
 	// [*ExpressionError]), a negative duration, a nil store. Reported when
 	// the guard or wrapper is built; the function did not run.
 	ErrInvalidOption = errors.New("idemguard: invalid option")
+
+	// ErrBatchStopped is the error of a batch item that [DoBatch] did not start
+	// because an earlier item failed and the batch runs with
+	// [WithStopOnError]. The function did not run for the item; running the
+	// batch again is safe.
+	ErrBatchStopped = errors.New("idemguard: batch stopped before this item ran")
 )
 
 // InProgressError is the [ErrInProgress] error.
