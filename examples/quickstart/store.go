@@ -59,6 +59,9 @@ func openStore(ctx context.Context, getenv func(string) string) (*storeChoice, e
 		if err != nil {
 			return nil, fmt.Errorf("loading the AWS configuration: %w", err)
 		}
+		if cfg.Region == "" {
+			cfg.Region = "us-east-1"
+		}
 		client = dynamodb.NewFromConfig(cfg)
 		where = "the endpoint of the AWS configuration, region " + cfg.Region
 	}
