@@ -57,6 +57,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"syscall"
 	"time"
 )
 
@@ -66,7 +67,8 @@ func main() {
 		`which Temporal to run on: "auto", a server's HOST:PORT, "cli" (start a dev server from the Temporal CLI) or "testsuite" (the SDK's in-process test environment)`)
 	flag.Parse()
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	// Interrupted or terminated, it still stops the dev server it started.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
