@@ -16,7 +16,7 @@ GO ?= go
 .PHONY: test unit vet bench tools fmt
 
 # The library module and the examples module (joined by go.work).
-PKGS = ./... ./examples/...
+PKGS = ./... ./examples/... ./bench/...
 
 test: vet
 	scripts/harness.sh run $(GO) test -race -count=1 $(PKGS)
@@ -49,3 +49,12 @@ tools:
 
 fmt:
 	gofmt -w .
+
+# make chaos  the chaos suite (chaos/, docs/chaos.md): worker processes
+#             SIGKILLed and restarted, 5% store faults, ≥ 10,000 guarded
+#             operations against the harness's servers; prints the figures
+#             and a JSON line, fails on a duplicate effect or a stuck record.
+#             Pass flags with CHAOSFLAGS, e.g. CHAOSFLAGS='-workflows 200'.
+.PHONY: chaos
+chaos:
+	scripts/harness.sh run $(GO) run ./chaos/cmd/chaos $(CHAOSFLAGS)
