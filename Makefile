@@ -15,7 +15,7 @@ GO ?= go
 
 .PHONY: test unit vet bench tools fmt
 
-# The library module and the examples module (joined by go.work).
+# The library module and the nested examples and bench modules (go.work).
 PKGS = ./... ./examples/... ./bench/...
 
 test: vet
