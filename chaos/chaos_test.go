@@ -1,0 +1,77 @@
+package chaos_test
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemguard/idemguard/chaos"
+)
+
+// TestMain turns this test binary into a chaos worker when the driver
+// starts it as one.
+func TestMain(m *testing.M) {
+	chaos.RunWorkerIfChild()
+	os.Exit(m.Run())
+}
+
+// endpoints returns the servers' addresses from the environment; without
+// them the test is skipped, or fails when CI=true.
+func endpoints(t *testing.T) (ddb, temporal string) {
+	t.Helper()
+	ddb, temporal = os.Getenv(chaos.DynamoDBEndpointEnv), os.Getenv(chaos.TemporalAddressEnv)
+	if ddb == "" || temporal == "" {
+		msg := chaos.DynamoDBEndpointEnv + " and " + chaos.TemporalAddressEnv + " must be set (scripts/harness.sh run go test ./chaos/...)"
+		if os.Getenv("CI") == "true" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	return ddb, temporal
+}
+
+// logWriter sends the driver's progress lines to the test log.
+type logWriter struct{ t *testing.T }
+
+func (w logWriter) Write(b []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(b), "\n"))
+	return len(b), nil
+}
+
+// The short chaos run of make test: at least 500 guarded operations and
+// 3 kills, well under 3 minutes, no duplicate effect, no stuck record.
+func TestChaosShort(t *testing.T) {
+	ddb, temporal := endpoints(t)
+	cfg := chaos.ShortConfig()
+	cfg.DynamoDBEndpoint, cfg.TemporalAddress = ddb, temporal
+	cfg.WorkerCommand = []string{os.Args[0], "-test.run=^$"}
+	cfg.WorkDir = t.TempDir()
+	cfg.Log = logWriter{t}
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.Timeout)
+	defer cancel()
+	start := time.Now()
+	rep, err := chaos.Run(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	rep.Print(&b)
+	t.Log("\n" + b.String())
+	if !rep.OK() {
+		t.Fatalf("%d violations (first: %s)", len(rep.Violations), rep.Violations[0])
+	}
+	if rep.Operations < 500 {
+		t.Errorf("%d guarded operations, want at least 500", rep.Operations)
+	}
+	if rep.Kills < 3 {
+		t.Errorf("%d kills, want at least 3", rep.Kills)
+	}
+	if rep.FaultsTotal == 0 {
+		t.Errorf("no fault injected in %d store requests", rep.Requests)
+	}
+	if d := time.Since(start); d > 3*time.Minute {
+		t.Errorf("the short run took %s, want under 3 minutes", d.Round(time.Second))
+	}
+}

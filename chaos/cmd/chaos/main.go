@@ -1,0 +1,77 @@
+// Command chaos runs idemguard's chaos suite against a Temporal dev server
+// and DynamoDB Local on loopback addresses (IDEMGUARD_TEMPORAL_ADDRESS,
+// IDEMGUARD_DYNAMODB_ENDPOINT; scripts/harness.sh sets both):
+//
+//	scripts/harness.sh run go run ./chaos/cmd/chaos           # the full run (make chaos)
+//	scripts/harness.sh run go run ./chaos/cmd/chaos -short    # the short run of make test
+//
+// It prints the figures as lines and as one JSON line, and exits 1 if a
+// check failed. The same executable, started by the driver with
+// IDEMGUARD_CHAOS_WORKER set, is a worker process.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/idemguard/idemguard/chaos"
+)
+
+func main() {
+	chaos.RunWorkerIfChild()
+
+	short := flag.Bool("short", false, "the short run of make test (50 workflows, frequent kills)")
+	def := chaos.DefaultConfig()
+	workflows := flag.Int("workflows", 0, fmt.Sprintf("workflows (default %d; short %d)", def.Workflows, chaos.ShortConfig().Workflows))
+	ops := flag.Int("ops", def.OpsPerWorkflow, "guarded operations per workflow, half keyed and half plain")
+	twins := flag.Int("twin-every", def.TwinEvery, "give every n-th workflow a twin with the same keys (0: none)")
+	inflight := flag.Int("inflight", 0, "workflows running at once (default: per mode)")
+	workers := flag.Int("workers", def.Workers, "worker processes (at least 2)")
+	conc := flag.Int("concurrency", 0, "activities per worker at once (default: per mode)")
+	rate := flag.Float64("fault-rate", def.Faults.Rate, "probability that a store request gets a fault")
+	killMin := flag.Duration("kill-min", 0, "shortest pause between kills (default: per mode)")
+	killMax := flag.Duration("kill-max", 0, "longest pause between kills (default: per mode)")
+	seed := flag.Uint64("seed", 0, "seed for faults and kills (0: random)")
+	workDir := flag.String("workdir", "", "keep worker logs and done files here (default: a temporary directory, removed on success)")
+	keep := flag.Bool("keep-tables", false, "keep the DynamoDB tables after the run")
+	flag.Parse()
+
+	cfg := def
+	if *short {
+		cfg = chaos.ShortConfig()
+	}
+	setInt := func(dst *int, v int) {
+		if v > 0 {
+			*dst = v
+		}
+	}
+	setInt(&cfg.Workflows, *workflows)
+	setInt(&cfg.InFlight, *inflight)
+	setInt(&cfg.WorkerConcurrency, *conc)
+	cfg.OpsPerWorkflow, cfg.TwinEvery, cfg.Workers = *ops, *twins, *workers
+	cfg.Faults.Rate = *rate
+	if *killMin > 0 {
+		cfg.KillMin = *killMin
+	}
+	if *killMax > 0 {
+		cfg.KillMax = *killMax
+	}
+	cfg.Seed, cfg.WorkDir, cfg.KeepTables = *seed, *workDir, *keep
+	cfg.Log = os.Stderr
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	rep, err := chaos.Run(ctx, cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "chaos:", err)
+		os.Exit(2)
+	}
+	rep.Print(os.Stdout)
+	if !rep.OK() {
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,170 @@
+package chaos
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+)
+
+// Environment variables the suite reads (scripts/harness.sh sets them).
+const (
+	DynamoDBEndpointEnv = "IDEMGUARD_DYNAMODB_ENDPOINT"
+	TemporalAddressEnv  = "IDEMGUARD_TEMPORAL_ADDRESS"
+)
+
+// Config is one chaos run. Start from [DefaultConfig] or [ShortConfig].
+type Config struct {
+	// DynamoDBEndpoint is DynamoDB Local's URL (http on a loopback address).
+	DynamoDBEndpoint string
+	// TemporalAddress is the Temporal dev server's host:port (loopback).
+	TemporalAddress string
+
+	// Workflows is the number of workflows; each runs OpsPerWorkflow
+	// guarded activities at once, half of them keyed and half plain.
+	Workflows      int
+	OpsPerWorkflow int
+	// TwinEvery gives every TwinEvery-th workflow a twin, started at the
+	// same moment with the same operations (so the same keys): the two
+	// contend for every key, usually on different workers. 0: no twins.
+	TwinEvery int
+	// InFlight is how many workflows run at once.
+	InFlight int
+
+	// Workers is the number of worker processes (at least 2), each running
+	// up to WorkerConcurrency activities at once.
+	Workers           int
+	WorkerConcurrency int
+	// WorkerCommand is the argv of a worker process; the driver adds
+	// [WorkerEnv] to its environment. Default: this executable, which
+	// must call [RunWorkerIfChild] first thing.
+	WorkerCommand []string
+
+	// Faults configures the fault proxy in front of the idempotency
+	// store.
+	Faults FaultConfig
+
+	// A worker is killed (SIGKILL) every KillMin..KillMax (uniform), and
+	// restarted RestartMin..RestartMax after it died.
+	KillMin, KillMax       time.Duration
+	RestartMin, RestartMax time.Duration
+	// PauseRatio is the share of those moments at which the chosen
+	// worker is paused (SIGSTOP) for PauseMin..PauseMax and then resumed
+	// (SIGCONT) instead of killed: a pause longer than the lease makes it
+	// a zombie holder, whose claims others take over and whose writes
+	// the fencing token must refuse. 0: kills only.
+	PauseRatio         float64
+	PauseMin, PauseMax time.Duration
+
+	// Activity options. The guard's lease is the heartbeat timeout, so a
+	// killed worker's claims lapse Heartbeat after its last extension.
+	Heartbeat       time.Duration
+	StartToClose    time.Duration
+	ScheduleToClose time.Duration
+	RetryInitial    time.Duration
+	RetryMax        time.Duration
+	// WorkflowTimeout bounds each workflow run.
+	WorkflowTimeout time.Duration
+
+	// An activity body works for up to BodyWork before its side effect and
+	// up to BodyAfter after it (the window between the side effect and the
+	// completion write that a kill can hit).
+	BodyWork, BodyAfter time.Duration
+
+	// Timeout bounds the whole run, set-up and checks included.
+	Timeout time.Duration
+	// WorkDir holds the worker logs and done files; empty: a temporary
+	// directory, removed after a passing run.
+	WorkDir string
+	// KeepTables keeps the DynamoDB tables after the run.
+	KeepTables bool
+	// Seed seeds the fault proxy, the kill schedule and the run's names; 0
+	// picks one (printed in the report).
+	Seed uint64
+	// Log receives progress lines; nil discards them.
+	Log io.Writer
+}
+
+// DefaultConfig is the full run of `make chaos`: 1,000 workflows of 10
+// guarded operations (10,000 keys; with the twins, 11,000 guarded activity
+// executions), three workers, 5% faults, a kill every 1–4 s (one in five
+// a pause of 2.5–4 s instead, longer than the 2 s lease).
+func DefaultConfig() Config {
+	return Config{
+		DynamoDBEndpoint:  os.Getenv(DynamoDBEndpointEnv),
+		TemporalAddress:   os.Getenv(TemporalAddressEnv),
+		Workflows:         1000,
+		OpsPerWorkflow:    10,
+		TwinEvery:         10,
+		InFlight:          24,
+		Workers:           3,
+		WorkerConcurrency: 16,
+		Faults:            FaultConfig{Rate: 0.05, MaxLatency: 300 * time.Millisecond},
+		KillMin:           time.Second,
+		KillMax:           4 * time.Second,
+		RestartMin:        200 * time.Millisecond,
+		RestartMax:        time.Second,
+		PauseRatio:        0.2,
+		PauseMin:          2500 * time.Millisecond,
+		PauseMax:          4 * time.Second,
+		Heartbeat:         2 * time.Second,
+		StartToClose:      10 * time.Second,
+		ScheduleToClose:   3 * time.Minute,
+		RetryInitial:      100 * time.Millisecond,
+		RetryMax:          time.Second,
+		WorkflowTimeout:   5 * time.Minute,
+		BodyWork:          20 * time.Millisecond,
+		BodyAfter:         20 * time.Millisecond,
+		Timeout:           40 * time.Minute,
+	}
+}
+
+// ShortConfig is the run inside `make test`: 50 workflows of 10 guarded
+// operations (500 keys, 550 executions with the twins), a kill or pause
+// every 3–6 s, so that several land within the run while the
+// (race-enabled) workers get time to start and work between them.
+func ShortConfig() Config {
+	c := DefaultConfig()
+	c.Workflows = 50
+	c.InFlight = 20
+	c.WorkerConcurrency = 8
+	c.KillMin = 3 * time.Second
+	c.KillMax = 6 * time.Second
+	c.ScheduleToClose = 2 * time.Minute
+	c.WorkflowTimeout = 150 * time.Second
+	c.Timeout = 170 * time.Second
+	return c
+}
+
+func (c *Config) validate() error {
+	var errs []error
+	if c.DynamoDBEndpoint == "" {
+		errs = append(errs, fmt.Errorf("no DynamoDB endpoint (set %s; scripts/harness.sh run … does)", DynamoDBEndpointEnv))
+	}
+	if c.TemporalAddress == "" {
+		errs = append(errs, fmt.Errorf("no Temporal address (set %s; scripts/harness.sh run … does)", TemporalAddressEnv))
+	} else if err := checkLoopback(c.TemporalAddress); err != nil {
+		errs = append(errs, err)
+	}
+	if c.Workflows < 1 || c.OpsPerWorkflow < 2 {
+		errs = append(errs, errors.New("need at least 1 workflow of at least 2 operations"))
+	}
+	if c.Workers < 2 {
+		errs = append(errs, errors.New("need at least 2 workers"))
+	}
+	if c.WorkerConcurrency < 1 || c.InFlight < 1 {
+		errs = append(errs, errors.New("worker concurrency and in-flight workflows must be positive"))
+	}
+	if c.KillMin <= 0 || c.KillMax < c.KillMin || c.RestartMin < 0 || c.RestartMax < c.RestartMin ||
+		c.PauseRatio < 0 || c.PauseRatio > 1 || c.PauseRatio > 0 && (c.PauseMin <= 0 || c.PauseMax < c.PauseMin) {
+		errs = append(errs, errors.New("bad kill, restart or pause settings"))
+	}
+	if c.Heartbeat <= 0 || c.StartToClose < c.Heartbeat || c.ScheduleToClose < c.StartToClose || c.RetryInitial <= 0 || c.RetryMax < c.RetryInitial {
+		errs = append(errs, errors.New("bad activity timeouts or retry policy"))
+	}
+	if c.WorkflowTimeout < c.ScheduleToClose || c.Timeout < c.WorkflowTimeout {
+		errs = append(errs, errors.New("the workflow timeout must cover ScheduleToClose, and the run timeout the workflow timeout"))
+	}
+	return errors.Join(errs...)
+}

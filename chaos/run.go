@@ -1,0 +1,451 @@
+package chaos
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"go.temporal.io/sdk/client"
+
+	"github.com/idemguard/idemguard/store"
+	idemddb "github.com/idemguard/idemguard/store/dynamodb"
+)
+
+// plannedWorkflow is one workflow the driver starts.
+type plannedWorkflow struct {
+	id    string
+	input WorkflowInput
+}
+
+// wfResult is how a workflow ended.
+type wfResult struct {
+	out WorkflowOutput
+	err error
+}
+
+// Run performs one chaos run against the servers cfg names and returns its
+// report. The error reports a run that could not be carried out (servers
+// unreachable, tables not created); a run that was carried out and found
+// violations returns a report whose Violations are not empty, and no error.
+// Every worker process is stopped before Run returns.
+func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("chaos: %w", err)
+	}
+	if len(cfg.WorkerCommand) == 0 {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, err
+		}
+		cfg.WorkerCommand = []string{exe}
+	}
+	if cfg.Seed == 0 {
+		cfg.Seed = rand.Uint64()
+	}
+	cfg.Faults.Seed = cfg.Seed
+	logw := cfg.Log
+	if logw == nil {
+		logw = io.Discard
+	}
+	var logMu sync.Mutex
+	logf := func(format string, args ...any) {
+		logMu.Lock()
+		defer logMu.Unlock()
+		fmt.Fprintf(logw, "chaos: "+format+"\n", args...)
+	}
+	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	defer cancel()
+	began := time.Now()
+	rng := rand.New(rand.NewPCG(cfg.Seed, 7))
+	runID := fmt.Sprintf("%s-%04x", began.UTC().Format("150405"), rng.Uint32()&0xffff)
+
+	workDir := cfg.WorkDir
+	if workDir == "" {
+		if workDir, err = os.MkdirTemp("", "idemguard-chaos-"); err != nil {
+			return nil, err
+		}
+		defer func() {
+			if rep != nil && rep.OK() {
+				os.RemoveAll(workDir)
+			}
+		}()
+	}
+	doneDir := filepath.Join(workDir, "done")
+	if err := os.MkdirAll(doneDir, 0o755); err != nil {
+		return nil, err
+	}
+
+	// Tables, created directly (not through the proxy).
+	direct := dynamodb.New(dynamoOptions(cfg.DynamoDBEndpoint))
+	idemTable, ledgerTable := "chaos-idem-"+runID, "chaos-ledger-"+runID
+	if err := idemddb.CreateTable(ctx, direct, idemTable); err != nil && !errors.Is(err, idemddb.ErrTTLNotEnabled) {
+		return nil, fmt.Errorf("chaos: creating the idempotency table: %w", err)
+	}
+	if err := createLedgerTable(ctx, direct, ledgerTable); err != nil {
+		return nil, err
+	}
+	if !cfg.KeepTables {
+		defer func() {
+			dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer dcancel()
+			for _, t := range []string{idemTable, ledgerTable} {
+				direct.DeleteTable(dctx, &dynamodb.DeleteTableInput{TableName: aws.String(t)})
+			}
+		}()
+	}
+
+	proxy, err := NewProxy(cfg.DynamoDBEndpoint, cfg.Faults)
+	if err != nil {
+		return nil, err
+	}
+	defer proxy.Close()
+
+	tc, err := client.Dial(client.Options{HostPort: cfg.TemporalAddress, Namespace: "default", Logger: quietLogger()})
+	if err != nil {
+		return nil, fmt.Errorf("chaos: dialing Temporal at %s: %w", cfg.TemporalAddress, err)
+	}
+	defer tc.Close()
+
+	taskQueue := "chaos-" + runID
+	wcfg := workerConfig{
+		TemporalAddress: cfg.TemporalAddress,
+		TaskQueue:       taskQueue,
+		StoreEndpoint:   proxy.URL(),
+		LedgerEndpoint:  cfg.DynamoDBEndpoint,
+		IdemTable:       idemTable,
+		LedgerTable:     ledgerTable,
+		DoneDir:         doneDir,
+		Concurrency:     cfg.WorkerConcurrency,
+		BodyWork:        cfg.BodyWork,
+		BodyAfter:       cfg.BodyAfter,
+		Deadline:        began.Add(cfg.Timeout + time.Minute),
+	}
+	ws := newWorkers(cfg.WorkerCommand, cfg.Workers, workDir, func(slot int) (string, error) {
+		c := wcfg
+		c.Slot = slot
+		b, err := json.Marshal(c)
+		return string(b), err
+	})
+	defer ws.stop(5 * time.Second)
+	for i := range cfg.Workers {
+		if err := ws.start(i); err != nil {
+			return nil, err
+		}
+	}
+	logf("run %s (seed %d): %d workers, %d workflows × %d ops, twins every %d, faults %.1f%%; work dir %s",
+		runID, cfg.Seed, cfg.Workers, cfg.Workflows, cfg.OpsPerWorkflow, cfg.TwinEvery, 100*cfg.Faults.Rate, workDir)
+
+	// The plan: workflows, their ops, and the twins.
+	var plan []plannedWorkflow
+	opsOf := map[string]*opPlan{}
+	for i := range cfg.Workflows {
+		in := WorkflowInput{
+			StartToClose: cfg.StartToClose, Heartbeat: cfg.Heartbeat, ScheduleToClose: cfg.ScheduleToClose,
+			RetryInitial: cfg.RetryInitial, RetryMax: cfg.RetryMax,
+		}
+		for j := range cfg.OpsPerWorkflow {
+			kind := KeyedActivity
+			if j%2 == 1 {
+				kind = PlainActivity
+			}
+			op := Op{ID: fmt.Sprintf("%s-w%05d-%s%02d", runID, i, strings.ToLower(kind[5:6]), j)}
+			if kind == KeyedActivity {
+				in.Keyed = append(in.Keyed, op)
+			} else {
+				in.Plain = append(in.Plain, op)
+			}
+			key, err := expectedKey(kind, op)
+			if err != nil {
+				return nil, err
+			}
+			opsOf[op.ID] = &opPlan{id: op.ID, kind: kind, key: key}
+		}
+		id := fmt.Sprintf("chaos-%s-w%05d", runID, i)
+		plan = append(plan, plannedWorkflow{id: id, input: in})
+		if cfg.TwinEvery > 0 && i%cfg.TwinEvery == 0 {
+			plan = append(plan, plannedWorkflow{id: id + "-twin", input: in})
+		}
+	}
+	for _, pw := range plan {
+		for _, op := range append(append([]Op(nil), pw.input.Keyed...), pw.input.Plain...) {
+			opsOf[op.ID].workflows = append(opsOf[op.ID].workflows, pw.id)
+		}
+	}
+
+	// The load.
+	loadCtx, loadCancel := context.WithCancel(ctx)
+	results := make(map[string]wfResult, len(plan))
+	var resMu sync.Mutex
+	var completed, failed atomic.Int64
+	sem := make(chan struct{}, cfg.InFlight)
+	var wg sync.WaitGroup
+	loadStart := time.Now()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for _, pw := range plan {
+			select {
+			case sem <- struct{}{}:
+			case <-loadCtx.Done():
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer func() { <-sem }()
+				r := runWorkflow(loadCtx, tc, taskQueue, cfg.WorkflowTimeout, pw)
+				if r.err != nil {
+					failed.Add(1)
+					logf("workflow %s: %v", pw.id, r.err)
+				} else {
+					completed.Add(1)
+				}
+				resMu.Lock()
+				results[pw.id] = r
+				resMu.Unlock()
+			}()
+		}
+	}()
+
+	// The killer.
+	killerDone := make(chan struct{})
+	go func() {
+		defer close(killerDone)
+		for {
+			if !sleepCtx(loadCtx, uniform(rng, cfg.KillMin, cfg.KillMax)) {
+				return
+			}
+			live := ws.live()
+			if len(live) < 2 {
+				continue // keep one worker up
+			}
+			slot := live[rng.IntN(len(live))]
+			if cfg.PauseRatio > 0 && rng.Float64() < cfg.PauseRatio {
+				if pa, ok := ws.pause(slot, uniform(rng, cfg.PauseMin, cfg.PauseMax)); ok {
+					logf("paused worker slot %d pid %d for %s", pa.Slot, pa.PID, pa.For.Round(time.Millisecond))
+				}
+				continue
+			}
+			if k, ok := ws.kill(slot); ok {
+				logf("killed worker slot %d pid %d", k.Slot, k.PID)
+			}
+			sleepCtx(context.WithoutCancel(loadCtx), uniform(rng, cfg.RestartMin, cfg.RestartMax))
+			if err := ws.start(slot); err != nil {
+				logf("restarting worker slot %d: %v", slot, err)
+			}
+		}
+	}()
+
+	// Progress.
+	progressDone := make(chan struct{})
+	go func() {
+		defer close(progressDone)
+		t := time.NewTicker(10 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-loadCtx.Done():
+				return
+			case <-t.C:
+				kills, pauses, _, _ := ws.report()
+				logf("%d/%d workflows completed (%d failed), %d kills, %d pauses, %d store requests, %d faults",
+					completed.Load(), len(plan), failed.Load(), len(kills), len(pauses), proxy.Requests(), FaultCounts(proxy.Counts()).Total())
+			}
+		}
+	}()
+
+	wg.Wait()
+	loadElapsed := time.Since(loadStart)
+	loadCancel()
+	<-killerDone
+	<-progressDone
+	ws.stop(5 * time.Second)
+	stoppedAt := time.Now()
+	logf("load done in %s: %d completed, %d failed; workers stopped", loadElapsed.Round(time.Millisecond), completed.Load(), failed.Load())
+
+	// Wait out the longest lease: the guard's lease is the heartbeat
+	// timeout, and nothing extends a lease once the workers are gone.
+	leaseWait := cfg.Heartbeat + time.Second
+	sleepCtx(ctx, time.Until(stoppedAt.Add(leaseWait)))
+	checkedAt := time.Now()
+
+	ev := evidence{plan: opsOf, workflows: plan, results: results, checkedAt: checkedAt, window: cfg.StartToClose}
+	ev.kills, ev.pauses, ev.unexpected, ev.started = ws.report()
+	sctx := context.WithoutCancel(ctx)
+	sctx, scancel := context.WithTimeout(sctx, 5*time.Minute)
+	defer scancel()
+	if ev.entries, err = (&Ledger{Client: direct, Table: ledgerTable}).Scan(sctx); err != nil {
+		return nil, err
+	}
+	if ev.records, ev.corrupt, err = scanRecords(sctx, direct, idemTable); err != nil {
+		return nil, err
+	}
+	if ev.done, err = readDone(doneDir); err != nil {
+		return nil, err
+	}
+	rep = ev.verify()
+	rep.Seed = cfg.Seed
+	rep.RunID = runID
+	rep.Workers = cfg.Workers
+	rep.Requests = proxy.Requests()
+	rep.Faults = FaultCounts(proxy.Counts())
+	rep.FaultsTotal = rep.Faults.Total()
+	rep.FaultRate = cfg.Faults.Rate
+	rep.LoadElapsed = loadElapsed
+	rep.Elapsed = time.Since(began)
+	rep.LeaseWait = leaseWait
+	rep.WorkDir = workDir
+	if !rep.OK() {
+		rep.WorkerLogTails = tails(workDir, 30)
+	}
+	return rep, nil
+}
+
+// opPlan is one operation of the plan.
+type opPlan struct {
+	id        string
+	kind      string
+	key       string   // the key the guard must derive
+	workflows []string // the workflows that run it
+}
+
+// runWorkflow starts pw and waits for its result.
+func runWorkflow(ctx context.Context, tc client.Client, taskQueue string, timeout time.Duration, pw plannedWorkflow) wfResult {
+	run, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		ID:                       pw.id,
+		TaskQueue:                taskQueue,
+		WorkflowExecutionTimeout: timeout,
+		WorkflowTaskTimeout:      3 * time.Second,
+	}, WorkflowName, pw.input)
+	if err != nil {
+		return wfResult{err: fmt.Errorf("starting: %w", err)}
+	}
+	var out WorkflowOutput
+	for attempt := 0; ; attempt++ {
+		err = run.Get(ctx, &out)
+		if err == nil || ctx.Err() != nil || attempt >= 5 || !isTransient(err) {
+			break
+		}
+		// A long poll cut by the server is not the workflow's failure.
+		time.Sleep(time.Second)
+	}
+	if err != nil && ctx.Err() != nil {
+		tctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		tc.TerminateWorkflow(tctx, pw.id, run.GetRunID(), "chaos run ended")
+		cancel()
+	}
+	return wfResult{out: out, err: err}
+}
+
+func isTransient(err error) bool {
+	s := err.Error()
+	return strings.Contains(s, "Unavailable") || strings.Contains(s, "DeadlineExceeded") || strings.Contains(s, "context deadline exceeded")
+}
+
+// scanRecords reads the idempotency table.
+func scanRecords(ctx context.Context, c *dynamodb.Client, table string) (map[string]*store.Record, []string, error) {
+	s, err := idemddb.New(c, table)
+	if err != nil {
+		return nil, nil, err
+	}
+	recs := map[string]*store.Record{}
+	var corrupt []string
+	err = scanAll(ctx, c, table, func(it map[string]types.AttributeValue) error {
+		rec, err := s.DecodeItem(it)
+		if err != nil {
+			corrupt = append(corrupt, fmt.Sprintf("%v: %v", it["id"], err))
+			return nil
+		}
+		recs[rec.Key] = rec
+		return nil
+	})
+	return recs, corrupt, err
+}
+
+// doneLine is a line of a worker's done file: the guard returned effect,
+// made by that process, as op's result, so the store recorded it.
+type doneLine struct {
+	op, effect string
+	pid        int
+	at         time.Time
+}
+
+func readDone(dir string) ([]doneLine, error) {
+	files, err := filepath.Glob(filepath.Join(dir, "done-*.log"))
+	if err != nil {
+		return nil, err
+	}
+	var out []doneLine
+	for _, f := range files {
+		pid, _ := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(filepath.Base(f), "done-"), ".log"))
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		sc := bufio.NewScanner(strings.NewReader(string(b)))
+		for sc.Scan() {
+			fs := strings.Fields(sc.Text())
+			if len(fs) != 4 || fs[0] != "done" {
+				continue // a line cut by SIGKILL mid-write
+			}
+			ms, _ := strconv.ParseInt(fs[3], 10, 64)
+			out = append(out, doneLine{op: fs[1], effect: fs[2], pid: pid, at: time.UnixMilli(ms)})
+		}
+	}
+	return out, nil
+}
+
+// tails returns the last n lines of each worker log in dir.
+func tails(dir string, n int) map[string]string {
+	files, _ := filepath.Glob(filepath.Join(dir, "worker-*.log"))
+	out := map[string]string{}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+		if len(lines) > n {
+			lines = lines[len(lines)-n:]
+		}
+		out[filepath.Base(f)] = strings.Join(lines, "\n")
+	}
+	return out
+}
+
+func uniform(rng *rand.Rand, lo, hi time.Duration) time.Duration {
+	if hi <= lo {
+		return lo
+	}
+	return lo + time.Duration(rng.Int64N(int64(hi-lo)))
+}
+
+// sleepCtx sleeps for d or until ctx ends; it reports whether it slept
+// the whole time.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

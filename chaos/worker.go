@@ -1,0 +1,282 @@
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	tactivity "go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/idemguard/idemguard/activity"
+	"github.com/idemguard/idemguard/guard"
+	idemddb "github.com/idemguard/idemguard/store/dynamodb"
+)
+
+// WorkerEnv is the environment variable that turns a process into a chaos
+// worker: it holds the worker's configuration as JSON. [RunWorkerIfChild]
+// looks for it.
+const WorkerEnv = "IDEMGUARD_CHAOS_WORKER"
+
+// workerConfig is what the driver hands a worker process.
+type workerConfig struct {
+	Slot            int           `json:"slot"`
+	TemporalAddress string        `json:"temporal_address"`
+	TaskQueue       string        `json:"task_queue"`
+	StoreEndpoint   string        `json:"store_endpoint"`  // the fault proxy
+	LedgerEndpoint  string        `json:"ledger_endpoint"` // DynamoDB Local itself
+	IdemTable       string        `json:"idem_table"`
+	LedgerTable     string        `json:"ledger_table"`
+	DoneDir         string        `json:"done_dir"`
+	Concurrency     int           `json:"concurrency"`
+	BodyWork        time.Duration `json:"body_work"`
+	BodyAfter       time.Duration `json:"body_after"`
+	Deadline        time.Time     `json:"deadline"`
+}
+
+// RunWorkerIfChild runs a chaos worker and exits if this process was started
+// as one by the driver ([WorkerEnv] is set); otherwise it returns at once.
+// Call it first thing in main, or in TestMain when the driver re-executes
+// the test binary.
+func RunWorkerIfChild() {
+	raw := os.Getenv(WorkerEnv)
+	if raw == "" {
+		return
+	}
+	var cfg workerConfig
+	if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "chaos worker: bad configuration:", err)
+		os.Exit(2)
+	}
+	if err := runWorker(cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "chaos worker:", err)
+		os.Exit(2)
+	}
+	os.Exit(0)
+}
+
+// dynamoOptions are client options for DynamoDB Local (or the proxy in
+// front of it) at endpoint.
+func dynamoOptions(endpoint string) dynamodb.Options {
+	return dynamodb.Options{
+		Region:       "us-east-1",
+		BaseEndpoint: aws.String(endpoint),
+		Credentials: aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
+			return aws.Credentials{AccessKeyID: "local", SecretAccessKey: "local", Source: "chaos"}, nil
+		}),
+	}
+}
+
+// quietLogger is an SDK logger that keeps errors only.
+func quietLogger() log.Logger {
+	return log.NewStructuredLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})))
+}
+
+// watchParent exits the process when its parent dies (it is re-parented)
+// or its deadline passes, so that no worker outlives the driver.
+func watchParent(deadline time.Time) {
+	ppid := os.Getppid()
+	for {
+		time.Sleep(250 * time.Millisecond)
+		if os.Getppid() != ppid {
+			fmt.Fprintln(os.Stderr, "chaos worker: the driver is gone; exiting")
+			os.Exit(3)
+		}
+		if !deadline.IsZero() && time.Now().After(deadline) {
+			fmt.Fprintln(os.Stderr, "chaos worker: deadline passed; exiting")
+			os.Exit(3)
+		}
+	}
+}
+
+func runWorker(cfg workerConfig) error {
+	go watchParent(cfg.Deadline)
+	for _, a := range []string{cfg.TemporalAddress} {
+		if err := checkLoopback(a); err != nil {
+			return err
+		}
+	}
+	c, err := client.Dial(client.Options{HostPort: cfg.TemporalAddress, Namespace: "default", Logger: quietLogger()})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	s, err := idemddb.New(dynamodb.New(dynamoOptions(cfg.StoreEndpoint)), cfg.IdemTable)
+	if err != nil {
+		return err
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	g, err := guard.New(s, guard.WithLogger(logger))
+	if err != nil {
+		return err
+	}
+	done, err := os.OpenFile(filepath.Join(cfg.DoneDir, fmt.Sprintf("done-%d.log", os.Getpid())), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return err
+	}
+	defer done.Close()
+	wk := &chaosWorker{
+		cfg:    cfg,
+		ledger: &Ledger{Client: dynamodb.New(dynamoOptions(cfg.LedgerEndpoint)), Table: cfg.LedgerTable},
+		done:   done,
+		pid:    os.Getpid(),
+		mine:   make(map[string]bool),
+	}
+	w := worker.New(c, cfg.TaskQueue, worker.Options{
+		MaxConcurrentActivityExecutionSize:     cfg.Concurrency,
+		MaxConcurrentWorkflowTaskExecutionSize: 4,
+		StickyScheduleToStartTimeout:           time.Second,
+		WorkerStopTimeout:                      2 * time.Second,
+	})
+	w.RegisterWorkflowWithOptions(Workflow, workflow.RegisterOptions{Name: WorkflowName})
+	w.RegisterActivityWithOptions(wk.wrap(activity.Guard(g, wk.keyedBody)), tactivity.RegisterOptions{Name: KeyedActivity})
+	w.RegisterActivityWithOptions(wk.wrap(activity.Guard(g, wk.plainBody)), tactivity.RegisterOptions{Name: PlainActivity})
+	if err := w.Start(); err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "chaos worker: slot %d pid %d polling %s at %s\n", cfg.Slot, os.Getpid(), cfg.TaskQueue, time.Now().Format(time.RFC3339Nano))
+	<-worker.InterruptCh()
+	w.Stop()
+	return nil
+}
+
+// chaosWorker holds what the activities of one worker process share.
+type chaosWorker struct {
+	cfg    workerConfig
+	ledger *Ledger
+	pid    int
+
+	mu   sync.Mutex
+	done *os.File        // protected by mu: one line per completion of an effect of this process
+	mine map[string]bool // protected by mu: effect IDs this process made
+}
+
+// work pauses for up to d, or until ctx ends.
+func work(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(rand.N(d))
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// keyedBody is the body that passes its idempotency key downstream: the
+// effect is a ledger write conditional on the key, which a re-run finds
+// done (it then returns the original effect, as a payment provider returns
+// the original charge).
+func (wk *chaosWorker) keyedBody(ctx context.Context, op Op) (OpResult, error) {
+	key, _ := guard.KeyFromContext(ctx)
+	if err := work(ctx, wk.cfg.BodyWork); err != nil {
+		return OpResult{}, err
+	}
+	attempt := int(tactivity.GetInfo(ctx).Attempt)
+	e := &Entry{ID: "keyed#" + key, Kind: EntryKeyed, Op: op.ID, Key: key, Effect: randomID(), PID: wk.pid, At: time.Now(), Attempt: attempt}
+	// Not cancelled with the activity: once sent, the effect is what it is.
+	wctx := context.WithoutCancel(ctx)
+	got, created, err := wk.ledger.PutOnce(wctx, e)
+	if err != nil {
+		return OpResult{}, fmt.Errorf("ledger: %w", err)
+	}
+	if created {
+		wk.remember(e.Effect)
+	} else {
+		d := &Entry{ID: "dedup#" + randomID(), Kind: EntryDedup, Op: op.ID, Key: key, Effect: got.Effect, PID: wk.pid, At: time.Now(), Attempt: attempt}
+		if err := wk.ledger.Put(wctx, d); err != nil {
+			return OpResult{}, fmt.Errorf("ledger: %w", err)
+		}
+	}
+	work(wctx, wk.cfg.BodyAfter) // the crash window: after the effect, before the completion write
+	return OpResult{Op: op.ID, Key: key, EffectID: got.Effect, PID: got.PID}, nil
+}
+
+// plainBody is the body that does not pass its key on: every run writes a
+// new effect.
+func (wk *chaosWorker) plainBody(ctx context.Context, op Op) (OpResult, error) {
+	key, _ := guard.KeyFromContext(ctx)
+	if err := work(ctx, wk.cfg.BodyWork); err != nil {
+		return OpResult{}, err
+	}
+	e := &Entry{Kind: EntryPlain, Op: op.ID, Key: key, Effect: randomID(), PID: wk.pid, At: time.Now(), Attempt: int(tactivity.GetInfo(ctx).Attempt)}
+	e.ID = "plain#" + e.Effect
+	wctx := context.WithoutCancel(ctx)
+	if err := wk.ledger.Put(wctx, e); err != nil {
+		return OpResult{}, fmt.Errorf("ledger: %w", err)
+	}
+	wk.remember(e.Effect)
+	work(wctx, wk.cfg.BodyAfter)
+	return OpResult{Op: op.ID, Key: key, EffectID: e.Effect, PID: wk.pid}, nil
+}
+
+func (wk *chaosWorker) remember(effect string) {
+	wk.mu.Lock()
+	defer wk.mu.Unlock()
+	wk.mine[effect] = true
+}
+
+// wrap is the registered activity: it heartbeats while the guarded call
+// runs, notes in the done file when the guard returned an effect of this
+// process (it is then recorded in the store), and writes a ledger event
+// when the guard reports the documented window.
+func (wk *chaosWorker) wrap(guarded func(context.Context, Op) (OpResult, error)) func(context.Context, Op) (OpResult, error) {
+	return func(ctx context.Context, op Op) (OpResult, error) {
+		hbCtx, stop := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t := time.NewTicker(300 * time.Millisecond)
+			defer t.Stop()
+			for {
+				select {
+				case <-hbCtx.Done():
+					return
+				case <-t.C:
+					tactivity.RecordHeartbeat(ctx)
+				}
+			}
+		}()
+		r, err := guarded(ctx, op)
+		stop()
+		wg.Wait()
+
+		if err == nil {
+			wk.mu.Lock()
+			if wk.mine[r.EffectID] {
+				fmt.Fprintf(wk.done, "done %s %s %d\n", op.ID, r.EffectID, time.Now().UnixMilli())
+			}
+			wk.mu.Unlock()
+			return r, nil
+		}
+		var ae *temporal.ApplicationError
+		if errors.As(err, &ae) && (ae.Type() == activity.ErrorTypeLeaseLost || ae.Type() == activity.ErrorTypeNotRecorded) {
+			ev := &Entry{ID: "event#" + randomID(), Kind: EntryEvent, Op: op.ID, PID: wk.pid, At: time.Now(),
+				Attempt: int(tactivity.GetInfo(ctx).Attempt), Event: ae.Type()}
+			ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			if lerr := wk.ledger.Put(ectx, ev); lerr != nil {
+				fmt.Fprintf(os.Stderr, "chaos worker: ledger event for %s: %v\n", op.ID, lerr)
+			}
+			cancel()
+			fmt.Fprintf(os.Stderr, "chaos worker: op %s: %s: %v\n", op.ID, ae.Type(), err)
+		}
+		return r, err
+	}
+}
