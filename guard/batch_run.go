@@ -60,7 +60,7 @@ const notRun = telemetry.OutcomeNotRun
 func (r *batchRun[In, Out]) run(ctx context.Context) {
 	g := r.g
 	r.counts, r.direct = make(map[string]int), make(map[string]int)
-	ctx, span := g.tel.Tracer.Start(ctx, telemetry.SpanBatch)
+	ctx, span := g.startExecute(ctx, telemetry.SpanBatch)
 	var lookedUp, found int
 	defer func() { r.end(ctx, span, lookedUp, found) }()
 
@@ -159,7 +159,7 @@ func (r *batchRun[In, Out]) lookup(ctx context.Context, span trace.Span, pending
 	for i, u := range pending {
 		keys[i] = u.key
 	}
-	start := time.Now()
+	start := g.storeStart()
 	recs, err := bg.GetMany(ctx, keys)
 	g.timeStore(ctx, "get_many", start)
 	if errors.Is(err, store.ErrSkip) {
@@ -241,7 +241,7 @@ func (r *batchRun[In, Out]) finishUnit(u *batchUnit, err error) {
 // read settles a unit resumed past when the bulk lookup could not answer:
 // it reads the record with the store's Get.
 func (r *batchRun[In, Out]) read(ctx context.Context, u *batchUnit) {
-	start := time.Now()
+	start := r.g.storeStart()
 	rec, err := r.g.store.Get(ctx, u.key)
 	r.g.timeStore(ctx, "get", start)
 	switch {

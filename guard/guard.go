@@ -176,7 +176,7 @@ func execute[T any](ctx context.Context, g *Guard, c *config, scope string, inpu
 	}
 	var d derived
 	o := observation{d: &d}
-	ctx, o.span = g.tel.Tracer.Start(ctx, telemetry.SpanExecute)
+	ctx, o.span = g.startExecute(ctx, telemetry.SpanExecute)
 	defer func() { g.endExecute(ctx, &o, c, scope, out, err) }()
 
 	if d, err = c.derive(scope, input); err != nil {
@@ -470,7 +470,7 @@ func (g *Guard) acquire(ctx context.Context, c *config, d derived) (claim, exist
 			ExpiresAt:      now.Add(max(c.ttl, lease)),
 			LeaseExpiresAt: now.Add(lease),
 		}
-		start := time.Now()
+		start := g.storeStart()
 		old, err := g.store.Acquire(ctx, claim, now)
 		g.timeStore(ctx, "acquire", start)
 		if err == nil {
@@ -618,7 +618,7 @@ func (g *Guard) complete(ctx context.Context, c *config, claim *store.Record, le
 	for {
 		actx, cancel := context.WithTimeout(base, max(leaseEnd.Sub(now), storeCallTimeout))
 		attempts++
-		start := time.Now()
+		start := g.storeStart()
 		err := g.store.Complete(actx, done)
 		g.timeStore(ctx, "complete", start)
 		cancel()
@@ -667,7 +667,7 @@ func (g *Guard) release(ctx context.Context, claim *store.Record) {
 	defer span.End()
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeCallTimeout)
 	defer cancel()
-	start := time.Now()
+	start := g.storeStart()
 	err := g.store.Release(rctx, claim.Key, claim.Token)
 	g.timeStore(ctx, "release", start)
 	if err != nil && !errors.Is(err, store.ErrTokenMismatch) {

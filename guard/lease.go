@@ -74,7 +74,7 @@ func (k *keeper) tick() {
 	}
 	sctx, span := k.g.child(k.base, telemetry.SpanExtend)
 	ctx, cancel := context.WithTimeout(sctx, max(k.leaseEnd.Sub(now), storeCallTimeout))
-	start := time.Now()
+	start := k.g.storeStart()
 	err := k.g.store.Extend(ctx, k.key, k.token, leaseEnd, expiresAt)
 	k.g.timeStore(sctx, "extend", start)
 	cancel()

@@ -40,9 +40,29 @@ func (g *Guard) child(ctx context.Context, name string) (context.Context, trace.
 	return g.tel.Tracer.Start(ctx, name, trace.WithAttributes(g.tel.StoreAttr()))
 }
 
-// timeStore records the duration of one store call.
+// storeStart returns the start time of a store call to pass to timeStore,
+// or the zero time when nothing records measurements.
+func (g *Guard) storeStart() time.Time {
+	if !g.tel.Metering() {
+		return time.Time{}
+	}
+	return time.Now()
+}
+
+// timeStore records the duration of one store call started at start.
 func (g *Guard) timeStore(ctx context.Context, op string, start time.Time) {
+	if start.IsZero() {
+		return
+	}
 	g.tel.StoreDuration.Record(ctx, time.Since(start).Seconds(), g.tel.OperationOption(op))
+}
+
+// startExecute starts a guarded call's span, unless no SDK would record it.
+func (g *Guard) startExecute(ctx context.Context, name string) (context.Context, trace.Span) {
+	if !g.tel.Tracing() {
+		return ctx, noopSpan
+	}
+	return g.tel.Tracer.Start(ctx, name)
 }
 
 // outcomeLabel maps a call's outcome and error to telemetry's outcome values.
@@ -72,7 +92,9 @@ type observation struct {
 // endExecute ends a guarded call's span and counts the call.
 func (g *Guard) endExecute(ctx context.Context, o *observation, c *config, scope string, out Outcome, err error) {
 	label := outcomeLabel(out, err)
-	g.tel.Calls.Add(ctx, 1, g.tel.CallOption(scope, label))
+	if g.tel.Metering() {
+		g.tel.Calls.Add(ctx, 1, g.tel.CallOption(scope, label))
+	}
 	span := o.span
 	if span.IsRecording() {
 		attrs := make([]attribute.KeyValue, 0, 6+len(c.spanAttrs))

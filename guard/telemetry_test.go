@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -341,5 +342,30 @@ func TestTelemetryReleaseAndSpanAttributes(t *testing.T) {
 	wantAttr(t, exec, "temporal.workflow_id", "wf-1")
 	if exec.Status().Code != codes.Error || exec.Status().Description != "boom" {
 		t.Errorf("status %v", exec.Status())
+	}
+}
+
+// Without providers the guard uses the global ones, skipping span and metric
+// work while no SDK is installed, and records once one is, even into a guard
+// built before.
+func TestTelemetryGlobalProvidersInstalledLater(t *testing.T) {
+	m, _ := newMemory()
+	g := mustGuard(t, m)
+	fn := func(context.Context) (int, error) { return 1, nil }
+	guard.Do(ctx, g, "late", "k1", fn)
+
+	sr := tracetest.NewSpanRecorder()
+	rd := sdkmetric.NewManualReader()
+	prevTP, prevMP := otel.GetTracerProvider(), otel.GetMeterProvider()
+	otel.SetTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr)))
+	otel.SetMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(rd)))
+	t.Cleanup(func() { otel.SetTracerProvider(prevTP); otel.SetMeterProvider(prevMP) })
+
+	guard.Do(ctx, g, "late", "k2", fn)
+	exec := spanNamed(t, sr.Ended(), telemetry.SpanExecute)
+	wantAttr(t, exec, telemetry.ScopeKey, "late")
+	h := &otelHarness{reader: rd}
+	if n := callCount(t, h, "late", "executed"); n != 1 {
+		t.Errorf("calls{executed} after the SDK was installed = %d, want 1", n)
 	}
 }

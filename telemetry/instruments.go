@@ -2,6 +2,7 @@ package telemetry
 
 import (
 	"log/slog"
+	"reflect"
 	"sync"
 
 	"go.opentelemetry.io/otel"
@@ -23,19 +24,33 @@ type Instruments struct {
 	Store string
 
 	storeAttr attribute.KeyValue
-	opSets    sync.Map // operation -> metric.MeasurementOption
-	callSets  sync.Map // scope+"\x00"+outcome -> metric.MeasurementOption
+	// idleTP and idleMP are the global providers as they were when no SDK
+	// was installed, if the instruments use the globals; nil otherwise.
+	idleTP trace.TracerProvider
+	idleMP metric.MeterProvider
+
+	mu       sync.RWMutex
+	opSets   map[string]metric.MeasurementOption            // protected by mu: by operation
+	callSets map[string]map[string]metric.MeasurementOption // protected by mu: by scope, outcome
 }
 
 // New builds the instruments from tp and mp (nil: the global providers) for
 // a store named storeName. Errors creating instruments go to otel.Handle and
 // leave a no-op instrument in place; they never fail the caller.
 func New(tp trace.TracerProvider, mp metric.MeterProvider, logger *slog.Logger, storeName string) *Instruments {
+	var idleTP trace.TracerProvider
+	var idleMP metric.MeterProvider
 	if tp == nil {
 		tp = otel.GetTracerProvider()
+		if isGlobalDefault(tp, "tracerProvider") {
+			idleTP = tp
+		}
 	}
 	if mp == nil {
 		mp = otel.GetMeterProvider()
+		if isGlobalDefault(mp, "meterProvider") {
+			idleMP = mp
+		}
 	}
 	if logger == nil {
 		logger = slog.New(warnDefault{})
@@ -46,6 +61,10 @@ func New(tp trace.TracerProvider, mp metric.MeterProvider, logger *slog.Logger, 
 		Logger:    logger,
 		Store:     storeName,
 		storeAttr: StoreKey.String(storeName),
+		idleTP:    idleTP,
+		idleMP:    idleMP,
+		opSets:    map[string]metric.MeasurementOption{},
+		callSets:  map[string]map[string]metric.MeasurementOption{},
 	}
 	var err error
 	if in.Calls, err = meter.Int64Counter(MetricCalls,
@@ -74,25 +93,69 @@ func New(tp trace.TracerProvider, mp metric.MeterProvider, logger *slog.Logger, 
 // StoreAttr is the StoreKey attribute of the instruments' store.
 func (in *Instruments) StoreAttr() attribute.KeyValue { return in.storeAttr }
 
+// Tracing reports whether spans may be recorded: false only while the
+// instruments use the global tracer provider and no SDK has been installed
+// in it, so that callers can skip starting spans nobody records.
+func (in *Instruments) Tracing() bool {
+	return in.idleTP == nil || otel.GetTracerProvider() != in.idleTP
+}
+
+// Metering reports whether measurements may be recorded, as Tracing does
+// for spans.
+func (in *Instruments) Metering() bool {
+	return in.idleMP == nil || otel.GetMeterProvider() != in.idleMP
+}
+
+// isGlobalDefault reports whether p is OpenTelemetry's own global provider
+// that delegates to an SDK once one is installed (its concrete type lives in
+// otel/internal/global). Should that type ever move, the check fails safe:
+// the instruments then always record.
+func isGlobalDefault(p any, name string) bool {
+	t := reflect.TypeOf(p)
+	if t == nil || t.Kind() != reflect.Pointer {
+		return false
+	}
+	t = t.Elem()
+	return t.Name() == name && t.PkgPath() == "go.opentelemetry.io/otel/internal/global"
+}
+
 // OperationOption returns the measurement option for a store operation,
 // built once per operation.
 func (in *Instruments) OperationOption(op string) metric.MeasurementOption {
-	if o, ok := in.opSets.Load(op); ok {
-		return o.(metric.MeasurementOption)
+	in.mu.RLock()
+	o, ok := in.opSets[op]
+	in.mu.RUnlock()
+	if ok {
+		return o
 	}
-	o, _ := in.opSets.LoadOrStore(op, metric.WithAttributeSet(attribute.NewSet(OperationKey.String(op), in.storeAttr)))
-	return o.(metric.MeasurementOption)
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if o, ok = in.opSets[op]; !ok {
+		o = metric.WithAttributeSet(attribute.NewSet(OperationKey.String(op), in.storeAttr))
+		in.opSets[op] = o
+	}
+	return o
 }
 
 // CallOption returns the measurement option for a call's outcome within a
 // scope, built once per pair.
 func (in *Instruments) CallOption(scope, outcome string) metric.MeasurementOption {
-	k := callKey{scope, outcome}
-	if o, ok := in.callSets.Load(k); ok {
-		return o.(metric.MeasurementOption)
+	in.mu.RLock()
+	o, ok := in.callSets[scope][outcome]
+	in.mu.RUnlock()
+	if ok {
+		return o
 	}
-	o, _ := in.callSets.LoadOrStore(k, metric.WithAttributeSet(attribute.NewSet(ScopeKey.String(scope), OutcomeKey.String(outcome))))
-	return o.(metric.MeasurementOption)
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	byOutcome := in.callSets[scope]
+	if byOutcome == nil {
+		byOutcome = map[string]metric.MeasurementOption{}
+		in.callSets[scope] = byOutcome
+	}
+	if o, ok = byOutcome[outcome]; !ok {
+		o = metric.WithAttributeSet(attribute.NewSet(ScopeKey.String(scope), OutcomeKey.String(outcome)))
+		byOutcome[outcome] = o
+	}
+	return o
 }
-
-type callKey struct{ scope, outcome string }
