@@ -534,12 +534,6 @@ func exportImporter(t *testing.T) types.Importer {
 
 var linkRE = regexp.MustCompile(`\]\(([^)\s]+)\)`)
 
-// pending are files the README links to that another change is writing;
-// until they land a missing one is logged, not an error.
-var pending = map[string]bool{
-	"docs/benchmarks.md": true, // the benchmarks issue
-}
-
 var headingRE = regexp.MustCompile(`(?m)^#+ +(.+)$`)
 
 // anchor is the id GitHub gives a heading.
@@ -578,10 +572,6 @@ func TestReadmeLinks(t *testing.T) {
 		}
 		target, _, _ = strings.Cut(target, "#")
 		if _, err := os.Stat(filepath.Join(root, target)); err != nil {
-			if pending[target] {
-				t.Logf("README links to %s, which is not written yet", target)
-				continue
-			}
 			t.Errorf("README links to %s: %v", target, err)
 		}
 	}
