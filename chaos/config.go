@@ -56,6 +56,10 @@ type Config struct {
 	// the fencing token must refuse. 0: kills only.
 	PauseRatio         float64
 	PauseMin, PauseMax time.Duration
+	// MinKills is the least number of kills a run makes: the first
+	// MinKills moments are kills, not pauses, and the last InFlight
+	// workflows are not started before they have happened.
+	MinKills int
 
 	// Activity options. The guard's lease is the heartbeat timeout, so a
 	// killed worker's claims lapse Heartbeat after its last extension.
@@ -108,6 +112,7 @@ func DefaultConfig() Config {
 		PauseRatio:        0.2,
 		PauseMin:          2500 * time.Millisecond,
 		PauseMax:          4 * time.Second,
+		MinKills:          3,
 		Heartbeat:         2 * time.Second,
 		StartToClose:      10 * time.Second,
 		ScheduleToClose:   3 * time.Minute,
@@ -115,22 +120,22 @@ func DefaultConfig() Config {
 		RetryMax:          time.Second,
 		WorkflowTimeout:   5 * time.Minute,
 		BodyWork:          20 * time.Millisecond,
-		BodyAfter:         20 * time.Millisecond,
+		BodyAfter:         100 * time.Millisecond,
 		Timeout:           40 * time.Minute,
 	}
 }
 
 // ShortConfig is the run inside `make test`: 50 workflows of 10 guarded
 // operations (500 keys, 550 executions with the twins), a kill or pause
-// every 3–6 s, so that several land within the run while the
+// every 2–5 s, so that several land within the run while the
 // (race-enabled) workers get time to start and work between them.
 func ShortConfig() Config {
 	c := DefaultConfig()
 	c.Workflows = 50
 	c.InFlight = 20
 	c.WorkerConcurrency = 8
-	c.KillMin = 3 * time.Second
-	c.KillMax = 6 * time.Second
+	c.KillMin = 2 * time.Second
+	c.KillMax = 5 * time.Second
 	c.ScheduleToClose = 2 * time.Minute
 	c.WorkflowTimeout = 150 * time.Second
 	c.Timeout = 170 * time.Second
@@ -152,6 +157,9 @@ func (c *Config) validate() error {
 	}
 	if c.Workers < 2 {
 		errs = append(errs, errors.New("need at least 2 workers"))
+	}
+	if c.MinKills < 0 {
+		errs = append(errs, errors.New("negative MinKills"))
 	}
 	if c.WorkerConcurrency < 1 || c.InFlight < 1 {
 		errs = append(errs, errors.New("worker concurrency and in-flight workflows must be positive"))

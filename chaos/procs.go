@@ -208,6 +208,13 @@ func (w *workers) pause(slot int, d time.Duration) (Pause, bool) {
 	return pa, true
 }
 
+// killCount returns the number of kills so far.
+func (w *workers) killCount() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.kills)
+}
+
 // live returns the slots with a running process.
 func (w *workers) live() []int {
 	w.mu.Lock()

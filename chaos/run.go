@@ -197,7 +197,19 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		for _, pw := range plan {
+		for i, pw := range plan {
+			if i == max(len(plan)-cfg.InFlight, 0) {
+				// Hold the last workflows back until MinKills kills have
+				// happened, so that they happen while work is in flight.
+				for n := 0; ws.killCount() < cfg.MinKills; n++ {
+					if n == 0 {
+						logf("holding the last %d workflows until %d kills have happened", cfg.InFlight, cfg.MinKills)
+					}
+					if !sleepCtx(loadCtx, 100*time.Millisecond) {
+						return
+					}
+				}
+			}
 			select {
 			case sem <- struct{}{}:
 			case <-loadCtx.Done():
@@ -234,7 +246,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 				continue // keep one worker up
 			}
 			slot := live[rng.IntN(len(live))]
-			if cfg.PauseRatio > 0 && rng.Float64() < cfg.PauseRatio {
+			if cfg.PauseRatio > 0 && ws.killCount() >= cfg.MinKills && rng.Float64() < cfg.PauseRatio {
 				if pa, ok := ws.pause(slot, uniform(rng, cfg.PauseMin, cfg.PauseMax)); ok {
 					logf("paused worker slot %d pid %d for %s", pa.Slot, pa.PID, pa.For.Round(time.Millisecond))
 				}

@@ -35,6 +35,7 @@ func main() {
 	rate := flag.Float64("fault-rate", def.Faults.Rate, "probability that a store request gets a fault")
 	killMin := flag.Duration("kill-min", 0, "shortest pause between kills (default: per mode)")
 	killMax := flag.Duration("kill-max", 0, "longest pause between kills (default: per mode)")
+	pauseRatio := flag.Float64("pause-ratio", def.PauseRatio, "share of chaos moments that pause a worker past its lease instead of killing it")
 	seed := flag.Uint64("seed", 0, "seed for faults and kills (0: random)")
 	workDir := flag.String("workdir", "", "keep worker logs and done files here (default: a temporary directory, removed on success)")
 	keep := flag.Bool("keep-tables", false, "keep the DynamoDB tables after the run")
@@ -54,6 +55,7 @@ func main() {
 	setInt(&cfg.WorkerConcurrency, *conc)
 	cfg.OpsPerWorkflow, cfg.TwinEvery, cfg.Workers = *ops, *twins, *workers
 	cfg.Faults.Rate = *rate
+	cfg.PauseRatio = *pauseRatio
 	if *killMin > 0 {
 		cfg.KillMin = *killMin
 	}
