@@ -111,8 +111,8 @@ type namedAttr struct {
 }
 
 // attrs lists the attributes of e by name, absent ones with a nil value.
-func (c *config) attrs(e *encoded) []namedAttr {
-	return []namedAttr{
+func (c *config) attrs(e *encoded) [8]namedAttr {
+	return [...]namedAttr{
 		{c.statusAttr, e.status},
 		{c.expiryAttr, e.expiry},
 		{c.leaseAttr, e.lease},
@@ -133,6 +133,24 @@ func (c *config) item(key string, e *encoded) map[string]types.AttributeValue {
 		}
 	}
 	return m
+}
+
+// itemSize returns ItemSize(c.item(key, e)) without building the item: the
+// attribute names are distinct (New checks), so the item holds each of them
+// once.
+func (c *config) itemSize(key string, e *encoded) int {
+	n := len(c.keyAttr)
+	if c.sortKeyAttr != "" {
+		n += len(c.partitionValue) + len(c.sortKeyAttr) + len(key)
+	} else {
+		n += len(key)
+	}
+	for _, a := range c.attrs(e) {
+		if a.v != nil {
+			n += len(a.name) + attrSize(a.v)
+		}
+	}
+	return n
 }
 
 // encode turns rec into attributes. It refuses times it could not store and
@@ -178,7 +196,7 @@ func (c *config) encode(rec *store.Record) (*encoded, error) {
 			e.encoding = strAttr(encodingGzip)
 		}
 	}
-	if n := ItemSize(c.item(rec.Key, e)); n > MaxItemSize {
+	if n := c.itemSize(rec.Key, e); n > MaxItemSize {
 		return nil, fmt.Errorf("%w: the item would be %d bytes, over DynamoDB's limit of %d (result %d bytes, %d as stored)",
 			store.ErrTooLarge, n, MaxItemSize, len(rec.Result), attrSize(e.data))
 	}

@@ -23,7 +23,8 @@
 // guard.DoBatch uses) reads up to 100 records per consistent BatchGetItem,
 // so a batch of completed items replays for one read per 100 items and no
 // writes. Every expression is built with the SDK's expression builder, so
-// attribute names are always aliased.
+// attribute names are always aliased; each is built once per store, and a
+// request fills in only its values.
 //
 // Requests are retried by the SDK's standard retryer with
 // [DefaultMaxAttempts] attempts and short jittered backoff (see

@@ -15,7 +15,10 @@ import (
 )
 
 // API is the part of the DynamoDB client the store uses. *dynamodb.Client
-// satisfies it; tests may wrap it.
+// satisfies it; tests may wrap it. The store builds its expressions once
+// and gives every request the same expression strings and
+// ExpressionAttributeNames maps, so an implementation must not modify its
+// inputs (the SDK's client does not).
 type API interface {
 	GetItem(ctx context.Context, in *dynamodb.GetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
 	PutItem(ctx context.Context, in *dynamodb.PutItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error)
@@ -28,10 +31,12 @@ var _ API = (*dynamodb.Client)(nil)
 // Store is a [store.Store] that keeps each record as one item of a DynamoDB
 // table. It is safe for concurrent use; create it with [New].
 type Store struct {
-	client API
-	table  string
-	cfg    *config
-	optFns []func(*dynamodb.Options) // per-request client options (the retryer)
+	client    API
+	table     string
+	tableName *string // table, for the requests
+	cfg       *config
+	x         exprCache                 // the expressions, each built once
+	optFns    []func(*dynamodb.Options) // per-request client options (the retryer)
 }
 
 var _ store.Store = (*Store)(nil)
@@ -53,7 +58,7 @@ func New(client API, table string, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{client: client, table: table, cfg: cfg}
+	s := &Store{client: client, table: table, tableName: aws.String(table), cfg: cfg}
 	if r := cfg.newRetryer(); r != nil {
 		s.optFns = []func(*dynamodb.Options){func(o *dynamodb.Options) { o.Retryer = r }}
 	}
@@ -88,25 +93,20 @@ func (s *Store) Acquire(ctx context.Context, rec *store.Record, now time.Time) (
 		return nil, s.opErr(op, rec.Key, err)
 	}
 	c := s.cfg
-	// The negation of store.Record.Live on the stored (rounded) times:
-	// absent, expired, or in progress under a lapsed lease.
-	cond := expression.AttributeNotExists(name(c.keyAttr)).
-		Or(name(c.expiryAttr).LessThanEqual(value(numAttr(floorSeconds(now)))),
-			expression.And(
-				name(c.statusAttr).Equal(value(strAttr(store.StatusInProgress.String()))),
-				expression.AttributeExists(name(c.leaseAttr)),
-				name(c.leaseAttr).LessThanEqual(value(numAttr(floorMillis(now)))),
-			))
-	x, err := expression.NewBuilder().WithCondition(cond).Build()
+	x, err := s.expr(exprAcquire) // see acquireExpr
 	if err != nil {
 		return nil, s.opErr(op, rec.Key, err)
 	}
 	_, err = s.client.PutItem(ctx, &dynamodb.PutItemInput{
-		TableName:                           aws.String(s.table),
-		Item:                                c.item(rec.Key, e),
-		ConditionExpression:                 x.Condition(),
-		ExpressionAttributeNames:            x.Names(),
-		ExpressionAttributeValues:           x.Values(),
+		TableName:                s.tableName,
+		Item:                     c.item(rec.Key, e),
+		ConditionExpression:      x.cond,
+		ExpressionAttributeNames: x.names,
+		ExpressionAttributeValues: x.fill(&slotValues{
+			slotNowSeconds: numAttr(floorSeconds(now)),
+			slotInProgress: inProgressAttr(),
+			slotNowMillis:  numAttr(floorMillis(now)),
+		}),
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	}, s.optFns...)
 	if err == nil {
@@ -152,20 +152,8 @@ func (s *Store) Complete(ctx context.Context, rec *store.Record) error {
 	if err != nil {
 		return s.opErr(op, rec.Key, err)
 	}
-	c := s.cfg
-	upd := expression.UpdateBuilder{}
-	for _, a := range c.attrs(e) {
-		switch {
-		case a.name == c.tokenAttr:
-			// Unchanged: the condition requires it to equal rec.Token.
-		case a.v != nil:
-			upd = upd.Set(name(a.name), value(a.v))
-		default:
-			upd = upd.Remove(name(a.name))
-		}
-	}
-	cond := name(c.tokenAttr).Equal(value(strAttr(rec.Token)))
-	return s.update(ctx, op, rec.Key, cond, upd)
+	// See completeExpr. e.token holds rec.Token.
+	return s.update(ctx, op, rec.Key, exprComplete+completeVariant(e), completeSlots(e, e.token))
 }
 
 // Extend implements [store.Store] with one UpdateItem conditional on the
@@ -175,36 +163,39 @@ func (s *Store) Extend(ctx context.Context, key, token string, leaseExpiresAt, e
 	if err := ctx.Err(); err != nil {
 		return s.opErr(op, key, err)
 	}
-	c := s.cfg
 	if err := checkTime("expiresAt", expiresAt); err != nil {
 		return s.opErr(op, key, err)
 	}
-	upd := expression.Set(name(c.expiryAttr), value(numAttr(ceilSeconds(expiresAt))))
-	if leaseExpiresAt.IsZero() {
-		upd = upd.Remove(name(c.leaseAttr))
-	} else {
+	// See extendExpr.
+	x := exprExtend
+	v := &slotValues{
+		slotExpiry:     numAttr(ceilSeconds(expiresAt)),
+		slotToken:      strAttr(token),
+		slotInProgress: inProgressAttr(),
+	}
+	if !leaseExpiresAt.IsZero() {
 		if err := checkTime("leaseExpiresAt", leaseExpiresAt); err != nil {
 			return s.opErr(op, key, err)
 		}
-		upd = upd.Set(name(c.leaseAttr), value(numAttr(ceilMillis(leaseExpiresAt))))
+		x = exprExtendLease
+		v[slotLease] = numAttr(ceilMillis(leaseExpiresAt))
 	}
-	cond := name(c.tokenAttr).Equal(value(strAttr(token))).
-		And(name(c.statusAttr).Equal(value(strAttr(store.StatusInProgress.String()))))
-	return s.update(ctx, op, key, cond, upd)
+	return s.update(ctx, op, key, x, v)
 }
 
-func (s *Store) update(ctx context.Context, op, key string, cond expression.ConditionBuilder, upd expression.UpdateBuilder) error {
-	x, err := expression.NewBuilder().WithCondition(cond).WithUpdate(upd).Build()
+// update sends expression i with the values v.
+func (s *Store) update(ctx context.Context, op, key string, i int, v *slotValues) error {
+	x, err := s.expr(i)
 	if err != nil {
 		return s.opErr(op, key, err)
 	}
 	_, err = s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                 aws.String(s.table),
+		TableName:                 s.tableName,
 		Key:                       s.cfg.keyItem(key),
-		ConditionExpression:       x.Condition(),
-		UpdateExpression:          x.Update(),
-		ExpressionAttributeNames:  x.Names(),
-		ExpressionAttributeValues: x.Values(),
+		ConditionExpression:       x.cond,
+		UpdateExpression:          x.update,
+		ExpressionAttributeNames:  x.names,
+		ExpressionAttributeValues: x.fill(v),
 	}, s.optFns...)
 	return s.wrapWriteErr(op, key, err)
 }
@@ -216,18 +207,16 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 	if err := ctx.Err(); err != nil {
 		return s.opErr(op, key, err)
 	}
-	x, err := expression.NewBuilder().
-		WithCondition(name(s.cfg.tokenAttr).Equal(value(strAttr(token)))).
-		Build()
+	x, err := s.expr(exprRelease) // see releaseExpr
 	if err != nil {
 		return s.opErr(op, key, err)
 	}
 	_, err = s.client.DeleteItem(ctx, &dynamodb.DeleteItemInput{
-		TableName:                 aws.String(s.table),
+		TableName:                 s.tableName,
 		Key:                       s.cfg.keyItem(key),
-		ConditionExpression:       x.Condition(),
-		ExpressionAttributeNames:  x.Names(),
-		ExpressionAttributeValues: x.Values(),
+		ConditionExpression:       x.cond,
+		ExpressionAttributeNames:  x.names,
+		ExpressionAttributeValues: x.fill(&slotValues{slotToken: strAttr(token)}),
 	}, s.optFns...)
 	return s.wrapWriteErr(op, key, err)
 }
@@ -261,7 +250,7 @@ func (s *Store) Get(ctx context.Context, key string) (*store.Record, error) {
 
 func (s *Store) get(ctx context.Context, op, key string) (*store.Record, error) {
 	out, err := s.client.GetItem(ctx, &dynamodb.GetItemInput{
-		TableName:      aws.String(s.table),
+		TableName:      s.tableName,
 		Key:            s.cfg.keyItem(key),
 		ConsistentRead: aws.Bool(true),
 	}, s.optFns...)
