@@ -20,6 +20,7 @@ PKGS = ./... ./examples/... ./bench/...
 
 test: vet
 	scripts/harness.sh run $(GO) test -race -count=1 $(PKGS)
+	$(MAKE) --no-print-directory fuzz FUZZTIME=5s FUZZTARGETS='./guard:FuzzCanonicalize ./guard:FuzzDeriveKey'
 
 unit: vet
 	$(GO) test -race $(PKGS)
@@ -32,17 +33,19 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./guard/
 	IDEMGUARD_SERVICES=dynamodb scripts/harness.sh run $(GO) run ./bench/load $(BENCHFLAGS)
 
-# One run per fuzz target. `go test -fuzz` passes silently when its pattern
-# matches nothing, so each target is first checked to exist.
+# One run per fuzz target (PKG:Name), FUZZTIME each. `go test -fuzz` passes
+# silently when its pattern matches nothing, so each target is first checked
+# to exist. make test runs the key-derivation targets for a few seconds.
 .PHONY: fuzz
 FUZZTIME ?= 60s
+FUZZTARGETS ?= ./guard:FuzzDeriveKey ./guard:FuzzCanonicalize ./store/dynamodb:FuzzDecodeItem
 fuzz:
-	@l=$$($(GO) test -list '^FuzzDeriveKey$$' ./guard) || { echo "$$l"; exit 1; }; echo "$$l" | grep -qx FuzzDeriveKey || { echo "fuzz: FuzzDeriveKey not found in ./guard"; exit 1; }
-	$(GO) test -run '^$$' -fuzz '^FuzzDeriveKey$$' -fuzztime $(FUZZTIME) ./guard
-	@l=$$($(GO) test -list '^FuzzCanonicalize$$' ./guard) || { echo "$$l"; exit 1; }; echo "$$l" | grep -qx FuzzCanonicalize || { echo "fuzz: FuzzCanonicalize not found in ./guard"; exit 1; }
-	$(GO) test -run '^$$' -fuzz '^FuzzCanonicalize$$' -fuzztime $(FUZZTIME) ./guard
-	@l=$$($(GO) test -list '^FuzzDecodeItem$$' ./store/dynamodb) || { echo "$$l"; exit 1; }; echo "$$l" | grep -qx FuzzDecodeItem || { echo "fuzz: FuzzDecodeItem not found in ./store/dynamodb"; exit 1; }
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeItem$$' -fuzztime $(FUZZTIME) ./store/dynamodb
+	@set -e; for t in $(FUZZTARGETS); do \
+		pkg=$${t%%:*}; name=$${t#*:}; \
+		$(GO) test -list "^$$name$$" $$pkg | grep -qx "$$name" || { echo "fuzz: $$name not found in $$pkg"; exit 1; }; \
+		echo "fuzz: $$name in $$pkg for $(FUZZTIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 5s $$pkg; \
+	done
 
 tools:
 	scripts/harness.sh install
