@@ -15,8 +15,8 @@ GO ?= go
 
 .PHONY: test unit vet bench tools fmt
 
-# The library module and the nested examples and bench modules (go.work).
-PKGS = ./... ./examples/... ./bench/...
+# The library module and the nested examples, bench and chaos modules (go.work).
+PKGS = ./... ./examples/... ./bench/... ./chaos/...
 
 test: vet
 	scripts/harness.sh run $(GO) test -race -count=1 $(PKGS)
