@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemguard/idemguard/chaos"
+	"github.com/idemguard/idemguard/internal/testenv"
 )
 
 // TestMain turns this test binary into a chaos worker when the driver
@@ -23,11 +24,7 @@ func endpoints(t *testing.T) (ddb, temporal string) {
 	t.Helper()
 	ddb, temporal = os.Getenv(chaos.DynamoDBEndpointEnv), os.Getenv(chaos.TemporalAddressEnv)
 	if ddb == "" || temporal == "" {
-		msg := chaos.DynamoDBEndpointEnv + " and " + chaos.TemporalAddressEnv + " must be set (scripts/harness.sh run go test ./chaos/...)"
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
+		testenv.Missing(t, chaos.DynamoDBEndpointEnv+" and "+chaos.TemporalAddressEnv+" must be set (scripts/harness.sh run go test ./chaos/...)")
 	}
 	return ddb, temporal
 }

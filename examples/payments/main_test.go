@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/idemguard/idemguard/internal/testenv"
 	"github.com/idemguard/idemguard/telemetry"
 )
 
@@ -22,14 +22,7 @@ import (
 // unset, or failing it when CI=true.
 func requireEnv(t *testing.T, name string) string {
 	t.Helper()
-	v := os.Getenv(name)
-	if v == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s is not set; CI runs this test under scripts/harness.sh", name)
-		}
-		t.Skipf("%s is not set; run under scripts/harness.sh", name)
-	}
-	return v
+	return testenv.Require(t, name, "server at "+name)
 }
 
 // keptSpans is an in-memory exporter standing in for Jaeger that keeps its

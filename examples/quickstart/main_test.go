@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/idemguard/idemguard/internal/testenv"
 )
 
 // env returns a getenv that sees only the named variables of the real
@@ -29,14 +31,7 @@ var cliEnv = []string{"IDEMGUARD_TOOLS_DIR", "XDG_CACHE_HOME"}
 // unset, or failing it when CI=true.
 func requireEnv(t *testing.T, name string) string {
 	t.Helper()
-	v := os.Getenv(name)
-	if v == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s is not set; CI runs this test under scripts/harness.sh", name)
-		}
-		t.Skipf("%s is not set; run under scripts/harness.sh", name)
-	}
-	return v
+	return testenv.Require(t, name, "server at "+name)
 }
 
 // quickstartRun runs the quickstart's main logic and checks what every run
@@ -105,10 +100,7 @@ func TestAutoWithoutServers(t *testing.T) {
 func TestDevServerFromCLI(t *testing.T) {
 	cli := findCLI(env(cliEnv...))
 	if cli == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("no Temporal CLI at %s; CI installs it with scripts/harness.sh", cachedCLI(env(cliEnv...)))
-		}
-		t.Skip("no Temporal CLI; `make tools` installs it")
+		testenv.Missing(t, "no Temporal CLI at "+cachedCLI(env(cliEnv...))+"; make tools (scripts/harness.sh) installs it")
 	}
 	res := quickstartRun(t, config{Temporal: "cli", Getenv: env(cliEnv...)})
 	if !strings.Contains(res.Temporal, "dev server started from the Temporal CLI") {

@@ -27,24 +27,19 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/worker"
+
+	"github.com/idemguard/idemguard/internal/testenv"
 )
 
 // AddressEnv is the environment variable that holds the dev server's
 // host:port.
-const AddressEnv = "IDEMGUARD_TEMPORAL_ADDRESS"
+const AddressEnv = testenv.TemporalAddress
 
 // Address returns the dev server's host:port from [AddressEnv]. If it is
 // unset, Address skips the test, or fails it when CI is "true".
 func Address(t testing.TB) string {
 	t.Helper()
-	addr := os.Getenv(AddressEnv)
-	if addr == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s is not set; CI must run these tests against a Temporal dev server (scripts/harness.sh run ...)", AddressEnv)
-		}
-		t.Skipf("%s is not set; run under scripts/harness.sh to test against a Temporal dev server", AddressEnv)
-	}
-	return addr
+	return testenv.Require(t, AddressEnv, "Temporal dev server")
 }
 
 // Logger is a quiet SDK logger: errors only, to stderr, so that expected

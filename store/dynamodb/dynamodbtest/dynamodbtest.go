@@ -17,7 +17,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"os"
 	"regexp"
 	"sort"
 	"strconv"
@@ -30,26 +29,20 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/smithy-go/middleware"
 
+	"github.com/idemguard/idemguard/internal/testenv"
 	idemddb "github.com/idemguard/idemguard/store/dynamodb"
 )
 
 // EndpointEnv is the environment variable that holds the DynamoDB Local
 // endpoint URL.
-const EndpointEnv = "IDEMGUARD_DYNAMODB_ENDPOINT"
+const EndpointEnv = testenv.DynamoDBEndpoint
 
 // Endpoint returns the DynamoDB Local endpoint from [EndpointEnv]. If it is
 // unset, Endpoint skips the test, or fails it when the environment variable
 // CI is "true".
 func Endpoint(t testing.TB) string {
 	t.Helper()
-	ep := os.Getenv(EndpointEnv)
-	if ep == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s is not set; CI must run these tests against DynamoDB Local (scripts/harness.sh run ...)", EndpointEnv)
-		}
-		t.Skipf("%s is not set; run under scripts/harness.sh to test against DynamoDB Local", EndpointEnv)
-	}
-	return ep
+	return testenv.Require(t, EndpointEnv, "DynamoDB Local")
 }
 
 // Options returns client options for DynamoDB Local at endpoint: region
