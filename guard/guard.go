@@ -396,15 +396,9 @@ func lead[T any](ctx context.Context, g *Guard, c *config, d derived, fkey strin
 			return v, OutcomeExecuted, err
 		}
 		data, encErr := c.errorCodec.EncodeError(err)
-		kind := store.ResultError
-		if encErr != nil {
-			kind, data = store.ResultUnavailable, nil
-		}
-		done, cerr := g.complete(ctx, c, claim, k.stop(), kind, data)
+		done, cerr := g.record(ctx, c, claim, k, store.ResultError, data, encErr)
 		if cerr != nil {
 			err = errors.Join(err, cerr)
-		} else {
-			g.remember(done)
 		}
 		land(g, fkey, f, done, v, false, err)
 		return v, OutcomeExecuted, err
@@ -417,19 +411,28 @@ func lead[T any](ctx context.Context, g *Guard, c *config, d derived, fkey strin
 		return v, OutcomeExecuted, nil
 	}
 	data, encErr := c.codec.Marshal(v)
-	kind := store.ResultValue
-	if encErr != nil {
-		kind, data = store.ResultUnavailable, nil
-	}
-	done, cerr := g.complete(ctx, c, claim, k.stop(), kind, data)
+	done, cerr := g.record(ctx, c, claim, k, store.ResultValue, data, encErr)
 	if cerr != nil {
 		var zero T
 		land(g, fkey, f, nil, zero, false, cerr)
 		return zero, OutcomeExecuted, cerr
 	}
-	g.remember(done)
 	land(g, fkey, f, done, v, true, nil)
 	return v, OutcomeExecuted, nil
+}
+
+// record stops the lease keeper and completes the claim with data as kind;
+// an outcome that could not be encoded (encErr) is recorded without a body,
+// so it is never run again. The completed record is cached.
+func (g *Guard) record(ctx context.Context, c *config, claim *store.Record, k *keeper, kind store.ResultKind, data []byte, encErr error) (*store.Record, error) {
+	if encErr != nil {
+		kind, data = store.ResultUnavailable, nil
+	}
+	done, err := g.complete(ctx, c, claim, k.stop(), kind, data)
+	if err == nil {
+		g.remember(done)
+	}
+	return done, err
 }
 
 var errGoexit = errors.New("idemguard: guarded function called runtime.Goexit")
