@@ -130,9 +130,10 @@ func (s *Store) Acquire(ctx context.Context, rec *store.Record, now time.Time) (
 			return nil, err
 		}
 	}
-	if old.Token != "" && old.Token == rec.Token {
+	if old.Token != "" && old.Token == rec.Token && old.Status == store.StatusInProgress {
 		// Our own claim: the SDK retried a PutItem whose first attempt was
 		// written but whose response was lost. Tokens are unique per claim.
+		// A completed record under our token is a replay like any other.
 		return nil, nil
 	}
 	return old, store.ErrConflict

@@ -72,6 +72,7 @@ func Run(t *testing.T, newStore MakeStore, opts ...Option) {
 		{"NotFound", testNotFound},
 		{"KeysIndependent", testKeysIndependent},
 		{"ContextCancelled", testContextCancelled},
+		{"CompletedUnderSameToken", testCompletedUnderSameToken},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -542,5 +543,18 @@ func testTooLarge(t *testing.T, h *harness, n int) {
 	done.ResultKind = store.ResultUnavailable
 	if err := h.s.Complete(h.ctx, &done); err != nil {
 		t.Fatalf("Complete without a body after ErrTooLarge = %v", err)
+	}
+}
+
+// A claim made again under the token of a record that has completed (a
+// claimant with a fixed token, guard.WithClaimToken) is a conflict that
+// returns the completed record, never a fresh claim.
+func testCompletedUnderSameToken(t *testing.T, h *harness) {
+	rec := h.claim("scope#same-token", time.Minute)
+	h.mustAcquire(t, rec, h.t0)
+	done := h.mustComplete(t, rec, []byte(`"once"`))
+	again := *rec
+	if d := sameRecord(h.conflict(t, &again, h.t0.Add(time.Second)), done); d != "" {
+		t.Errorf("conflict record differs from the completed one: %s", d)
 	}
 }
