@@ -5,13 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	mathrand "math/rand/v2"
 	"net/http"
 	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
@@ -151,10 +149,7 @@ func newBench(ctx context.Context, cfg Config) (*bench, error) {
 	// One retryer for the store and the raw requests: the store's default,
 	// the SDK's standard retryer with 8 attempts and 25 ms–1 s jittered
 	// backoff, passed per request as the store passes it.
-	b.retry = retry.NewStandard(func(o *retry.StandardOptions) {
-		o.MaxAttempts = idemddb.DefaultMaxAttempts
-		o.Backoff = jitterBackoff{base: 25 * time.Millisecond, max: time.Second}
-	})
+	b.retry = idemddb.NewRetryer(0)
 	b.optFns = []func(*dynamodb.Options){func(o *dynamodb.Options) { o.Retryer = b.retry }}
 	opts := dynamodbtest.Options(cfg.Endpoint)
 	// Keep a connection per concurrent caller: the SDK's default keeps 10
@@ -251,22 +246,4 @@ func (b *bench) populate(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-// jitterBackoff is store/dynamodb's default backoff: exponential with full
-// jitter, a random delay in [0, min(max, base·2^attempt)).
-type jitterBackoff struct{ base, max time.Duration }
-
-// BackoffDelay implements retry.BackoffDelayer.
-func (b jitterBackoff) BackoffDelay(attempt int, _ error) (time.Duration, error) {
-	d := b.max
-	if attempt < 30 {
-		if e := b.base << attempt; e < d {
-			d = e
-		}
-	}
-	if d <= 0 {
-		return 0, nil
-	}
-	return mathrand.N(d), nil
 }

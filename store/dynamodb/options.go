@@ -245,12 +245,19 @@ func (c *config) newRetryer() aws.Retryer {
 	if c.retryerSet {
 		return c.retryer
 	}
-	n := c.maxAttempts
-	if n == 0 {
-		n = DefaultMaxAttempts
+	return NewRetryer(c.maxAttempts)
+}
+
+// NewRetryer returns the retryer a store uses by default: the SDK's standard
+// retryer with maxAttempts attempts (0: [DefaultMaxAttempts]) and
+// exponential backoff with full jitter from 25 ms, capped at 1 s. Code that
+// sends its own requests next to the store's can share it.
+func NewRetryer(maxAttempts int) aws.Retryer {
+	if maxAttempts == 0 {
+		maxAttempts = DefaultMaxAttempts
 	}
 	return retry.NewStandard(func(o *retry.StandardOptions) {
-		o.MaxAttempts = n
+		o.MaxAttempts = maxAttempts
 		o.Backoff = jitterBackoff{base: defaultBackoffBase, max: defaultBackoffMax}
 	})
 }
