@@ -51,13 +51,11 @@ func (g *Guard) Claim(ctx context.Context, scope string, input any, opts ...Opti
 	if d.key == "" {
 		return nil, nil, fmt.Errorf("%w (scope %s)", ErrKeyMissing, scope)
 	}
-	if g.cache != nil {
-		if rec, ok := g.cache.Get(d.key); ok && rec.Live(c.clock.Now()) {
-			if err := c.validate(d, rec); err != nil {
-				return nil, nil, err
-			}
-			return nil, rec, nil
+	if rec, ok := g.cached(d.key, c.clock.Now()); ok {
+		if err := c.validate(d, rec); err != nil {
+			return nil, nil, err
 		}
+		return nil, rec, nil
 	}
 	claim, existing, err := g.acquire(ctx, c, d)
 	if err != nil {

@@ -186,12 +186,9 @@ func execute[T any](ctx context.Context, g *Guard, c *config, scope string, inpu
 	}
 	if g.cache != nil {
 		o.cache = "miss"
-		if rec, ok := g.cache.Get(d.key); ok {
-			if rec.Live(c.clock.Now()) {
-				o.cache = "hit"
-				return replay[T](ctx, c, d, rec, OutcomeReplayed)
-			}
-			g.cache.Remove(d.key)
+		if rec, ok := g.cached(d.key, c.clock.Now()); ok {
+			o.cache = "hit"
+			return replay[T](ctx, c, d, rec, OutcomeReplayed)
 		}
 	}
 	// Calls share an execution only when their payloads hash the same, so a

@@ -159,6 +159,23 @@ func replay[T any](ctx context.Context, c *config, d derived, rec *store.Record,
 	return v, out, fmt.Errorf("%w (key %s)", ErrResultUnavailable, d.key)
 }
 
+// cached returns the live record the local cache holds for key, and drops
+// one that has expired.
+func (g *Guard) cached(key string, now time.Time) (*store.Record, bool) {
+	if g.cache == nil {
+		return nil, false
+	}
+	rec, ok := g.cache.Get(key)
+	if !ok {
+		return nil, false
+	}
+	if !rec.Live(now) {
+		g.cache.Remove(key)
+		return nil, false
+	}
+	return rec, true
+}
+
 // remember puts a completed record in the local cache.
 func (g *Guard) remember(rec *store.Record) {
 	if g.cache != nil && rec != nil {
