@@ -39,12 +39,14 @@ type canon struct {
 	doc     []byte   // a canonical text kept while out is reused (see inputForms)
 	keys    []byte   // decoded object keys that contained escapes
 	members []member // object members awaiting sorting, a stack across nesting levels
-	names   []string // map keys awaiting sorting, a stack across nesting levels
 	tmp     []byte   // scratch for reordering members
 	moved   int      // bytes copied reordering members; bounded by budget
 	budget  int      // above it, reordering gives up (jcs is linear)
-	enc     bytes.Buffer
-	encoder *json.Encoder // writes to enc
+	// canonicalMode: the encoder (jsonenc.go) writes RFC 8785 rather than
+	// exact JSON.
+	canonicalMode bool
+	enc           bytes.Buffer
+	encoder       *json.Encoder // writes to enc
 }
 
 // member is one object member written to out[start:end] as "key":value.
@@ -77,11 +79,10 @@ const maxPooledBuffer = 64 << 10
 
 func putCanon(c *canon) {
 	if cap(c.out) > maxPooledBuffer || cap(c.doc) > maxPooledBuffer || cap(c.keys) > maxPooledBuffer || cap(c.tmp) > maxPooledBuffer ||
-		c.enc.Cap() > maxPooledBuffer || cap(c.members) > 1024 || cap(c.names) > 1024 {
+		c.enc.Cap() > maxPooledBuffer || cap(c.members) > 1024 {
 		return
 	}
 	c.in = nil
-	clear(c.names[:cap(c.names)])
 	canonPool.Put(c)
 }
 
@@ -106,8 +107,7 @@ func (c *canon) canonical(b []byte) ([]byte, error) {
 
 // canonicalValue returns the RFC 8785 form of v's JSON encoding.
 func (c *canon) canonicalValue(v any) ([]byte, error) {
-	c.reset(nil)
-	if c.tree(v) {
+	if c.encodeCanonical(v) {
 		return c.out, nil
 	}
 	// Not c.marshal: c.enc may hold the input (see inputForms).
@@ -120,7 +120,7 @@ func (c *canon) canonicalValue(v any) ([]byte, error) {
 
 func (c *canon) reset(in []byte) {
 	c.in, c.pos, c.depth = in, 0, 0
-	c.out, c.keys, c.members, c.names = c.out[:0], c.keys[:0], c.members[:0], c.names[:0]
+	c.out, c.keys, c.members = c.out[:0], c.keys[:0], c.members[:0]
 	c.moved, c.budget = 0, 8*len(in)+4096
 }
 
@@ -513,22 +513,41 @@ func appendCanonicalRune(out []byte, r rune) []byte {
 	return utf8.AppendRune(out, r)
 }
 
-// appendCanonicalString appends s (valid UTF-8) as an RFC 8785 string.
-func appendCanonicalString(out []byte, s string) []byte {
+// appendCanonicalString appends s as an RFC 8785 string, reporting false
+// if s is not valid UTF-8.
+func appendCanonicalString[T string | []byte](out []byte, s T) ([]byte, bool) {
 	out = append(out, '"')
 	for i := 0; i < len(s); {
 		j := i
-		for j < len(s) && (plain[s[j]] || s[j] >= utf8.RuneSelf) {
+		for j+8 <= len(s) { // eight bytes at a time
+			x := uint64(s[j]) | uint64(s[j+1])<<8 | uint64(s[j+2])<<16 | uint64(s[j+3])<<24 |
+				uint64(s[j+4])<<32 | uint64(s[j+5])<<40 | uint64(s[j+6])<<48 | uint64(s[j+7])<<56
+			if m := specialBytes(x); m != 0 {
+				j += bits.TrailingZeros64(m) / 8
+				break
+			}
+			j += 8
+		}
+		for j < len(s) && plain[s[j]] {
 			j++
 		}
 		out = append(out, s[i:j]...)
 		if j == len(s) {
 			break
 		}
-		out = appendCanonicalRune(out, rune(s[j]))
-		i = j + 1
+		if b := s[j]; b < utf8.RuneSelf {
+			out = appendCanonicalRune(out, rune(b))
+			i = j + 1
+			continue
+		}
+		r, size := utf8.DecodeRune([]byte(s[j:min(j+utf8.UTFMax, len(s))]))
+		if r == utf8.RuneError && size <= 1 {
+			return out, false
+		}
+		out = append(out, s[j:j+size]...)
+		i = j + size
 	}
-	return append(out, '"')
+	return append(out, '"'), true
 }
 
 // scalar reads a literal or a number: the characters up to the next ',',
@@ -676,6 +695,48 @@ func appendShortDecimal(out, t []byte) ([]byte, bool) {
 	return out, true
 }
 
+var pow10 = [...]float64{1, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6}
+
+// appendShortNumber appends f (1e-6 <= f < 2^50) in fixed notation if it
+// is an integer, or a decimal of at most six fractional digits, and reports
+// whether it did. For such an f this is ECMAScript's text: the fewest
+// fractional digits k whose decimal reads back as f are the fewest
+// significant digits (f < 2^53), and with f*10^k < 2^50 the product's
+// rounding error (under 1/16) and the spread of decimals that read back as f
+// (under 1/8) leave round(f*10^k) the only candidate, exactly checked by
+// one correctly rounded division. It spares strconv's shortest-float search
+// for the prices and rates a key usually holds.
+func appendShortNumber(out []byte, f float64) ([]byte, bool) {
+	for k, p := range pow10 {
+		x := f * p
+		if x >= 1<<50 {
+			break
+		}
+		m := math.Round(x)
+		if m/p != f {
+			continue
+		}
+		start := len(out)
+		out = strconv.AppendInt(out, int64(m), 10)
+		if k == 0 {
+			return out, true
+		}
+		n := len(out) - start // digits; the last k are the fraction
+		if n <= k {
+			// 0.000ddd: "0." and k-n zeros before the digits.
+			out = append(out, "0.000000"[:2+k-n]...)
+			copy(out[start+2+k-n:], out[start:start+n])
+			copy(out[start:], "0.000000"[:2+k-n])
+			return out, true
+		}
+		out = append(out, 0)
+		copy(out[start+n-k+1:], out[start+n-k:start+n])
+		out[start+n-k] = '.'
+		return out, true
+	}
+	return out, false
+}
+
 // appendES6Number appends f (finite) as ECMAScript's Number.prototype.toString
 // writes it, which is RFC 8785's number format; it is jcs.NumberToJSON.
 func appendES6Number(out []byte, f float64) []byte {
@@ -685,6 +746,11 @@ func appendES6Number(out []byte, f float64) []byte {
 	if f < 0 {
 		out = append(out, '-')
 		f = -f
+	}
+	if f >= 1e-6 && f < 1<<50 {
+		if out, ok := appendShortNumber(out, f); ok {
+			return out
+		}
 	}
 	format := byte('e')
 	if f < 1e21 && f >= 1e-6 {
@@ -699,79 +765,6 @@ func appendES6Number(out []byte, f float64) []byte {
 		}
 	}
 	return out
-}
-
-// tree canonicalises a value of the generic JSON form (what JMESPath
-// returns: nil, bool, float64, string, []any, map[string]any) into c.out,
-// as json.Marshal and then jcs would, reporting false for anything else,
-// including strings that are not valid UTF-8 (which json.Marshal changes).
-func (c *canon) tree(v any) bool {
-	switch v := v.(type) {
-	case nil:
-		c.out = append(c.out, "null"...)
-	case bool:
-		if v {
-			c.out = append(c.out, "true"...)
-		} else {
-			c.out = append(c.out, "false"...)
-		}
-	case float64:
-		if math.IsNaN(v) || math.IsInf(v, 0) {
-			return false
-		}
-		c.out = appendES6Number(c.out, v)
-	case string:
-		if !utf8.ValidString(v) {
-			return false
-		}
-		c.out = appendCanonicalString(c.out, v)
-	case []any:
-		if c.depth++; c.depth > maxCanonDepth {
-			return false
-		}
-		c.out = append(c.out, '[')
-		for i, e := range v {
-			if i > 0 {
-				c.out = append(c.out, ',')
-			}
-			if !c.tree(e) {
-				return false
-			}
-		}
-		c.out = append(c.out, ']')
-		c.depth--
-	case map[string]any:
-		if c.depth++; c.depth > maxCanonDepth {
-			return false
-		}
-		base := len(c.names)
-		for k := range v {
-			if !utf8.ValidString(k) {
-				return false
-			}
-			c.names = append(c.names, k)
-		}
-		names := c.names[base:]
-		slices.SortFunc(names, compareUTF16[string])
-		c.out = append(c.out, '{')
-		for i, k := range names {
-			if i > 0 {
-				c.out = append(c.out, ',')
-			}
-			c.out = appendCanonicalString(c.out, k)
-			c.out = append(c.out, ':')
-			if !c.tree(v[k]) {
-				return false
-			}
-		}
-		c.out = append(c.out, '}')
-		clear(names)
-		c.names = c.names[:base]
-		c.depth--
-	default:
-		return false
-	}
-	return true
 }
 
 // missingCanonical reports whether canonical JSON text b is a selection

@@ -221,10 +221,7 @@ func (c *config) derive(scope string, input any) (derived, error) {
 	var sel []byte
 	switch {
 	case c.hasKey:
-		b, err := cn.marshal(c.explicitKey) // before in uses cn.enc
-		if err == nil {
-			b, err = cn.canonical(b)
-		}
+		b, err := cn.canonicalValue(c.explicitKey)
 		if err != nil {
 			return d, &inputError{"marshalling the explicit key", err}
 		}
@@ -296,19 +293,21 @@ func (in *inputForms) marshal() ([]byte, error) {
 	return in.json, in.jsonErr
 }
 
-// canonicalFast reports whether canon accepted the input; if so, its
-// canonical text is in.doc.
+// canonicalFast reports whether canon (its encoder or its parser)
+// accepted the input; if so, its canonical text is in.doc.
 func (in *inputForms) canonicalFast() bool {
 	if !in.fastDone {
 		in.fastDone = true
-		// JSON text that canon accepts is valid, so json.Marshal would only
-		// have compacted it: canonicalise it directly.
-		b, _ := in.input.(json.RawMessage)
-		if b == nil {
-			b, _ = in.marshal()
+		if b, ok := in.input.(json.RawMessage); ok {
+			in.fast = in.cn.transform(b)
+		} else if in.fast = in.cn.encodeCanonical(in.input); !in.fast {
+			// JSON text that canon accepts is valid, so json.Marshal would
+			// only have compacted it: canonicalise it directly.
+			if b, _ := in.marshal(); b != nil {
+				in.fast = in.cn.transform(b)
+			}
 		}
-		if b != nil && in.cn.transform(b) {
-			in.fast = true
+		if in.fast {
 			in.doc, in.cn.doc, in.cn.out = in.cn.out, in.cn.out, in.cn.doc[:0]
 		}
 	}
@@ -336,6 +335,8 @@ func (in *inputForms) canonical() ([]byte, error) {
 func (in *inputForms) decode() (any, error) {
 	if !in.treeDone {
 		in.treeDone = true
+		// Not from the canonical text, which loses -0: to_string() would
+		// tell.
 		b, err := in.marshal()
 		if err != nil {
 			in.treeErr = err
