@@ -54,7 +54,34 @@ type canon struct {
 // pointers: appending members needs no write barriers.)
 type member struct {
 	ks, ke, start, end int
+	pre                uint64 // the key's first eight bytes, big-endian, zero-padded
 	inKeys             bool
+}
+
+// keyPrefix is member.pre for key k.
+func keyPrefix[T string | []byte](k T) uint64 {
+	var p uint64
+	for i := range 8 {
+		p <<= 8
+		if i < len(k) {
+			p |= uint64(k[i])
+		}
+	}
+	return p
+}
+
+// compareMembers orders members as compareUTF16 orders their keys, mostly
+// from their prefixes: where those differ first in an ASCII byte (or in
+// padding, which sorts as the end of the key), that byte decides.
+func (c *canon) compareMembers(a, b *member) int {
+	if x := a.pre ^ b.pre; x != 0 {
+		shift := 56 - bits.LeadingZeros64(x)&^7
+		ba, bb := byte(a.pre>>shift), byte(b.pre>>shift)
+		if ba < utf8.RuneSelf && bb < utf8.RuneSelf {
+			return int(ba) - int(bb)
+		}
+	}
+	return compareUTF16(c.key(a), c.key(b))
 }
 
 func (c *canon) key(m *member) []byte {
@@ -223,6 +250,7 @@ func (c *canon) object() bool {
 			if m.ks, m.ke, m.inKeys, ok = c.str(true); !ok {
 				return false
 			}
+			m.pre = keyPrefix(c.key(&m))
 			c.skipSpace()
 			if c.pos >= len(c.in) || c.in[c.pos] != ':' {
 				return false
@@ -262,7 +290,7 @@ func (c *canon) object() bool {
 func (c *canon) sortMembers(open int, ms []member) bool {
 	sorted := true
 	for i := 1; i < len(ms); i++ {
-		switch d := compareUTF16(c.key(&ms[i-1]), c.key(&ms[i])); {
+		switch d := c.compareMembers(&ms[i-1], &ms[i]); {
 		case d == 0:
 			return false
 		case d > 0:
@@ -272,18 +300,20 @@ func (c *canon) sortMembers(open int, ms []member) bool {
 	if sorted {
 		return true
 	}
-	cmp := func(a, b member) int { return compareUTF16(c.key(&a), c.key(&b)) }
 	if len(ms) <= 12 {
 		for i := 1; i < len(ms); i++ {
-			for j := i; j > 0 && cmp(ms[j-1], ms[j]) > 0; j-- {
-				ms[j-1], ms[j] = ms[j], ms[j-1]
+			m := ms[i]
+			j := i
+			for ; j > 0 && c.compareMembers(&ms[j-1], &m) > 0; j-- {
+				ms[j] = ms[j-1]
 			}
+			ms[j] = m
 		}
 	} else {
-		slices.SortFunc(ms, cmp)
+		slices.SortFunc(ms, func(a, b member) int { return c.compareMembers(&a, &b) })
 	}
 	for i := 1; i < len(ms); i++ {
-		if cmp(ms[i-1], ms[i]) == 0 {
+		if c.compareMembers(&ms[i-1], &ms[i]) == 0 {
 			return false
 		}
 	}

@@ -176,6 +176,8 @@ func TestCompareUTF16(t *testing.T) {
 			if sign(got) != want || sign(compareUTF16([]byte(a), []byte(b))) != want {
 				t.Errorf("compareUTF16(%q, %q) = %d, want sign %d", a, b, got, want)
 			}
+			checkCompareMembers(t, a, b, want)
+			checkCompareMembers(t, a+"\x00", b, compareUnits(utf16.Encode([]rune(a+"\x00")), utf16.Encode([]rune(b))))
 		}
 	}
 }
@@ -238,7 +240,20 @@ func FuzzCompareUTF16(f *testing.F) {
 		if got := compareUTF16(a, b); sign(got) != want {
 			t.Fatalf("compareUTF16(%q, %q) = %d, want sign %d", a, b, got, want)
 		}
+		checkCompareMembers(t, a, b, want)
 	})
+}
+
+// checkCompareMembers fails t unless members keyed a and b compare with
+// sign want.
+func checkCompareMembers(t *testing.T, a, b string, want int) {
+	t.Helper()
+	c := &canon{keys: []byte(a + b)}
+	ma := member{ks: 0, ke: len(a), inKeys: true, pre: keyPrefix(a)}
+	mb := member{ks: len(a), ke: len(a) + len(b), inKeys: true, pre: keyPrefix(b)}
+	if got := c.compareMembers(&ma, &mb); sign(got) != want {
+		t.Fatalf("compareMembers(%q, %q) = %d, want sign %d", a, b, got, want)
+	}
 }
 
 // deriveReference is derive as it was before canon: json.Marshal, then
