@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 
 	lru "github.com/hashicorp/golang-lru/v2"
 
@@ -217,7 +216,8 @@ func lead[T any](ctx context.Context, g *Guard, c *config, d derived, fkey strin
 		return v, 0, err
 	}
 	if existing != nil {
-		g.settle(f, false, time.Time{})
+		// land settles f: followers learn it is not executing with its
+		// outcome.
 		g.remember(existing)
 		v, out, err = replay[T](ctx, c, d, existing, OutcomeReplayed)
 		land(g, fkey, f, existing, v, false, nil)

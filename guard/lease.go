@@ -73,7 +73,7 @@ func (k *keeper) tick() {
 		expiresAt = leaseEnd
 	}
 	sctx, span := k.g.child(k.base, telemetry.SpanExtend)
-	ctx, cancel := context.WithTimeout(sctx, max(k.leaseEnd.Sub(now), storeCallTimeout))
+	ctx, cancel := newStoreContext(sctx, max(k.leaseEnd.Sub(now), storeCallTimeout))
 	start := k.g.storeStart()
 	err := k.g.store.Extend(ctx, k.key, k.token, leaseEnd, expiresAt)
 	k.g.timeStore(sctx, "extend", start)

@@ -220,7 +220,7 @@ func (g *Guard) complete(ctx context.Context, c *config, claim *store.Record, le
 	}
 	var bo *backoff.ExponentialBackOff
 	for {
-		actx, cancel := context.WithTimeout(base, max(leaseEnd.Sub(now), storeCallTimeout))
+		actx, cancel := newStoreContext(base, max(leaseEnd.Sub(now), storeCallTimeout))
 		attempts++
 		start := g.storeStart()
 		err := g.store.Complete(actx, done)
@@ -269,7 +269,7 @@ func (e *notRecordedError) Unwrap() []error { return []error{ErrNotRecorded, e.e
 func (g *Guard) release(ctx context.Context, claim *store.Record) {
 	ctx, span := g.child(ctx, telemetry.SpanRelease)
 	defer span.End()
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeCallTimeout)
+	rctx, cancel := newStoreContext(context.WithoutCancel(ctx), storeCallTimeout)
 	defer cancel()
 	start := g.storeStart()
 	err := g.store.Release(rctx, claim.Key, claim.Token)
