@@ -83,6 +83,7 @@ func New(s store.Store, opts ...Option) (*Guard, error) {
 	if g.cfg.err != nil {
 		return nil, g.cfg.err
 	}
+	g.cfg.leases = &leaseTimer{clock: g.cfg.clock}
 	if g.cfg.cacheSize > 0 {
 		g.cache, _ = lru.New[string, *store.Record](g.cfg.cacheSize)
 	}

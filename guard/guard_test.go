@@ -436,6 +436,59 @@ func TestLeaseKeeperExtendsWhileRunning(t *testing.T) {
 	close(release)
 }
 
+// Calls that start at different times, and calls with a clock of their
+// own, share the guard's lease timer or have their own: each long call's
+// lease is extended on its own schedule, and short calls in between (which
+// end before their first extension) leave them be.
+func TestLeaseKeeperManyCalls(t *testing.T) {
+	m := newMemoryStore()
+	clock, own := newFakeClock(), newFakeClock()
+	g := mustGuard(t, m, guard.WithClock(clock), guard.WithLease(3*time.Second))
+
+	release := make(chan struct{})
+	keys := make(chan string)
+	long := func(c guard.Clock, id string) {
+		go guard.Do(ctx, g, "job", id, func(ctx context.Context) (int, error) {
+			k, _ := guard.KeyFromContext(ctx)
+			keys <- k
+			<-release
+			return 1, nil
+		}, guard.WithClock(c))
+	}
+	long(clock, "a")
+	a := <-keys
+	clock.Advance(500 * time.Millisecond)
+	long(clock, "b")
+	b := <-keys
+	long(own, "c") // a per-call clock: its own timer
+	c := <-keys
+	for i := range 20 {
+		if _, err := guard.Do(ctx, g, "job", i, func(context.Context) (int, error) { return i, nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	leaseEnd := func(key string) time.Time {
+		rec, err := m.Get(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rec.LeaseExpiresAt
+	}
+	firstA, firstB, firstC := leaseEnd(a), leaseEnd(b), leaseEnd(c)
+	for range 10 { // 5 s of a 3 s lease, in half-second steps
+		clock.Advance(500 * time.Millisecond)
+		own.Advance(500 * time.Millisecond)
+		time.Sleep(2 * time.Millisecond)
+	}
+	// Every extension moves the lease to now + 3 s: after 5 s, each lease
+	// must end later than its first end plus 3 s.
+	waitFor(t, "the long calls' extensions", func() bool {
+		return leaseEnd(a).After(firstA.Add(3*time.Second)) && leaseEnd(b).After(firstB.Add(3*time.Second)) &&
+			leaseEnd(c).After(firstC.Add(3*time.Second))
+	})
+	close(release)
+}
+
 func TestErrorReleasesRecord(t *testing.T) {
 	m, cs := newMemory()
 	g := mustGuard(t, cs)

@@ -1,6 +1,7 @@
 package guard
 
 import (
+	"container/heap"
 	"context"
 	"errors"
 	"log/slog"
@@ -18,30 +19,40 @@ import (
 type keeper struct {
 	g      *Guard
 	c      *config
-	base   context.Context // the caller's context without its cancellation
+	ctx    context.Context // the caller's context (its values, for the extensions)
 	key    string
 	token  string
 	lease  time.Duration
 	cancel context.CancelCauseFunc // cancels the function's context; set before start
+	timer  *leaseTimer
 
-	mu        sync.Mutex  // protects the fields below, and serialises ticks with stop
-	stopped   bool        // no more extensions
-	leaseEnd  time.Time   // the lease end last written
-	expiresAt time.Time   // the record expiry last written
-	lost      bool        // the store said the claim is held by another token
-	stopTimer func() bool // cancels the next tick
+	mu        sync.Mutex // protects the fields below, and serialises ticks with stop
+	stopped   bool       // no more extensions
+	leaseEnd  time.Time  // the lease end last written
+	expiresAt time.Time  // the record expiry last written
+	lost      bool       // the store said the claim is held by another token
+
+	// Protected by timer.mu.
+	due   time.Time // when the next extension is due
+	index int       // in timer.due; -1 when not waiting
 }
 
 func (g *Guard) keep(ctx context.Context, c *config, claim *store.Record) *keeper {
+	t := c.leases
+	if t == nil { // a per-call clock
+		t = &leaseTimer{clock: c.clock}
+	}
 	return &keeper{
 		g:         g,
 		c:         c,
-		base:      context.WithoutCancel(ctx),
+		ctx:       ctx,
 		key:       claim.Key,
 		token:     claim.Token,
 		lease:     max(claim.LeaseExpiresAt.Sub(c.clock.Now()), MinLease),
 		leaseEnd:  claim.LeaseExpiresAt,
 		expiresAt: claim.ExpiresAt,
+		timer:     t,
+		index:     -1,
 	}
 }
 
@@ -53,7 +64,7 @@ func (k *keeper) start() {
 
 // schedule arms the next tick; k.mu is held.
 func (k *keeper) schedule() {
-	k.stopTimer = k.c.clock.AfterFunc(k.interval(), k.tick)
+	k.timer.add(k, k.c.clock.Now().Add(k.interval()))
 }
 
 func (k *keeper) interval() time.Duration {
@@ -72,7 +83,7 @@ func (k *keeper) tick() {
 	if expiresAt.Before(leaseEnd) {
 		expiresAt = leaseEnd
 	}
-	sctx, span := k.g.child(k.base, telemetry.SpanExtend)
+	sctx, span := k.g.child(context.WithoutCancel(k.ctx), telemetry.SpanExtend)
 	ctx, cancel := newStoreContext(sctx, max(k.leaseEnd.Sub(now), storeCallTimeout))
 	start := k.g.storeStart()
 	err := k.g.store.Extend(ctx, k.key, k.token, leaseEnd, expiresAt)
@@ -103,8 +114,89 @@ func (k *keeper) stop() time.Time {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.stopped = true
-	if k.stopTimer != nil {
-		k.stopTimer()
-	}
+	k.timer.remove(k)
 	return k.leaseEnd
+}
+
+// leaseTimer wakes keepers when their extensions are due, on one timer for
+// all of a guard's calls rather than one per call: most calls end long
+// before their first extension, and arming and stopping a timer for each
+// cost more than the rest of a call to an in-process store. The timer fires
+// at the earliest due extension; a keeper that stops leaves the heap, and the
+// timer then may fire for nothing, at most once per interval.
+type leaseTimer struct {
+	clock Clock
+
+	mu     sync.Mutex
+	due    keeperHeap  // waiting keepers, earliest due first
+	wakeAt time.Time   // when the armed timer fires; zero if none is armed
+	stop   func() bool // stops the armed timer
+}
+
+func (t *leaseTimer) add(k *keeper, due time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	k.due = due
+	heap.Push(&t.due, k)
+	if t.wakeAt.IsZero() || due.Before(t.wakeAt) {
+		t.arm(due)
+	}
+}
+
+func (t *leaseTimer) remove(k *keeper) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if k.index >= 0 {
+		heap.Remove(&t.due, k.index)
+	}
+}
+
+// arm sets the timer to fire at at; t.mu is held.
+func (t *leaseTimer) arm(at time.Time) {
+	if t.stop != nil {
+		t.stop()
+	}
+	t.wakeAt = at
+	t.stop = t.clock.AfterFunc(at.Sub(t.clock.Now()), t.fire)
+}
+
+// fire starts the extensions that are due, and arms the timer for the next.
+func (t *leaseTimer) fire() {
+	t.mu.Lock()
+	now := t.clock.Now()
+	var ready []*keeper
+	for len(t.due) > 0 && !t.due[0].due.After(now) {
+		ready = append(ready, heap.Pop(&t.due).(*keeper))
+	}
+	t.wakeAt = time.Time{}
+	if len(t.due) > 0 {
+		t.arm(t.due[0].due)
+	}
+	t.mu.Unlock()
+	for _, k := range ready {
+		go k.tick()
+	}
+}
+
+// keeperHeap orders keepers by due time (container/heap).
+type keeperHeap []*keeper
+
+func (h keeperHeap) Len() int           { return len(h) }
+func (h keeperHeap) Less(i, j int) bool { return h[i].due.Before(h[j].due) }
+func (h keeperHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index, h[j].index = i, j
+}
+func (h *keeperHeap) Push(x any) {
+	k := x.(*keeper)
+	k.index = len(*h)
+	*h = append(*h, k)
+}
+func (h *keeperHeap) Pop() any {
+	old := *h
+	k := old[len(old)-1]
+	old[len(old)-1] = nil
+	k.index = -1
+	*h = old[:len(old)-1]
+	return k
 }

@@ -145,6 +145,7 @@ type config struct {
 	isDefinite     func(error) bool
 	keepResult     func(any) bool
 	clock          Clock
+	leases         *leaseTimer // the guard's, on clock; nil for a per-call clock
 	onReplay       ReplayHook
 	claimToken     string               // fixed fencing token, for re-entrant claims
 	rawKeyAttr     bool                 // record the key selection on spans
@@ -347,6 +348,7 @@ func WithClock(clock Clock) Option {
 			return
 		}
 		c.clock = clock
+		c.leases = nil // the guard's lease timer runs on its own clock
 	})
 }
 
