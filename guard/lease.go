@@ -22,7 +22,7 @@ type keeper struct {
 	ctx    context.Context // the caller's context (its values, for the extensions)
 	key    string
 	token  string
-	lease  time.Duration
+	lease  time.Duration           // set by start
 	cancel context.CancelCauseFunc // cancels the function's context; set before start
 	timer  *leaseTimer
 
@@ -48,7 +48,6 @@ func (g *Guard) keep(ctx context.Context, c *config, claim *store.Record) *keepe
 		ctx:       ctx,
 		key:       claim.Key,
 		token:     claim.Token,
-		lease:     max(claim.LeaseExpiresAt.Sub(c.clock.Now()), MinLease),
 		leaseEnd:  claim.LeaseExpiresAt,
 		expiresAt: claim.ExpiresAt,
 		timer:     t,
@@ -59,12 +58,14 @@ func (g *Guard) keep(ctx context.Context, c *config, claim *store.Record) *keepe
 func (k *keeper) start() {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	k.schedule()
+	now := k.c.clock.Now()
+	k.lease = max(k.leaseEnd.Sub(now), MinLease)
+	k.schedule(now)
 }
 
 // schedule arms the next tick; k.mu is held.
-func (k *keeper) schedule() {
-	k.timer.add(k, k.c.clock.Now().Add(k.interval()))
+func (k *keeper) schedule(now time.Time) {
+	k.timer.add(k, now.Add(k.interval()))
 }
 
 func (k *keeper) interval() time.Duration {
@@ -105,7 +106,7 @@ func (k *keeper) tick() {
 	}
 	// A transient failure leaves the lease as it was; the next tick, a
 	// third of a lease later, tries again before it lapses.
-	k.schedule()
+	k.schedule(now)
 }
 
 // stop ends the extensions, waiting for one in flight, and returns the lease
