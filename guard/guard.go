@@ -169,9 +169,9 @@ func execute[T any](ctx context.Context, g *Guard, c *config, scope string, inpu
 		return v, OutcomeUnguarded, err
 	}
 	var d derived
-	o := observation{d: &d}
+	var o observation // apart from d, which would otherwise move to the heap
 	ctx, o.span = g.startExecute(ctx, telemetry.SpanExecute)
-	defer func() { g.endExecute(ctx, &o, c, scope, out, err) }()
+	defer func() { g.endExecute(ctx, &o, &d, c, scope, out, err) }()
 
 	if d, err = c.derive(scope, input); err != nil {
 		return v, 0, err

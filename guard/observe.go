@@ -86,11 +86,10 @@ func outcomeLabel(out Outcome, err error) string {
 type observation struct {
 	span  trace.Span
 	cache string // "hit", "miss", or "" without a cache
-	d     *derived
 }
 
 // endExecute ends a guarded call's span and counts the call.
-func (g *Guard) endExecute(ctx context.Context, o *observation, c *config, scope string, out Outcome, err error) {
+func (g *Guard) endExecute(ctx context.Context, o *observation, d *derived, c *config, scope string, out Outcome, err error) {
 	label := outcomeLabel(out, err)
 	if g.tel.Metering() {
 		g.tel.Calls.Add(ctx, 1, g.tel.CallOption(scope, label))
@@ -99,11 +98,11 @@ func (g *Guard) endExecute(ctx context.Context, o *observation, c *config, scope
 	if span.IsRecording() {
 		attrs := make([]attribute.KeyValue, 0, 6+len(c.spanAttrs))
 		attrs = append(attrs, telemetry.ScopeKey.String(scope), telemetry.OutcomeKey.String(label), g.tel.StoreAttr())
-		if h := keyHash(o.d.key); h != "" {
+		if h := keyHash(d.key); h != "" {
 			attrs = append(attrs, telemetry.KeyHashKey.String(h))
 		}
-		if c.rawKeyAttr && o.d.selection != nil {
-			attrs = append(attrs, telemetry.KeySelectionKey.String(string(o.d.selection)))
+		if c.rawKeyAttr && d.selection != nil {
+			attrs = append(attrs, telemetry.KeySelectionKey.String(string(d.selection)))
 		}
 		if o.cache != "" {
 			attrs = append(attrs, telemetry.CacheKey.String(o.cache))

@@ -24,10 +24,10 @@ func BenchmarkReplayTelemetry(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		ectx, span := g.startExecute(ctx, telemetry.SpanExecute)
-		o := observation{span: span, d: &d}
+		o := observation{span: span}
 		actx, aspan := g.child(ectx, telemetry.SpanAcquire)
 		g.timeStore(actx, "acquire", g.storeStart())
 		aspan.End()
-		g.endExecute(ectx, &o, c, "charge", OutcomeReplayed, nil)
+		g.endExecute(ectx, &o, &d, c, "charge", OutcomeReplayed, nil)
 	}
 }
