@@ -3,6 +3,7 @@ package guard
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/idemguard/idemguard/store"
@@ -44,10 +45,14 @@ func (g *Guard) join(fkey string) (f *flight, leader bool) {
 	if g.flights == nil {
 		g.flights = make(map[string]*flight)
 	}
-	f = &flight{}
+	f = flightPool.Get().(*flight)
 	g.flights[fkey] = f
 	return f, true
 }
+
+// flightPool recycles flights that nobody joined: most calls have no
+// concurrent duplicate.
+var flightPool = sync.Pool{New: func() any { return new(flight) }}
 
 // settle records whether the leader runs the function.
 func (g *Guard) settle(f *flight, executing bool, leaseEnd time.Time) {
@@ -74,7 +79,10 @@ func land[T any](g *Guard, fkey string, f *flight, rec *store.Record, v T, hasVa
 	dups, done := f.dups, f.done
 	g.mu.Unlock()
 	if dups == 0 {
-		return // nobody joined, and nobody can any more
+		// Nobody joined, and nobody can any more: f is the leader's alone.
+		*f = flight{}
+		flightPool.Put(f)
+		return
 	}
 	f.rec, f.err = rec, err
 	if hasValue {
