@@ -74,7 +74,7 @@ var JSON Codec = jsonCodec{}
 type jsonCodec struct{}
 
 func (jsonCodec) Marshal(v any) ([]byte, error)      { return json.Marshal(v) }
-func (jsonCodec) Unmarshal(data []byte, v any) error { return json.Unmarshal(data, v) }
+func (jsonCodec) Unmarshal(data []byte, v any) error { return decodeJSON(data, v) }
 
 // ErrorCodec encodes definite errors (see [WithDefiniteErrors]) for the store
 // and decodes them on replay. It must be safe for concurrent use.
