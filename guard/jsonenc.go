@@ -1,6 +1,7 @@
 package guard
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"math"
@@ -603,3 +604,14 @@ func (c *canon) encodeMap(v reflect.Value, e *encoder) bool {
 }
 
 var anyMapType = reflect.TypeFor[map[string]any]()
+
+// encodeJSON is json.Marshal(v) for the default codec: the encoder's exact
+// mode where it answers, which encoding/json decodes to the same value.
+func encodeJSON(v any) ([]byte, error) {
+	c := getCanon()
+	defer putCanon(c)
+	if c.encodeExact(v) {
+		return bytes.Clone(c.out), nil
+	}
+	return json.Marshal(v)
+}

@@ -68,12 +68,17 @@ type Codec interface {
 	Unmarshal(data []byte, v any) error
 }
 
-// JSON is the default [Codec]: encoding/json.
+// JSON is the default [Codec]: encoding/json's format and semantics. For the
+// common types (structs without embedded fields, maps, slices, numbers,
+// strings, time.Time) it encodes and decodes in one reflective pass of its
+// own; for anything else, and wherever its answer could differ, it calls
+// encoding/json. Member order and escaping in the stored text may differ
+// from json.Marshal's; the decoded values do not.
 var JSON Codec = jsonCodec{}
 
 type jsonCodec struct{}
 
-func (jsonCodec) Marshal(v any) ([]byte, error)      { return json.Marshal(v) }
+func (jsonCodec) Marshal(v any) ([]byte, error)      { return encodeJSON(v) }
 func (jsonCodec) Unmarshal(data []byte, v any) error { return decodeJSON(data, v) }
 
 // ErrorCodec encodes definite errors (see [WithDefiniteErrors]) for the store
