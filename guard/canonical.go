@@ -550,8 +550,9 @@ func appendCanonicalString[T string | []byte](out []byte, s T) ([]byte, bool) {
 	for i := 0; i < len(s); {
 		j := i
 		for j+8 <= len(s) { // eight bytes at a time
-			x := uint64(s[j]) | uint64(s[j+1])<<8 | uint64(s[j+2])<<16 | uint64(s[j+3])<<24 |
-				uint64(s[j+4])<<32 | uint64(s[j+5])<<40 | uint64(s[j+6])<<48 | uint64(s[j+7])<<56
+			t := s[j : j+8] // one bounds check, and one load
+			x := uint64(t[0]) | uint64(t[1])<<8 | uint64(t[2])<<16 | uint64(t[3])<<24 |
+				uint64(t[4])<<32 | uint64(t[5])<<40 | uint64(t[6])<<48 | uint64(t[7])<<56
 			if m := specialBytes(x); m != 0 {
 				j += bits.TrailingZeros64(m) / 8
 				break

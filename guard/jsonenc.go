@@ -61,7 +61,8 @@ type encoder struct {
 	anyMap     bool // map[string]any
 }
 
-// encField is a struct field: its member name written as `"name":`.
+// encField is a struct field: its member name written as `,"name":` (the
+// comma for all but the first member written).
 type encField struct {
 	jsonField
 	member []byte
@@ -184,7 +185,7 @@ func buildPlain(t reflect.Type, building map[reflect.Type]*encoder) *encoder {
 		e.kind = encStruct
 		e.fields = make([]encField, len(fields))
 		for i, f := range fields {
-			member, _ := appendCanonicalString(nil, f.name) // valid: see validTagName
+			member, _ := appendCanonicalString([]byte{','}, f.name) // valid: see validTagName
 			e.fields[i] = encField{jsonField: f, member: append(member, ':'), enc: buildEncoder(f.typ, building)}
 			if f.omitZero {
 				e.fields[i].isZero = zeroTest(f.typ)
@@ -345,10 +346,59 @@ func (c *canon) encodeFloat(f float64, bits int) bool {
 	return true
 }
 
+// smallMap is the most members of a map[string]any sorted by key before
+// they are written (rather than written, then reordered).
+const smallMap = 16
+
 // encodeAnyMap encodes a map[string]any.
 func (c *canon) encodeAnyMap(m map[string]any) bool {
 	if c.depth++; c.depth > maxEncodeDepth {
 		return false
+	}
+	if !c.canonicalMode || len(m) <= smallMap {
+		var names [smallMap]string
+		keys := names[:0]
+		if c.canonicalMode {
+			for k := range m {
+				keys = append(keys, k)
+			}
+			// Insertion sort: no duplicates, and few keys.
+			for i := 1; i < len(keys); i++ {
+				for j := i; j > 0 && compareUTF16(keys[j-1], keys[j]) > 0; j-- {
+					keys[j-1], keys[j] = keys[j], keys[j-1]
+				}
+			}
+		}
+		c.out = append(c.out, '{')
+		first := true
+		write := func(k string, e any) bool {
+			if !first {
+				c.out = append(c.out, ',')
+			}
+			first = false
+			var ok bool
+			if c.out, ok = appendCanonicalString(c.out, k); !ok {
+				return false
+			}
+			c.out = append(c.out, ':')
+			return c.encodeAny(e)
+		}
+		if c.canonicalMode {
+			for _, k := range keys {
+				if !write(k, m[k]) {
+					return false
+				}
+			}
+		} else {
+			for k, e := range m {
+				if !write(k, e) {
+					return false
+				}
+			}
+		}
+		c.out = append(c.out, '}')
+		c.depth--
+		return true
 	}
 	open, base, kbase := len(c.out), len(c.members), len(c.keys)
 	c.out = append(c.out, '{')
@@ -526,20 +576,30 @@ func (c *canon) encodeStruct(v reflect.Value, e *encoder) bool {
 		return false
 	}
 	c.out = append(c.out, '{')
-	first := true
+	first := len(c.out) // where the first member goes, without its comma
 	for i := range e.fields {
 		f := &e.fields[i]
 		fv := v.Field(f.index)
 		if f.omitEmpty && emptyValue(fv) || f.omitZero && f.isZero(fv) {
 			continue
 		}
-		if !first {
-			c.out = append(c.out, ',')
+		member := f.member
+		if len(c.out) == first {
+			member = member[1:]
 		}
-		first = false
-		c.out = append(c.out, f.member...)
-		if !c.encode(fv, f.enc) {
-			return false
+		c.out = append(c.out, member...)
+		// The common kinds here, the rest through encode.
+		switch f.enc.kind {
+		case encString:
+			if !c.encodeString(fv.String()) {
+				return false
+			}
+		case encInt:
+			c.encodeInt(fv.Int())
+		default:
+			if !c.encode(fv, f.enc) {
+				return false
+			}
 		}
 	}
 	c.out = append(c.out, '}')

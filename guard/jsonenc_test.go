@@ -148,6 +148,16 @@ func fullEncAll() encAll {
 	}
 }
 
+// bigAnyMap has more members than smallMap, with keys whose UTF-16 and
+// byte orders differ.
+func bigAnyMap() map[string]any {
+	m := map[string]any{"\ue000": 1, "\U00010000": 2, "\u00e9": "x", "": nil, "a\u0000": true}
+	for i := range 40 {
+		m["k"+strconv.Itoa(i)] = map[string]any{"n": i, "s": strconv.Itoa(i * 7)}
+	}
+	return m
+}
+
 // encodeCases are values of every supported shape and of the shapes left to
 // encoding/json; fast lists which the encoder must answer itself.
 func encodeCases() (values []any, fast []bool) {
@@ -166,6 +176,7 @@ func encodeCases() (values []any, fast []bool) {
 		[]pointerMarshaler{{N: 1}}, map[string]pointerMarshaler{"a": {N: 1}}, map[string]*pointerMarshaler{"a": nil},
 		valueText{S: "x"}, pointerText{S: "y"}, &pointerText{S: "y"}, []pointerText{{S: "z"}},
 		json.RawMessage(`{"b":[1,2.50],"a":null}`), time.Unix(0, 0).UTC(), []json.Marshaler{nil, valueMarshaler{}},
+		bigAnyMap(), meta(bigAnyMap()), []any{bigAnyMap()},
 		struct{ X any }{X: map[string]any{"a": []int{1}}},
 	} {
 		add(v, true)
