@@ -288,34 +288,41 @@ func (c *canon) object() bool {
 // sortMembers puts the members of the object opened at out[open] in
 // UTF-16 order of their keys, reporting false on a duplicate key.
 func (c *canon) sortMembers(open int, ms []member) bool {
-	sorted := true
-	for i := 1; i < len(ms); i++ {
-		switch d := c.compareMembers(&ms[i-1], &ms[i]); {
-		case d == 0:
-			return false
-		case d > 0:
-			sorted = false
-		}
-	}
-	if sorted {
-		return true
-	}
+	moved := false
 	if len(ms) <= 12 {
+		// Insertion sort, which also finds a duplicate: it is the last
+		// member compared with.
 		for i := 1; i < len(ms); i++ {
 			m := ms[i]
 			j := i
-			for ; j > 0 && c.compareMembers(&ms[j-1], &m) > 0; j-- {
+			d := c.compareMembers(&ms[j-1], &m)
+			for ; d > 0; d = c.compareMembers(&ms[j-1], &m) {
 				ms[j] = ms[j-1]
+				if j--; j == 0 {
+					break
+				}
 			}
-			ms[j] = m
+			if d == 0 {
+				return false
+			}
+			if j != i {
+				ms[j] = m
+				moved = true
+			}
 		}
 	} else {
-		slices.SortFunc(ms, func(a, b member) int { return c.compareMembers(&a, &b) })
-	}
-	for i := 1; i < len(ms); i++ {
-		if c.compareMembers(&ms[i-1], &ms[i]) == 0 {
-			return false
+		moved = !slices.IsSortedFunc(ms, func(a, b member) int { return c.compareMembers(&a, &b) })
+		if moved {
+			slices.SortFunc(ms, func(a, b member) int { return c.compareMembers(&a, &b) })
 		}
+		for i := 1; i < len(ms); i++ {
+			if c.compareMembers(&ms[i-1], &ms[i]) == 0 {
+				return false
+			}
+		}
+	}
+	if !moved {
+		return true
 	}
 	body := open + 1
 	if c.moved += len(c.out) - body; c.moved > c.budget {
