@@ -599,16 +599,12 @@ func (d *decoder) object(p *decodePlan, v reflect.Value, i, depth int) (int, boo
 		if !ok {
 			return 0, false
 		}
-		if i = d.space(i); i >= len(data) {
+		var more bool
+		if i, more, ok = d.next(i, '}'); !ok {
 			return 0, false
 		}
-		switch data[i] {
-		case ',':
-			i = d.space(i + 1)
-		case '}':
-			return i + 1, true
-		default:
-			return 0, false
+		if !more {
+			return i, true
 		}
 	}
 }
@@ -648,17 +644,13 @@ func (d *decoder) mapObject(p *decodePlan, v reflect.Value, i, depth int) (int, 
 			return 0, false
 		}
 		m.SetMapIndex(kv, ev)
-		if i = d.space(i); i >= len(data) {
+		var more bool
+		if i, more, ok = d.next(i, '}'); !ok {
 			return 0, false
 		}
-		switch data[i] {
-		case ',':
-			i = d.space(i + 1)
-		case '}':
+		if !more {
 			v.Set(m)
-			return i + 1, true
-		default:
-			return 0, false
+			return i, true
 		}
 	}
 }
@@ -699,17 +691,13 @@ func (d *decoder) stringMap(v reflect.Value, i, depth int) (int, bool) {
 			i += 4
 		}
 		m[k] = e
-		if i = d.space(i); i >= len(data) {
+		var more bool
+		if i, more, ok = d.next(i, '}'); !ok {
 			return 0, false
 		}
-		switch data[i] {
-		case ',':
-			i = d.space(i + 1)
-		case '}':
+		if !more {
 			v.Set(reflect.ValueOf(m))
-			return i + 1, true
-		default:
-			return 0, false
+			return i, true
 		}
 	}
 }
@@ -737,16 +725,12 @@ func (d *decoder) slice(p *decodePlan, v reflect.Value, i, depth int) (int, bool
 		if i, ok = d.value(p.elem, v.Index(n), i, depth); !ok {
 			return 0, false
 		}
-		if i = d.space(i); i >= len(data) {
+		var more bool
+		if i, more, ok = d.next(i, ']'); !ok {
 			return 0, false
 		}
-		switch data[i] {
-		case ',':
-			i = d.space(i + 1)
-		case ']':
-			return i + 1, true
-		default:
-			return 0, false
+		if !more {
+			return i, true
 		}
 	}
 }
@@ -772,16 +756,12 @@ func (d *decoder) array(p *decodePlan, v reflect.Value, i, depth int) (int, bool
 		if !ok {
 			return 0, false
 		}
-		if i = d.space(i); i >= len(data) {
+		var more bool
+		if i, more, ok = d.next(i, ']'); !ok {
 			return 0, false
 		}
-		switch data[i] {
-		case ',':
-			i = d.space(i + 1)
-		case ']':
-			return i + 1, true
-		default:
-			return 0, false
+		if !more {
+			return i, true
 		}
 	}
 }
@@ -820,16 +800,12 @@ func (d *decoder) anyValue(i, depth int) (any, int, bool) {
 				return nil, 0, false
 			}
 			m[k] = x
-			if i = d.space(i); i >= len(data) {
+			var more bool
+			if i, more, ok = d.next(i, '}'); !ok {
 				return nil, 0, false
 			}
-			switch data[i] {
-			case ',':
-				i = d.space(i + 1)
-			case '}':
-				return m, i + 1, true
-			default:
-				return nil, 0, false
+			if !more {
+				return m, i, true
 			}
 		}
 	case '[':
@@ -847,16 +823,12 @@ func (d *decoder) anyValue(i, depth int) (any, int, bool) {
 				return nil, 0, false
 			}
 			a = append(a, x)
-			if i = d.space(end); i >= len(data) {
+			var more bool
+			if i, more, ok = d.next(end, ']'); !ok {
 				return nil, 0, false
 			}
-			switch data[i] {
-			case ',':
-				i = d.space(i + 1)
-			case ']':
-				return a, i + 1, true
-			default:
-				return nil, 0, false
+			if !more {
+				return a, i, true
 			}
 		}
 	case '"':
@@ -882,6 +854,21 @@ func (d *decoder) anyValue(i, depth int) (any, int, bool) {
 		}
 		return f, end, true
 	}
+}
+
+// next reads what follows a value inside the array or object that close
+// ends: a comma (more: i is then where the next value or member starts) or
+// close (i is then just after it).
+func (d *decoder) next(i int, close byte) (_ int, more, ok bool) {
+	if i = d.space(i); i < len(d.data) {
+		switch d.data[i] {
+		case ',':
+			return d.space(i + 1), true, true
+		case close:
+			return i + 1, false, true
+		}
+	}
+	return 0, false, false
 }
 
 // skip checks the value at i, which is not decoded, as strictly as
@@ -914,16 +901,12 @@ func (d *decoder) skip(i, depth int) (int, bool) {
 			if i, ok = d.skip(d.space(i+1), depth); !ok {
 				return 0, false
 			}
-			if i = d.space(i); i >= len(data) {
+			var more bool
+			if i, more, ok = d.next(i, '}'); !ok {
 				return 0, false
 			}
-			switch data[i] {
-			case ',':
-				i = d.space(i + 1)
-			case '}':
-				return i + 1, true
-			default:
-				return 0, false
+			if !more {
+				return i, true
 			}
 		}
 	case '[':
@@ -939,16 +922,12 @@ func (d *decoder) skip(i, depth int) (int, bool) {
 			if !ok {
 				return 0, false
 			}
-			if i = d.space(end); i >= len(data) {
+			var more bool
+			if i, more, ok = d.next(end, ']'); !ok {
 				return 0, false
 			}
-			switch data[i] {
-			case ',':
-				i = d.space(i + 1)
-			case ']':
-				return i + 1, true
-			default:
-				return 0, false
+			if !more {
+				return i, true
 			}
 		}
 	case '"':
