@@ -54,18 +54,20 @@ type canon struct {
 // pointers: appending members needs no write barriers.)
 type member struct {
 	ks, ke, start, end int
-	pre                uint64 // the key's first eight bytes, big-endian, zero-padded
+	pre                uint64 // the key's first eight bytes, big-endian, zero-padded; set by sortMembers
 	inKeys             bool
 }
 
 // keyPrefix is member.pre for key k.
 func keyPrefix[T string | []byte](k T) uint64 {
+	if len(k) >= 8 {
+		t := k[:8] // one bounds check, and one load
+		return uint64(t[0])<<56 | uint64(t[1])<<48 | uint64(t[2])<<40 | uint64(t[3])<<32 |
+			uint64(t[4])<<24 | uint64(t[5])<<16 | uint64(t[6])<<8 | uint64(t[7])
+	}
 	var p uint64
-	for i := range 8 {
-		p <<= 8
-		if i < len(k) {
-			p |= uint64(k[i])
-		}
+	for i := range len(k) {
+		p |= uint64(k[i]) << (56 - 8*i)
 	}
 	return p
 }
@@ -250,7 +252,6 @@ func (c *canon) object() bool {
 			if m.ks, m.ke, m.inKeys, ok = c.str(true); !ok {
 				return false
 			}
-			m.pre = keyPrefix(c.key(&m))
 			c.skipSpace()
 			if c.pos >= len(c.in) || c.in[c.pos] != ':' {
 				return false
@@ -288,6 +289,22 @@ func (c *canon) object() bool {
 // sortMembers puts the members of the object opened at out[open] in
 // UTF-16 order of their keys, reporting false on a duplicate key.
 func (c *canon) sortMembers(open int, ms []member) bool {
+	// Members in order (as encoding/json writes maps) cost one comparison
+	// each.
+	sorted := true
+	for i := 1; i < len(ms) && sorted; i++ {
+		d := compareUTF16(c.key(&ms[i-1]), c.key(&ms[i]))
+		if d == 0 {
+			return false
+		}
+		sorted = d < 0
+	}
+	if sorted {
+		return true
+	}
+	for i := range ms {
+		ms[i].pre = keyPrefix(c.key(&ms[i]))
+	}
 	moved := false
 	if len(ms) <= 12 {
 		// Insertion sort, which also finds a duplicate: it is the last

@@ -419,7 +419,7 @@ func (c *canon) beginMember(base int, k string) bool {
 	if len(c.members) > base {
 		c.out = append(c.out, ',')
 	}
-	m := member{start: len(c.out), inKeys: true, ks: len(c.keys), pre: keyPrefix(k)}
+	m := member{start: len(c.out), inKeys: true, ks: len(c.keys)}
 	if c.canonicalMode {
 		c.keys = append(c.keys, k...)
 	}
