@@ -20,7 +20,7 @@ PKGS = ./... ./examples/... ./bench/... ./chaos/...
 
 test: vet
 	scripts/harness.sh run $(GO) test -race -count=1 $(PKGS)
-	$(MAKE) --no-print-directory fuzz FUZZTIME=5s FUZZTARGETS='./guard:FuzzCanonicalize ./guard:FuzzDeriveKey'
+	$(MAKE) --no-print-directory fuzz FUZZTIME=5s FUZZTARGETS='./guard:FuzzCanonicalize ./guard:FuzzDeriveKey ./guard:FuzzEncodeMatchesMarshal ./guard:FuzzDecodeJSON'
 
 unit: vet
 	$(GO) test -race $(PKGS)
@@ -35,10 +35,13 @@ bench:
 
 # One run per fuzz target (PKG:Name), FUZZTIME each. `go test -fuzz` passes
 # silently when its pattern matches nothing, so each target is first checked
-# to exist. make test runs the key-derivation targets for a few seconds.
+# to exist. make test runs the key-derivation, encoder and decoder targets for a
+# few seconds.
 .PHONY: fuzz
 FUZZTIME ?= 60s
-FUZZTARGETS ?= ./guard:FuzzDeriveKey ./guard:FuzzCanonicalize ./store/dynamodb:FuzzDecodeItem
+FUZZTARGETS ?= ./guard:FuzzDeriveKey ./guard:FuzzCanonicalize ./guard:FuzzEncodeMatchesMarshal \
+	./guard:FuzzDecodeJSON ./guard:FuzzCanonMatchesJCS ./guard:FuzzDeriveMatchesReference ./guard:FuzzES6Number \
+	./store/dynamodb:FuzzDecodeItem
 fuzz:
 	@set -e; for t in $(FUZZTARGETS); do \
 		pkg=$${t%%:*}; name=$${t#*:}; \
