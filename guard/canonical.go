@@ -452,10 +452,11 @@ func (c *canon) str(key bool) (ks, ke int, inKeys, ok bool) {
 				escaped = true
 				c.keys = append(c.keys, in[start:i]...)
 			}
-			r, ok := c.escape()
+			r, n, ok := unescape(in[c.pos:])
 			if !ok {
 				return 0, 0, false, false
 			}
+			c.pos += n
 			c.out = appendCanonicalRune(c.out, r)
 			if escaped {
 				c.keys = utf8.AppendRune(c.keys, r)
@@ -476,70 +477,68 @@ func (c *canon) str(key bool) (ks, ke int, inKeys, ok bool) {
 	}
 }
 
-// escape reads the escape sequence at c.pos and returns the character.
-func (c *canon) escape() (rune, bool) {
-	in := c.in
-	if c.pos+1 >= len(in) {
-		return 0, false
+// unescape decodes the escape sequence b starts with (at its backslash)
+// and returns the character and the sequence's length. An escaped surrogate
+// must be a high one followed by an escaped low one; encoding/json would
+// replace anything else with U+FFFD, which jcs and the fast decoder leave
+// to encoding/json.
+func unescape(b []byte) (rune, int, bool) {
+	if len(b) < 2 || b[0] != '\\' {
+		return 0, 0, false
 	}
-	e := in[c.pos+1]
-	c.pos += 2
-	switch e {
+	switch e := b[1]; e {
 	case '"', '\\', '/':
-		return rune(e), true
+		return rune(e), 2, true
 	case 'b':
-		return '\b', true
+		return '\b', 2, true
 	case 'f':
-		return '\f', true
+		return '\f', 2, true
 	case 'n':
-		return '\n', true
+		return '\n', 2, true
 	case 'r':
-		return '\r', true
+		return '\r', 2, true
 	case 't':
-		return '\t', true
+		return '\t', 2, true
 	case 'u':
-		r, ok := c.hex4()
-		if !ok {
-			return 0, false
+		r := hex4(b[2:])
+		if r < 0 {
+			return 0, 0, false
 		}
 		if !utf16.IsSurrogate(r) {
-			return r, true
+			return r, 6, true
 		}
-		// A high surrogate followed by an escaped low one; anything
-		// else is rejected.
-		if r > 0xDBFF || c.pos+1 >= len(in) || in[c.pos] != '\\' || in[c.pos+1] != 'u' {
-			return 0, false
+		if r > 0xDBFF || len(b) < 12 || b[6] != '\\' || b[7] != 'u' {
+			return 0, 0, false
 		}
-		c.pos += 2
-		lo, ok := c.hex4()
-		if !ok || lo < 0xDC00 || lo > 0xDFFF {
-			return 0, false
+		lo := hex4(b[8:])
+		if lo < 0xDC00 || lo > 0xDFFF {
+			return 0, 0, false
 		}
-		return utf16.DecodeRune(r, lo), true
+		return utf16.DecodeRune(r, lo), 12, true
 	}
-	return 0, false
+	return 0, 0, false
 }
 
-func (c *canon) hex4() (rune, bool) {
-	if c.pos+4 > len(c.in) {
-		return 0, false
+// hex4 returns the value of the four hex digits b starts with, or -1.
+func hex4(b []byte) rune {
+	if len(b) < 4 {
+		return -1
 	}
 	var r rune
-	for _, b := range c.in[c.pos : c.pos+4] {
+	for _, c := range b[:4] {
 		switch {
-		case '0' <= b && b <= '9':
-			b -= '0'
-		case 'a' <= b && b <= 'f':
-			b -= 'a' - 10
-		case 'A' <= b && b <= 'F':
-			b -= 'A' - 10
+		case '0' <= c && c <= '9':
+			c -= '0'
+		case 'a' <= c && c <= 'f':
+			c -= 'a' - 10
+		case 'A' <= c && c <= 'F':
+			c -= 'A' - 10
 		default:
-			return 0, false
+			return -1
 		}
-		r = r<<4 | rune(b)
+		r = r<<4 | rune(c)
 	}
-	c.pos += 4
-	return r, true
+	return r
 }
 
 // appendCanonicalRune appends r as RFC 8785 writes it inside a string.
@@ -658,55 +657,62 @@ const (
 
 // numberToken classifies t.
 func numberToken(t []byte) int {
-	i := 0
-	if i < len(t) && t[i] == '-' {
-		i++
-	}
-	digits := i
+	end, digits, frac, exp, ok := scanNumber(t, 0)
 	switch {
-	case i < len(t) && t[i] == '0':
-		i++
-	case i < len(t) && '1' <= t[i] && t[i] <= '9':
-		for i < len(t) && '0' <= t[i] && t[i] <= '9' {
-			i++
-		}
-	default:
+	case !ok || end != len(t):
 		return notNumber
-	}
-	if i == len(t) {
-		if i-digits <= 15 {
-			return smallInteger
-		}
+	case exp:
 		return otherNumber
+	case frac:
+		return shortDecimal
+	case digits <= 15:
+		return smallInteger
 	}
-	kind := otherNumber
-	if t[i] == '.' {
+	return otherNumber
+}
+
+// scanNumber reads the RFC 8259 number b[i:] starts with and returns its
+// end, the digits of its integer part, and whether it has a fraction and an
+// exponent. What follows it is the caller's to check.
+func scanNumber(b []byte, i int) (end, digits int, frac, exp, ok bool) {
+	if i < len(b) && b[i] == '-' {
 		i++
-		if i == len(t) || t[i] < '0' || t[i] > '9' {
-			return notNumber
-		}
-		for i < len(t) && '0' <= t[i] && t[i] <= '9' {
-			i++
-		}
-		kind = shortDecimal
 	}
-	if i < len(t) && (t[i] == 'e' || t[i] == 'E') {
+	start := i
+	switch {
+	case i < len(b) && b[i] == '0':
 		i++
-		if i < len(t) && (t[i] == '+' || t[i] == '-') {
+	case i < len(b) && '1' <= b[i] && b[i] <= '9':
+		i = skipDigits(b, i)
+	default:
+		return 0, 0, false, false, false
+	}
+	digits = i - start
+	if i < len(b) && b[i] == '.' {
+		frac = true
+		if i++; i == len(b) || b[i] < '0' || b[i] > '9' {
+			return 0, 0, false, false, false
+		}
+		i = skipDigits(b, i)
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		exp = true
+		if i++; i < len(b) && (b[i] == '+' || b[i] == '-') {
 			i++
 		}
-		if i == len(t) || t[i] < '0' || t[i] > '9' {
-			return notNumber
+		if i == len(b) || b[i] < '0' || b[i] > '9' {
+			return 0, 0, false, false, false
 		}
-		for i < len(t) && '0' <= t[i] && t[i] <= '9' {
-			i++
-		}
-		kind = otherNumber
+		i = skipDigits(b, i)
 	}
-	if i != len(t) {
-		return notNumber
+	return i, digits, frac, exp, true
+}
+
+func skipDigits(b []byte, i int) int {
+	for i < len(b) && '0' <= b[i] && b[i] <= '9' {
+		i++
 	}
-	return kind
+	return i
 }
 
 // appendShortDecimal appends the canonical form of the decimal t ("-"?

@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 	"unicode"
-	"unicode/utf16"
 	"unicode/utf8"
 )
 
@@ -948,52 +947,9 @@ func (d *decoder) skip(i, depth int) (int, bool) {
 // it is an integer (no fraction or exponent). What follows it is the
 // caller's to check.
 func (d *decoder) number(i int) (end int, isInt, ok bool) {
-	data := d.data
-	j := i
-	if j < len(data) && data[j] == '-' {
-		j++
-	}
-	switch {
-	case j >= len(data):
-		return 0, false, false
-	case data[j] == '0':
-		j++
-	case '1' <= data[j] && data[j] <= '9':
-		j++
-		for j < len(data) && isDigit(data[j]) {
-			j++
-		}
-	default:
-		return 0, false, false
-	}
-	isInt = true
-	if j < len(data) && data[j] == '.' {
-		isInt = false
-		j++
-		if j >= len(data) || !isDigit(data[j]) {
-			return 0, false, false
-		}
-		for j < len(data) && isDigit(data[j]) {
-			j++
-		}
-	}
-	if j < len(data) && (data[j] == 'e' || data[j] == 'E') {
-		isInt = false
-		j++
-		if j < len(data) && (data[j] == '+' || data[j] == '-') {
-			j++
-		}
-		if j >= len(data) || !isDigit(data[j]) {
-			return 0, false, false
-		}
-		for j < len(data) && isDigit(data[j]) {
-			j++
-		}
-	}
-	return j, isInt, true
+	end, _, frac, exp, ok := scanNumber(d.data, i)
+	return end, ok && !frac && !exp, ok
 }
-
-func isDigit(c byte) bool { return '0' <= c && c <= '9' }
 
 // parseDigits returns the value of at most 19 decimal digits, which cannot
 // overflow a uint64 (or, up to 18, an int64).
@@ -1012,7 +968,7 @@ func parseDigits(b []byte) uint64 {
 func (d *decoder) str(i int) ([]byte, int, bool) {
 	data := d.data
 	for j := i + 1; j < len(data); {
-		if plainByte[data[j]] {
+		if plain[data[j]] {
 			j++
 			continue
 		}
@@ -1034,15 +990,6 @@ func (d *decoder) str(i int) ([]byte, int, bool) {
 	return nil, 0, false
 }
 
-// plainByte tells the bytes that stand for themselves in a JSON string
-// and are ASCII.
-var plainByte = func() (t [256]bool) {
-	for c := ' '; c < utf8.RuneSelf; c++ {
-		t[c] = c != '"' && c != '\\'
-	}
-	return t
-}()
-
 // strEscaped is str for a string with an escape at j.
 func (d *decoder) strEscaped(i, j int) ([]byte, int, bool) {
 	data := d.data
@@ -1053,43 +1000,12 @@ func (d *decoder) strEscaped(i, j int) ([]byte, int, bool) {
 		case c == '"':
 			return b, j + 1, true
 		case c == '\\':
-			if j+1 >= len(data) {
+			r, n, ok := unescape(data[j:])
+			if !ok {
 				return nil, 0, false
 			}
-			switch e := data[j+1]; e {
-			case '"', '\\', '/':
-				b = append(b, e)
-			case 'b':
-				b = append(b, '\b')
-			case 'f':
-				b = append(b, '\f')
-			case 'n':
-				b = append(b, '\n')
-			case 'r':
-				b = append(b, '\r')
-			case 't':
-				b = append(b, '\t')
-			case 'u':
-				r := hex4(data[j+2:])
-				if r < 0 {
-					return nil, 0, false
-				}
-				if utf16.IsSurrogate(r) {
-					if len(data)-j < 12 || data[j+6] != '\\' || data[j+7] != 'u' {
-						return nil, 0, false
-					}
-					r = utf16.DecodeRune(r, hex4(data[j+8:]))
-					if r == utf8.RuneError {
-						return nil, 0, false
-					}
-					j += 6
-				}
-				b = utf8.AppendRune(b, r)
-				j += 4
-			default:
-				return nil, 0, false
-			}
-			j += 2
+			b = utf8.AppendRune(b, r)
+			j += n
 		case c < ' ':
 			return nil, 0, false
 		case c < utf8.RuneSelf:
@@ -1137,26 +1053,4 @@ func (d *decoder) skipString(i int) (int, bool) {
 		}
 	}
 	return 0, false
-}
-
-// hex4 returns the value of the four hex digits b starts with, or -1.
-func hex4(b []byte) rune {
-	if len(b) < 4 {
-		return -1
-	}
-	var r rune
-	for _, c := range b[:4] {
-		switch {
-		case '0' <= c && c <= '9':
-			c -= '0'
-		case 'a' <= c && c <= 'f':
-			c -= 'a' - 10
-		case 'A' <= c && c <= 'F':
-			c -= 'A' - 10
-		default:
-			return -1
-		}
-		r = r*16 + rune(c)
-	}
-	return r
 }

@@ -2,6 +2,7 @@ package guard
 
 import (
 	"bytes"
+	"encoding"
 	"encoding/base64"
 	"encoding/json"
 	"math"
@@ -197,7 +198,6 @@ func buildPlain(t reflect.Type, building map[reflect.Type]*encoder) *encoder {
 
 // zeroTest is encoding/json's test for omitzero on a field of type t.
 func zeroTest(t reflect.Type) func(reflect.Value) bool {
-	type isZeroer interface{ IsZero() bool }
 	switch {
 	case t.Kind() == reflect.Interface && t.Implements(isZeroerType):
 		return func(v reflect.Value) bool {
@@ -498,45 +498,35 @@ func (c *canon) encode(v reflect.Value, e *encoder) bool {
 			return true
 		}
 		return c.encodeAny(v.Interface())
-	case encMarshaler:
+	case encMarshaler, encText:
 		if v.Kind() == reflect.Pointer && v.IsNil() {
 			c.out = append(c.out, "null"...)
 			return true
 		}
-		m, ok := v.Interface().(json.Marshaler)
-		if !ok { // a nil interface
-			c.out = append(c.out, "null"...)
-			return true
-		}
-		return c.encodeMarshaler(m)
-	case encAddrMarshaler:
+		return c.encodeMethod(v.Interface(), e.kind == encMarshaler)
+	case encAddrMarshaler, encAddrText:
 		if !v.CanAddr() {
 			return c.encode(v, e.elem)
 		}
-		return c.encodeMarshaler(v.Addr().Interface().(json.Marshaler))
-	case encText:
-		if v.Kind() == reflect.Pointer && v.IsNil() {
-			c.out = append(c.out, "null"...)
-			return true
-		}
-		m, ok := v.Interface().(textMarshaler)
-		if !ok {
-			c.out = append(c.out, "null"...)
-			return true
-		}
-		return c.encodeText(m)
-	case encAddrText:
-		if !v.CanAddr() {
-			return c.encode(v, e.elem)
-		}
-		return c.encodeText(v.Addr().Interface().(textMarshaler))
+		return c.encodeMethod(v.Addr().Interface(), e.kind == encAddrMarshaler)
 	default:
 		return false
 	}
 	return true
 }
 
-type textMarshaler interface{ MarshalText() ([]byte, error) }
+// encodeMethod encodes x with its MarshalJSON (asJSON) or MarshalText
+// method; x is nil (a nil interface) when it has neither, and is null.
+func (c *canon) encodeMethod(x any, asJSON bool) bool {
+	if m, ok := x.(json.Marshaler); ok && asJSON {
+		return c.encodeMarshaler(m)
+	}
+	if m, ok := x.(encoding.TextMarshaler); ok && !asJSON {
+		return c.encodeText(m)
+	}
+	c.out = append(c.out, "null"...)
+	return true
+}
 
 // encodeMarshaler writes what m.MarshalJSON returns, canonicalised or
 // checked as encoding/json checks it.
@@ -561,7 +551,7 @@ func (c *canon) encodeMarshaler(m json.Marshaler) bool {
 	return true
 }
 
-func (c *canon) encodeText(m textMarshaler) bool {
+func (c *canon) encodeText(m encoding.TextMarshaler) bool {
 	b, err := m.MarshalText()
 	if err != nil {
 		return false

@@ -1,6 +1,7 @@
 package guard
 
 import (
+	"encoding"
 	"encoding/json"
 	"reflect"
 	"slices"
@@ -24,12 +25,15 @@ type jsonField struct {
 	omitZero  bool
 }
 
+// isZeroer is what encoding/json's omitzero calls when a type has it.
+type isZeroer interface{ IsZero() bool }
+
 var (
 	marshalerType     = reflect.TypeFor[json.Marshaler]()
 	unmarshalerType   = reflect.TypeFor[json.Unmarshaler]()
-	textMarshalerType = reflect.TypeFor[interface{ MarshalText() ([]byte, error) }]()
-	textUnmarshaler   = reflect.TypeFor[interface{ UnmarshalText([]byte) error }]()
-	isZeroerType      = reflect.TypeFor[interface{ IsZero() bool }]()
+	textMarshalerType = reflect.TypeFor[encoding.TextMarshaler]()
+	textUnmarshaler   = reflect.TypeFor[encoding.TextUnmarshaler]()
+	isZeroerType      = reflect.TypeFor[isZeroer]()
 	numberType        = reflect.TypeFor[json.Number]()
 )
 
