@@ -31,6 +31,12 @@
 //	now < ExpiresAt, and
 //	it is COMPLETED, or it is INPROGRESS with a zero LeaseExpiresAt or now < LeaseExpiresAt.
 //
+// The guard passes its own clock's reading less its clock-skew tolerance
+// (guard.WithClockSkew): a lease is taken over only once it has lapsed by
+// more than the tolerance on the claimant's clock, so a claimant whose clock
+// runs ahead of the holder's by less than that never takes over a live
+// claim. Stores compare with the time given and need not know about skew.
+//
 // The guard keeps ExpiresAt ≥ LeaseExpiresAt for in-progress records, so an
 // expired record always has a lapsed lease. A store may keep times at a
 // coarser precision than nanoseconds (DynamoDB keeps ExpiresAt in seconds and
@@ -49,18 +55,18 @@
 //
 // # Optional interfaces
 //
-// The guard probes a store for more with type assertions:
-//
-//	interface{ Name() string }  the store's name in telemetry ("memory", "dynamodb")
-//
-// # Optional interfaces
-//
 // A store may implement more than [Store]; callers probe for each optional
 // interface with a type assertion and fall back to the Store methods when it
 // is missing, so a store implements only what its backend does well:
 //
+//   - Name() string gives the store's name in telemetry ("memory",
+//     "dynamodb").
 //   - [BatchGetter] reads many records in one round trip; the guard uses it
 //     to look up a batch's completed items in bulk.
+//   - [Transactor] completes a claim inside a transaction of the database
+//     the guarded function writes to (guard.DoTx).
+//   - [Admin] lists and deletes records for operators; [Purger] deletes
+//     expired records in stores that keep them.
 //
 // A method of an optional interface may return [ErrSkip] to decline at run
 // time (say, a client without the batch API); the caller then goes on as if
@@ -86,7 +92,11 @@ type Store interface {
 	// record (see the package documentation) exists for rec.Key at time now.
 	// It returns (nil, nil) when rec was written. When a live record exists
 	// it writes nothing and returns that record and [ErrConflict]; the record
-	// may be nil if it vanished before it could be read. A record that exists
+	// may be nil if it vanished before it could be read. That holds also when
+	// the live record carries rec's own Token (a claimant repeating its
+	// claim, or a retried write whose first attempt succeeded): the record
+	// returned is the one stored, with its own lease end, and the caller
+	// recognises its claim by the token. A record that exists
 	// but is not live is replaced. An existing item that cannot be read as a
 	// record is reported as [ErrCorrupt], and the key stays blocked until the
 	// item expires or is removed. Acquire must be atomic.
