@@ -78,10 +78,7 @@ func (s *Store) opErr(op, key string, err error) error {
 // Acquire implements [store.Store] with one conditional PutItem that asks
 // for the existing item back when the condition fails
 // (ReturnValuesOnConditionCheckFailure ALL_OLD). Only if DynamoDB returns
-// no item does it read the record with a consistent GetItem. A failed
-// condition on a record held under rec's own token means the SDK retried a
-// write whose response was lost; Acquire reports it as the success it was.
-// An existing item that cannot be read gives an error matching
+// no item does it read the record with a consistent GetItem. An existing item that cannot be read gives an error matching
 // [store.ErrCorrupt].
 func (s *Store) Acquire(ctx context.Context, rec *store.Record, now time.Time) (*store.Record, error) {
 	const op = "Acquire"
@@ -130,12 +127,10 @@ func (s *Store) Acquire(ctx context.Context, rec *store.Record, now time.Time) (
 			return nil, err
 		}
 	}
-	if old.Token != "" && old.Token == rec.Token && old.Status == store.StatusInProgress {
-		// Our own claim: the SDK retried a PutItem whose first attempt was
-		// written but whose response was lost. Tokens are unique per claim.
-		// A completed record under our token is a replay like any other.
-		return nil, nil
-	}
+	// Also a record under rec's own token (the SDK retried a PutItem whose
+	// first attempt was written but whose answer was lost, or a claimant
+	// repeats its claim): the caller recognises it by the token, and learns
+	// the lease end actually stored.
 	return old, store.ErrConflict
 }
 

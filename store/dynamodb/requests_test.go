@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go/middleware"
 
+	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/store"
 	idemddb "github.com/idemguard/idemguard/store/dynamodb"
 	"github.com/idemguard/idemguard/store/dynamodb/dynamodbtest"
@@ -147,7 +148,9 @@ func TestAcquireWithoutOldItemReadsIt(t *testing.T) {
 
 // TestAcquireRetryAfterLostResponse: the first PutItem is written, but its
 // response is lost, so the SDK retries it. The retry fails its condition on
-// the caller's own record, which Acquire recognises by the token.
+// the caller's own record, which Acquire returns, as stored, so that the
+// caller recognises it by the token; a guarded call through such a client
+// runs once.
 func TestAcquireRetryAfterLostResponse(t *testing.T) {
 	var lost atomic.Int32
 	var n *dynamodbtest.Counter
@@ -168,8 +171,9 @@ func TestAcquireRetryAfterLostResponse(t *testing.T) {
 	t0 := time.Now().Add(time.Hour)
 	rec := &store.Record{Key: "scope#lost-response", Status: store.StatusInProgress, Token: "mine", ExpiresAt: t0.Add(time.Hour), LeaseExpiresAt: t0.Add(time.Minute)}
 	n.Reset()
-	if old, err := s.Acquire(t.Context(), rec, t0); err != nil {
-		t.Fatalf("Acquire = %+v, %v; want success (the record is ours)", old, err)
+	old, err := s.Acquire(t.Context(), rec, t0)
+	if !errors.Is(err, store.ErrConflict) || old == nil || old.Token != rec.Token || old.LeaseExpiresAt.Sub(rec.LeaseExpiresAt).Abs() >= time.Millisecond {
+		t.Fatalf("Acquire = %+v, %v; want ErrConflict with our own record as stored", old, err)
 	}
 	if got := n.Get("PutItem"); got != 2 {
 		t.Errorf("sent %s; want 2 PutItem attempts (the first one's response lost)", n)
@@ -179,6 +183,18 @@ func TestAcquireRetryAfterLostResponse(t *testing.T) {
 	other.Token = "theirs"
 	if _, err := s.Acquire(t.Context(), &other, t0); !errors.Is(err, store.ErrConflict) {
 		t.Errorf("another claim = %v, want ErrConflict", err)
+	}
+	// Through the guard: the first claim's answer is lost again, and the
+	// call still runs once and completes.
+	lost.Store(0)
+	g, err := guard.New(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := 0
+	v, out, err := guard.Execute(t.Context(), g, "scope", "lost-again", func(context.Context) (int, error) { runs++; return 7, nil })
+	if err != nil || v != 7 || out != guard.OutcomeExecuted || runs != 1 {
+		t.Errorf("guarded call = %d, %v, %v after %d runs; want 7, executed, once", v, out, err, runs)
 	}
 }
 

@@ -73,6 +73,7 @@ func Run(t *testing.T, newStore MakeStore, opts ...Option) {
 		{"KeysIndependent", testKeysIndependent},
 		{"ContextCancelled", testContextCancelled},
 		{"CompletedUnderSameToken", testCompletedUnderSameToken},
+		{"InProgressUnderSameToken", testInProgressUnderSameToken},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -556,5 +557,24 @@ func testCompletedUnderSameToken(t *testing.T, h *harness) {
 	again := *rec
 	if d := sameRecord(h.conflict(t, &again, h.t0.Add(time.Second)), done); d != "" {
 		t.Errorf("conflict record differs from the completed one: %s", d)
+	}
+}
+
+// A claim made again under the token of a live in-progress record (a
+// claimant with a fixed token repeating its claim, or a retried write whose
+// first attempt succeeded) is a conflict that returns the record as stored,
+// with the lease end that was written, never a report of a write that did
+// not happen.
+func testInProgressUnderSameToken(t *testing.T, h *harness) {
+	rec := h.claim("scope#same-token-held", time.Minute)
+	h.mustAcquire(t, rec, h.t0)
+	again := *rec
+	again.LeaseExpiresAt = rec.LeaseExpiresAt.Add(30 * time.Second)
+	again.ExpiresAt = rec.ExpiresAt.Add(30 * time.Second)
+	if d := sameRecord(h.conflict(t, &again, h.t0.Add(time.Second)), rec); d != "" {
+		t.Errorf("conflict record differs from the stored claim: %s", d)
+	}
+	if d := sameRecord(h.mustGet(t, rec.Key), rec); d != "" {
+		t.Errorf("the repeated claim changed the record: %s", d)
 	}
 }
