@@ -36,7 +36,7 @@ const ThrottleRetryDelay = 5 * time.Second
 // Items whose records completed earlier (in an earlier attempt, or through
 // other calls with the same scope and key) are replayed in bulk without
 // running; the others run at most guard.DefaultConcurrency at a time
-// (guard.WithConcurrency through [WithGuardOptions] changes it).
+// (guard.WithConcurrency through [WithBatchOptions] changes it).
 //
 // DoBatch records its progress in the activity's heartbeat details: the
 // number of leading items that have completed. When an item fails, DoBatch
@@ -65,7 +65,7 @@ const ThrottleRetryDelay = 5 * time.Second
 //
 // Keys: each item's key is derived from the item, within the activity
 // type's scope: all of it, the part [WithKeyPath] selects, or what a
-// guard.WithItemKey function returns. [WithExecutionScope] cannot key items
+// guard.WithItemKey function ([WithBatchOptions]) returns. [WithExecutionScope] cannot key items
 // (it names the whole activity execution) and is refused; a key the
 // workflow stamped for the activity is ignored for the same reason.
 // [WithDataConverter], [WithStoredFailures], [WithMaxRetryDelay] and
@@ -91,9 +91,13 @@ func DoBatch[In, Out any](ctx context.Context, g *guard.Guard, items []In, fn fu
 	cl := r.prepare(ctx, PayloadCodec{DataConverter: activityConverter(ctx, cfg.dc)})
 
 	p := newProgress(ctx, batchFingerprint(cl.scope, items), len(items))
-	opts2 := append(cl.opts, guard.WithResume(p.mark), guard.WithStopOnError(), guard.WithItemDone(p.itemDone))
+	bopts := append([]guard.BatchOption(nil), cfg.batchOpts...)
+	for _, o := range cl.opts {
+		bopts = append(bopts, o)
+	}
+	bopts = append(bopts, guard.WithResume(p.mark), guard.WithStopOnError(), guard.WithItemDone(p.itemDone))
 	stop := p.keepAlive()
-	res := guard.DoBatch(ctx, g, cl.scope, items, fn, opts2...)
+	res := guard.DoBatch(ctx, g, cl.scope, items, fn, bopts...)
 	stop()
 
 	var failed, stopped int

@@ -155,7 +155,7 @@ func TestBatchResumesAfterFailure(t *testing.T) {
 			var l sends
 			opts := []activity.Option{activity.WithKeyPath("id")}
 			if tc.concurrency > 0 {
-				opts = append(opts, activity.WithGuardOptions(guard.WithConcurrency(tc.concurrency)))
+				opts = append(opts, activity.WithBatchOptions(guard.WithConcurrency(tc.concurrency)))
 			}
 			var mu sync.Mutex
 			resumedAt := map[int32]int{} // protected by mu: heartbeat progress seen by each attempt
@@ -356,7 +356,7 @@ func TestBatchHeartbeatProgress(t *testing.T) {
 	mk := func(failID string) func() func(context.Context, []Invoice) ([]Sent, error) {
 		return func() func(context.Context, []Invoice) ([]Sent, error) {
 			return func(ctx context.Context, invs []Invoice) ([]Sent, error) {
-				return activity.DoBatch(ctx, g, invs, sender(&l, failID), activity.WithKeyPath("id"), activity.WithGuardOptions(guard.WithConcurrency(1)))
+				return activity.DoBatch(ctx, g, invs, sender(&l, failID), activity.WithKeyPath("id"), activity.WithBatchOptions(guard.WithConcurrency(1)))
 			}
 		}
 	}
@@ -448,7 +448,7 @@ func TestBatchErrors(t *testing.T) {
 		var l sends
 		_, err, _ := batchEnv(t, nil, in, func() func(context.Context, []Invoice) ([]Sent, error) {
 			return func(ctx context.Context, invs []Invoice) ([]Sent, error) {
-				return activity.DoBatch(ctx, g, invs, sender(&l, ""), activity.WithKeyPath("id"), activity.WithGuardOptions(guard.WithConcurrency(1)))
+				return activity.DoBatch(ctx, g, invs, sender(&l, ""), activity.WithKeyPath("id"), activity.WithBatchOptions(guard.WithConcurrency(1)))
 			}
 		})
 		ae := appError(t, err)

@@ -93,7 +93,11 @@ func newRunner(g *guard.Guard, fn any, opts []Option) *runner {
 		panic("idemguard/activity: nil guard")
 	}
 	cfg := newConfig(opts)
-	if err := cfg.validate(g); err != nil {
+	err := cfg.validate(g)
+	if err == nil && len(cfg.batchOpts) > 0 {
+		err = fmt.Errorf("%w: WithBatchOptions applies to DoBatch only", guard.ErrInvalidOption)
+	}
+	if err != nil {
 		panic(fmt.Sprintf("idemguard/activity: guarding %s: %v", Name(fn), err))
 	}
 	return &runner{g: g, cfg: cfg, fallback: Name(fn)}
@@ -106,8 +110,8 @@ func (c *config) validate(g *guard.Guard) error {
 
 // baseOptions are the guard options every call of the activity uses; codec
 // is nil when validating.
-func (c *config) baseOptions(codec guard.Codec) []guard.Option {
-	var opts []guard.Option
+func (c *config) baseOptions(codec guard.Codec) []guard.CallOption {
+	var opts []guard.CallOption
 	if codec != nil {
 		opts = append(opts, guard.WithCodec(codec))
 	}
@@ -120,7 +124,7 @@ func (c *config) baseOptions(codec guard.Codec) []guard.Option {
 // call is what one activity call passes to the guard.
 type call struct {
 	scope string
-	opts  []guard.Option
+	opts  []guard.CallOption
 }
 
 // prepare computes the scope and guard options of a call running with ctx,
@@ -149,7 +153,7 @@ func (r *runner) prepare(ctx context.Context, codec guard.Codec) call {
 
 // keyOption returns the explicit key of a call, if it has one: the key the
 // workflow stamped, or the execution scope.
-func (r *runner) keyOption(ctx context.Context, hasInput bool) (guard.Option, bool) {
+func (r *runner) keyOption(ctx context.Context, hasInput bool) (guard.CallOption, bool) {
 	if k, ok := KeyFromContext(ctx); ok {
 		return guard.WithKey(k), true
 	}

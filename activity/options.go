@@ -22,7 +22,8 @@ type config struct {
 	dc             converter.DataConverter // nil = the SDK's default
 	storeFailures  bool
 	maxRetryDelay  time.Duration // 0 = up to the holder's lease end
-	guardOpts      []guard.Option
+	guardOpts      []guard.CallOption
+	batchOpts      []guard.BatchOption // DoBatch only
 }
 
 func newConfig(opts []Option) *config {
@@ -87,6 +88,15 @@ func WithMaxRetryDelay(d time.Duration) Option {
 // guard.WithWait, guard.WithRequireKey, … They are applied after the
 // activity package's own settings, so guard.WithCodec and
 // guard.WithErrorCodec given here replace the Temporal encodings.
-func WithGuardOptions(opts ...guard.Option) Option {
+func WithGuardOptions(opts ...guard.CallOption) Option {
 	return optionFunc(func(c *config) { c.guardOpts = append(c.guardOpts, opts...) })
+}
+
+// WithBatchOptions adds batch options for [DoBatch]: guard.WithConcurrency
+// and guard.WithItemKey. Only DoBatch takes them: [Guard] and
+// [NewInterceptor] refuse them, as they refuse any invalid option, by
+// panicking when the worker is built. DoBatch sets guard.WithResume,
+// guard.WithStopOnError and guard.WithItemDone itself.
+func WithBatchOptions(opts ...guard.BatchOption) Option {
+	return optionFunc(func(c *config) { c.batchOpts = append(c.batchOpts, opts...) })
 }

@@ -63,25 +63,26 @@ type ItemResult[T any] struct {
 // option is reported as every item's error. If fn panics, the items
 // running at that moment finish, no other item starts, and the panic
 // continues in DoBatch's caller; the panicking item's record is released.
-func DoBatch[In, Out any](ctx context.Context, g *Guard, scope string, inputs []In, fn func(context.Context, In) (Out, error), opts ...Option) []ItemResult[Out] {
+func DoBatch[In, Out any](ctx context.Context, g *Guard, scope string, inputs []In, fn func(context.Context, In) (Out, error), opts ...BatchOption) []ItemResult[Out] {
 	res := make([]ItemResult[Out], len(inputs))
 	if len(inputs) == 0 {
 		return res
 	}
-	c, b, err := g.batchWith(scope, reflect.TypeFor[In](), opts)
+	b, err := g.batchWith(scope, reflect.TypeFor[In](), opts)
 	if err != nil {
 		for i := range res {
 			res[i].Err = err
 		}
 		return res
 	}
-	r := &batchRun[In, Out]{g: g, c: c, b: b, scope: scope, inputs: inputs, fn: fn, res: res}
+	r := &batchRun[In, Out]{g: g, c: &b.call, b: b, scope: scope, inputs: inputs, fn: fn, res: res}
 	r.run(ctx)
 	return res
 }
 
-// batchConfig holds the batch options.
+// batchConfig holds a batch's call settings and batch options.
 type batchConfig struct {
+	call        config
 	concurrency int
 	itemKey     func(any) any // nil: keys come from the inputs
 	itemKeyType reflect.Type  // the input type itemKey takes
@@ -97,16 +98,15 @@ func (b *batchConfig) fail(err error) {
 	}
 }
 
-// batchOption is an [Option] that only [DoBatch] reads; everything else
-// ignores it.
+// batchOption is a [BatchOption] of DoBatch's own.
 type batchOption func(*batchConfig)
 
-func (batchOption) apply(*config) {}
+func (f batchOption) applyBatch(b *batchConfig) { f(b) }
 
 // WithConcurrency sets how many items of a batch run at once (default
 // [DefaultConcurrency]); n must be at least 1. It bounds the functions
-// running and their claims, not the bulk lookup. Only [DoBatch] reads it.
-func WithConcurrency(n int) Option {
+// running and their claims, not the bulk lookup.
+func WithConcurrency(n int) BatchOption {
 	return batchOption(func(b *batchConfig) {
 		if n < 1 {
 			b.fail(invalidOption("concurrency must be at least 1, got %d", n))
@@ -119,9 +119,8 @@ func WithConcurrency(n int) Option {
 // WithItemKey derives each batch item's key from what key returns for it
 // instead of from the item itself; the key path ([WithKeyPath]) is not
 // applied to it, while payload validation still reads the item. It is the
-// batch form of [WithKey]. In must be the batch's input type. Only
-// [DoBatch] reads it.
-func WithItemKey[In any](key func(In) any) Option {
+// batch form of [WithKey]. In must be the batch's input type.
+func WithItemKey[In any](key func(In) any) BatchOption {
 	return batchOption(func(b *batchConfig) {
 		if key == nil {
 			b.fail(invalidOption("nil item key function"))
@@ -139,8 +138,8 @@ func WithItemKey[In any](key func(In) any) Option {
 // items running at that moment finish, and those not started get
 // [ErrBatchStopped]. Items finish in no fixed order, so which items ran
 // depends on timing. Use it when the whole batch will be retried anyway,
-// as a Temporal activity is. Only [DoBatch] reads it.
-func WithStopOnError() Option {
+// as a Temporal activity is.
+func WithStopOnError() BatchOption {
 	return batchOption(func(b *batchConfig) { b.stopOnError = true })
 }
 
@@ -151,8 +150,8 @@ func WithStopOnError() Option {
 // record is gone (or held by another claim) fails with
 // [ErrResultUnavailable]. A duplicate of such an item later in the batch is
 // treated the same way. Items run unguarded (an empty key selection) keep
-// no record and run again. Only [DoBatch] reads it.
-func WithResume(done int) Option {
+// no record and run again.
+func WithResume(done int) BatchOption {
 	return batchOption(func(b *batchConfig) {
 		if done < 0 {
 			b.fail(invalidOption("resume point must not be negative, got %d", done))
@@ -166,35 +165,29 @@ func WithResume(done int) Option {
 // soon as the item has its outcome, with the item's index in the inputs and
 // its outcome and error (see [ItemResult]). Calls come in the order items
 // finish, not in input order, and never two at once; a slow function slows
-// the batch. Use it to report progress. Only [DoBatch] reads it.
-func WithItemDone(fn func(index int, outcome Outcome, err error)) Option {
+// the batch. Use it to report progress.
+func WithItemDone(fn func(index int, outcome Outcome, err error)) BatchOption {
 	return batchOption(func(b *batchConfig) { b.onItem = fn })
 }
 
-// batchWith returns the call config and batch config of a batch of inputs
-// of type in.
-func (g *Guard) batchWith(scope string, in reflect.Type, opts []Option) (*config, *batchConfig, error) {
-	b := &batchConfig{concurrency: DefaultConcurrency}
-	rest := make([]Option, 0, len(opts))
+// batchWith returns the settings of a batch of inputs of type in.
+func (g *Guard) batchWith(scope string, in reflect.Type, opts []BatchOption) (*batchConfig, error) {
+	if scope == "" {
+		return nil, invalidOption("empty scope")
+	}
+	b := &batchConfig{call: g.cfg, concurrency: DefaultConcurrency}
 	for _, o := range opts {
-		if bo, ok := o.(batchOption); ok {
-			bo(b)
-			continue
-		}
-		rest = append(rest, o)
+		o.applyBatch(b)
 	}
-	if b.err != nil {
-		return nil, nil, b.err
+	switch {
+	case b.err != nil:
+		return nil, b.err
+	case b.call.err != nil:
+		return nil, b.call.err
+	case b.call.hasKey:
+		return nil, invalidOption("WithKey would give every item of a batch the same key; use WithItemKey")
+	case b.itemKey != nil && b.itemKeyType != in:
+		return nil, invalidOption("WithItemKey takes %v, but the batch's inputs are %v", b.itemKeyType, in)
 	}
-	c, err := g.with(scope, rest)
-	if err != nil {
-		return nil, nil, err
-	}
-	if c.hasKey {
-		return nil, nil, invalidOption("WithKey would give every item of a batch the same key; use WithItemKey")
-	}
-	if b.itemKey != nil && b.itemKeyType != in {
-		return nil, nil, invalidOption("WithItemKey takes %v, but the batch's inputs are %v", b.itemKeyType, in)
-	}
-	return c, b, nil
+	return b, nil
 }

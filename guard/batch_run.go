@@ -5,13 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/sync/errgroup"
 
+	"github.com/idemguard/idemguard/internal/instrument"
 	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/telemetry"
 )
@@ -37,8 +40,7 @@ type batchRun[In, Out any] struct {
 	direct   map[string]int // those not counted by an execute call
 	failed   int
 	stopped  bool
-	panicked any
-	hasPanic bool
+	panicked error // errGoexit or a *PanicError, once a task has
 }
 
 // batchItem is an input's key, bound before anything runs.
@@ -60,7 +62,7 @@ const notRun = telemetry.OutcomeNotRun
 func (r *batchRun[In, Out]) run(ctx context.Context) {
 	g := r.g
 	r.counts, r.direct = make(map[string]int), make(map[string]int)
-	ctx, span := g.startExecute(ctx, telemetry.SpanBatch)
+	ctx, span := g.tel.Tracer.Start(ctx, telemetry.SpanBatch)
 	var lookedUp, found int
 	defer func() { r.end(ctx, span, lookedUp, found) }()
 
@@ -75,7 +77,7 @@ func (r *batchRun[In, Out]) run(ctx context.Context) {
 	units, tasks := r.bind()
 
 	// Settle what the local cache holds, then what one bulk lookup finds.
-	now := r.c.clock.Now()
+	now := g.clock.Now()
 	var pending []*batchUnit
 	for _, u := range units {
 		if g.cache != nil {
@@ -122,7 +124,7 @@ func (r *batchRun[In, Out]) bind() (units []*batchUnit, tasks []batchTask) {
 			ci.explicitKey, ci.hasKey = r.b.itemKey(any(in)), true
 			c = &ci
 		}
-		d, err := c.derive(r.scope, in)
+		d, err := r.g.derive(c, r.scope, in)
 		r.items[i] = batchItem{c: c, d: d}
 		switch {
 		case err != nil:
@@ -159,13 +161,13 @@ func (r *batchRun[In, Out]) lookup(ctx context.Context, span trace.Span, pending
 	for i, u := range pending {
 		keys[i] = u.key
 	}
-	start := g.storeStart()
+	start := time.Now()
 	recs, err := bg.GetMany(ctx, keys)
 	g.timeStore(ctx, "get_many", start)
 	if errors.Is(err, store.ErrSkip) {
 		return pending, 0, 0
 	}
-	now := r.c.clock.Now()
+	now := g.clock.Now()
 	if err != nil && (ctx.Err() != nil || isContextError(err) || errors.Is(err, store.ErrThrottled)) {
 		recordError(span, err)
 		for _, u := range pending {
@@ -241,7 +243,7 @@ func (r *batchRun[In, Out]) finishUnit(u *batchUnit, err error) {
 // read settles a unit resumed past when the bulk lookup could not answer:
 // it reads the record with the store's Get.
 func (r *batchRun[In, Out]) read(ctx context.Context, u *batchUnit) {
-	start := r.g.storeStart()
+	start := time.Now()
 	rec, err := r.g.store.Get(ctx, u.key)
 	r.g.timeStore(ctx, "get", start)
 	switch {
@@ -256,7 +258,7 @@ func (r *batchRun[In, Out]) read(ctx context.Context, u *batchUnit) {
 		r.finishUnit(u, err)
 		return
 	}
-	r.settle(ctx, u, rec, r.c.clock.Now())
+	r.settle(ctx, u, rec, r.g.clock.Now())
 }
 
 // claimUnit runs u's items through the single-call path: the first item of
@@ -304,7 +306,7 @@ func (r *batchRun[In, Out]) claimUnit(ctx context.Context, u *batchUnit) {
 // execute runs item i through the single-call path with config c.
 func (r *batchRun[In, Out]) execute(ctx context.Context, i int, c *config) ItemResult[Out] {
 	in := r.inputs[i]
-	v, out, err := execute(ctx, r.g, c, r.scope, in, func(ctx context.Context) (Out, error) { return r.fn(ctx, in) })
+	v, out, err := execute(ctx, r.g, c, r.scope, in, func(ctx context.Context, _ store.Tx) (Out, error) { return r.fn(ctx, in) })
 	res := ItemResult[Out]{Value: v, Outcome: out, Err: err}
 	r.finish(i, res, true)
 	return res
@@ -339,7 +341,7 @@ func (r *batchRun[In, Out]) finish(i int, res ItemResult[Out], viaExecute bool) 
 func (r *batchRun[In, Out]) halted(ctx context.Context) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.stopped || r.hasPanic || ctx.Err() != nil
+	return r.stopped || r.panicked != nil || ctx.Err() != nil
 }
 
 // notStarted is the error of an item the batch did not start.
@@ -351,11 +353,11 @@ func (r *batchRun[In, Out]) notStarted(ctx context.Context) error {
 }
 
 // pool runs tasks in order, at most r.b.concurrency at a time. A panic in
-// a task stops the batch and continues in the caller once the running
-// tasks have finished.
+// a task stops the batch and continues in the caller, as a *PanicError
+// with the task's stack, once the running tasks have finished.
 func (r *batchRun[In, Out]) pool(ctx context.Context, tasks []batchTask) {
-	sem := make(chan struct{}, r.b.concurrency)
-	var wg sync.WaitGroup
+	var eg errgroup.Group
+	eg.SetLimit(r.b.concurrency)
 	skip := func(t batchTask) {
 		err := r.notStarted(ctx)
 		for _, i := range t.idx {
@@ -367,58 +369,52 @@ func (r *batchRun[In, Out]) pool(ctx context.Context, tasks []batchTask) {
 			skip(t)
 			continue
 		}
-		acquired := false
-		select {
-		case sem <- struct{}{}:
-			acquired = true
-		case <-ctx.Done():
-		}
-		if r.halted(ctx) {
-			if acquired {
-				<-sem
+		eg.Go(func() error {
+			if r.halted(ctx) { // checked again once the task has a place
+				skip(t)
+				return nil
 			}
-			skip(t)
-			continue
-		}
-		wg.Add(1)
-		go func() {
 			finished := false
 			defer func() {
 				if !finished {
-					p := recover()
-					r.mu.Lock()
-					if !r.hasPanic {
-						if p == nil {
-							// runtime.Goexit: the items of the task that
-							// have no outcome get errGoexit.
-							p = errGoexit
-						}
-						r.panicked, r.hasPanic = p, true
-					}
-					r.mu.Unlock()
+					r.panicking(recover(), debug.Stack())
 				}
-				<-sem
-				wg.Done()
 			}()
 			t.run(ctx)
 			finished = true
-		}()
+			return nil
+		})
 	}
-	wg.Wait()
+	eg.Wait()
 	r.mu.Lock()
-	p, ok := r.panicked, r.hasPanic
+	p := r.panicked
 	r.mu.Unlock()
-	if ok {
-		if p == errGoexit {
-			for i := range r.res {
-				if r.res[i].Outcome == 0 && r.res[i].Err == nil {
-					r.res[i].Err = errGoexit
-				}
+	switch {
+	case p == errGoexit:
+		// runtime.Goexit: the items that have no outcome get errGoexit.
+		for i := range r.res {
+			if r.res[i].Outcome == 0 && r.res[i].Err == nil {
+				r.res[i].Err = errGoexit
 			}
-			return
 		}
+	case p != nil:
 		panic(p)
 	}
+}
+
+// panicking records the first panic (value, stack) or runtime.Goexit (nil)
+// of a task.
+func (r *batchRun[In, Out]) panicking(value any, stack []byte) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.panicked != nil {
+		return
+	}
+	if value == nil {
+		r.panicked = errGoexit
+		return
+	}
+	r.panicked = &PanicError{Value: value, Stack: stack}
 }
 
 // end ends the batch span with the item counts and counts the items that
@@ -427,11 +423,11 @@ func (r *batchRun[In, Out]) end(ctx context.Context, span trace.Span, lookedUp, 
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for label, n := range r.direct {
-		r.g.tel.Calls.Add(ctx, int64(n), r.g.tel.CallOption(r.scope, label))
+		r.g.tel.Calls.Add(ctx, int64(n), instrument.Scoped(r.scope, label))
 	}
 	if span.IsRecording() {
 		attrs := []attribute.KeyValue{
-			telemetry.ScopeKey.String(r.scope), r.g.tel.StoreAttr(),
+			telemetry.ScopeKey.String(r.scope), r.g.tel.StoreAttr,
 			telemetry.BatchItemsKey.Int(len(r.inputs)),
 			telemetry.BatchLookupKeysKey.Int(lookedUp),
 			telemetry.BatchLookupFoundKey.Int(found),

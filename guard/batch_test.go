@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -366,7 +367,7 @@ func TestDoBatchConcurrency(t *testing.T) {
 				}
 				return charge{ChargeID: o.ID}, nil
 			}
-			opts := []guard.Option{}
+			opts := []guard.BatchOption{}
 			if n != guard.DefaultConcurrency {
 				opts = append(opts, guard.WithConcurrency(n))
 			}
@@ -487,7 +488,7 @@ func TestDoBatchItemKey(t *testing.T) {
 		t.Errorf("Do with the item's key = %+v, %v, %v", v, out, err)
 	}
 
-	for name, opt := range map[string]guard.Option{
+	for name, opt := range map[string]guard.BatchOption{
 		"wrong type": guard.WithItemKey(func(o *order) any { return o.ID }),
 		"nil func":   guard.WithItemKey[order](nil),
 		"WithKey":    guard.WithKey("same for all"),
@@ -634,8 +635,11 @@ func TestDoBatchPanic(t *testing.T) {
 	in := orders(6)
 	func() {
 		defer func() {
-			if r := recover(); r != "item 2 broke" {
-				t.Errorf("recovered %v, want the item's panic value", r)
+			pe, ok := recover().(*guard.PanicError)
+			if !ok || pe.Value != "item 2 broke" {
+				t.Errorf("recovered %v, want a *PanicError with the item's panic value", pe)
+			} else if !strings.Contains(string(pe.Stack), "TestDoBatchPanic") {
+				t.Errorf("the PanicError's stack does not show the panicking item:\n%s", pe.Stack)
 			}
 		}()
 		guard.DoBatch(t.Context(), g, "charge", in, func(ctx context.Context, o order) (charge, error) {

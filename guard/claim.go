@@ -19,7 +19,8 @@ import (
 type Claim struct {
 	// Key is the idempotency key, "<scope>#<hash>".
 	Key string `json:"key"`
-	// Token is the claim's fencing token.
+	// Token is the claim's fencing token; empty for the claims of a
+	// disabled guard, which hold nothing.
 	Token string `json:"token"`
 	// PayloadHash is the payload-validation hash, if validation is on.
 	PayloadHash string `json:"payload_hash,omitempty"`
@@ -35,29 +36,34 @@ type Claim struct {
 // the function ([ErrInProgress] after the wait budget in Wait mode,
 // [ErrPayloadMismatch], [ErrKeyMissing], [ErrStore], …). An empty key
 // selection without [WithRequireKey] is reported as [ErrKeyMissing] too:
-// there is nothing to claim.
+// there is nothing to claim. A disabled guard (IDEMGUARD_DISABLED) returns
+// a Claim that holds nothing, and its Complete, Extend and Release do
+// nothing.
 //
 // A held Claim must end with [Guard.Complete] or [Guard.Release]; otherwise
 // it blocks the key until its lease lapses.
-func (g *Guard) Claim(ctx context.Context, scope string, input any, opts ...Option) (*Claim, *store.Record, error) {
+func (g *Guard) Claim(ctx context.Context, scope string, input any, opts ...CallOption) (*Claim, *store.Record, error) {
 	c, err := g.with(scope, opts)
 	if err != nil {
 		return nil, nil, err
 	}
-	d, err := c.derive(scope, input)
+	d, err := g.derive(c, scope, input)
 	if err != nil {
 		return nil, nil, err
 	}
 	if d.key == "" {
 		return nil, nil, fmt.Errorf("%w (scope %s)", ErrKeyMissing, scope)
 	}
-	if rec, ok := g.cached(d.key, c.clock.Now()); ok {
+	if g.disabled {
+		return &Claim{Key: d.key, PayloadHash: d.payloadHash, LeaseExpiresAt: g.clock.Now().Add(c.leaseFor(ctx))}, nil, nil
+	}
+	if rec, ok := g.cached(d.key); ok {
 		if err := c.validate(d, rec); err != nil {
 			return nil, nil, err
 		}
 		return nil, rec, nil
 	}
-	claim, existing, err := g.acquire(ctx, c, d)
+	claim, existing, err := g.acquire(ctx, c, d, nil)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -73,29 +79,34 @@ func (g *Guard) Claim(ctx context.Context, scope string, input any, opts ...Opti
 // [store.ResultError]). Like [Do], it retries transient store failures while
 // the lease holds and records a result too large for the store without a
 // body. It returns the completed record, or [ErrLeaseLost] if the claim was
-// taken over, or [ErrNotRecorded].
-func (g *Guard) Complete(ctx context.Context, cl Claim, kind store.ResultKind, result []byte, opts ...Option) (*store.Record, error) {
+// taken over, or [ErrNotRecorded]. The record lives for the TTL of opts.
+func (g *Guard) Complete(ctx context.Context, cl Claim, kind store.ResultKind, result []byte, opts ...CallOption) (*store.Record, error) {
 	c, err := g.with("complete", opts)
 	if err != nil {
 		return nil, err
 	}
 	claim := &store.Record{Key: cl.Key, Token: cl.Token, PayloadHash: cl.PayloadHash}
+	if g.disabled {
+		return g.completed(c, claim, kind, result), nil
+	}
 	leaseEnd := cl.LeaseExpiresAt
-	if now := c.clock.Now(); leaseEnd.Before(now.Add(storeCallTimeout)) {
+	if now := g.clock.Now(); leaseEnd.Before(now.Add(storeCallTimeout)) {
 		// Past the lease, one attempt still completes a claim nobody took.
 		leaseEnd = now.Add(storeCallTimeout)
 	}
-	done, err := g.complete(ctx, c, claim, leaseEnd, kind, result)
-	if err != nil {
-		return nil, err
+	done, err := g.record(ctx, c, claim, leaseEnd, kind, result, nil, nil)
+	if errors.Is(err, ErrLeaseLost) {
+		g.tel.LeaseLost.Add(ctx, 1)
 	}
-	g.remember(done)
-	return done, nil
+	return done, err
 }
 
 // Release gives up a held claim so that the next call runs at once. A claim
 // already taken over is left alone and reported as [ErrLeaseLost].
 func (g *Guard) Release(ctx context.Context, cl Claim) error {
+	if g.disabled {
+		return nil
+	}
 	err := g.store.Release(ctx, cl.Key, cl.Token)
 	if errors.Is(err, store.ErrTokenMismatch) {
 		return fmt.Errorf("%w (key %s)", ErrLeaseLost, cl.Key)
@@ -107,10 +118,18 @@ func (g *Guard) Release(ctx context.Context, cl Claim) error {
 }
 
 // Extend moves a held claim's lease end to leaseExpiresAt and returns the
-// updated claim, or [ErrLeaseLost] if the claim was taken over.
-func (g *Guard) Extend(ctx context.Context, cl Claim, leaseExpiresAt time.Time) (Claim, error) {
-	expiresAt := leaseExpiresAt.Add(g.cfg.ttl)
-	err := g.store.Extend(ctx, cl.Key, cl.Token, leaseExpiresAt, expiresAt)
+// updated claim, or [ErrLeaseLost] if the claim was taken over. The record
+// then lives until the lease end plus the TTL of opts.
+func (g *Guard) Extend(ctx context.Context, cl Claim, leaseExpiresAt time.Time, opts ...CallOption) (Claim, error) {
+	c, err := g.with("extend", opts)
+	if err != nil {
+		return cl, err
+	}
+	if g.disabled {
+		cl.LeaseExpiresAt = leaseExpiresAt
+		return cl, nil
+	}
+	err = g.store.Extend(ctx, cl.Key, cl.Token, leaseExpiresAt, leaseExpiresAt.Add(c.ttl))
 	if errors.Is(err, store.ErrTokenMismatch) {
 		return cl, fmt.Errorf("%w (key %s)", ErrLeaseLost, cl.Key)
 	}
@@ -124,7 +143,7 @@ func (g *Guard) Extend(ctx context.Context, cl Claim, leaseExpiresAt time.Time) 
 // Decode returns the outcome stored in a completed record as [Do] would
 // replay it: the value decoded with the codec, the definite error, or
 // [ErrResultUnavailable].
-func Decode[T any](g *Guard, rec *store.Record, opts ...Option) (T, error) {
+func Decode[T any](g *Guard, rec *store.Record, opts ...CallOption) (T, error) {
 	c, err := g.with("decode", opts)
 	if err != nil {
 		var zero T
@@ -136,7 +155,20 @@ func Decode[T any](g *Guard, rec *store.Record, opts ...Option) (T, error) {
 
 // Check reports whether opts are valid options for a call, as [Do] and
 // [Wrap] would report them, without making one.
-func (g *Guard) Check(opts ...Option) error {
+func (g *Guard) Check(opts ...CallOption) error {
 	_, err := g.with("check", opts)
 	return err
+}
+
+// Key returns the idempotency key [Do] derives for input within scope under
+// opts, and the payload hash it stores with payload validation on (else
+// ""). The key is "" when the selection is empty. It touches no store; the
+// idemguard command-line tool uses it to find an input's record.
+func (g *Guard) Key(scope string, input any, opts ...CallOption) (key, payloadHash string, err error) {
+	c, err := g.with(scope, opts)
+	if err != nil {
+		return "", "", err
+	}
+	d, err := g.derive(c, scope, input)
+	return d.key, d.payloadHash, err
 }

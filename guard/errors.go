@@ -61,8 +61,11 @@ var (
 	ErrStore = errors.New("idemguard: store failed")
 
 	// ErrInvalidInput: the input could not be turned into a key: it is not
-	// JSON-serialisable, or a JMESPath function failed on it. The function
-	// did not run. Retrying with the same input fails the same way.
+	// JSON-serialisable, a JMESPath function failed on it, or the key or
+	// validation selection holds a string that is not valid UTF-8 (which
+	// RFC 8785 cannot represent: keying it anyway would give inputs that
+	// differ only there one key). The function did not run. Retrying with
+	// the same input fails the same way.
 	ErrInvalidInput = errors.New("idemguard: input cannot be keyed")
 
 	// ErrInvalidOption: an option or argument given to [New], [Wrap] or [Do]
@@ -101,6 +104,9 @@ func (e *InProgressError) Is(target error) bool { return target == ErrInProgress
 type MismatchError struct {
 	// Key is the idempotency key.
 	Key string
+	// Path is the payload-validation expression whose selection differs
+	// ([WithPayloadValidation]), such as "amount".
+	Path string
 	// PayloadHash is the hash of this call's validation selection.
 	PayloadHash string
 	// Existing is the record found under Key.
@@ -108,7 +114,7 @@ type MismatchError struct {
 }
 
 func (e *MismatchError) Error() string {
-	return fmt.Sprintf("%v (key %s, status %v)", ErrPayloadMismatch, e.Key, e.Existing.Status)
+	return fmt.Sprintf("%v: %q selects something else than the %v record holds (key %s)", ErrPayloadMismatch, e.Path, e.Existing.Status, e.Key)
 }
 
 // Is reports whether target is [ErrPayloadMismatch].
@@ -155,7 +161,10 @@ func (e *ExpressionError) Is(target error) bool { return target == ErrInvalidOpt
 
 // PanicError is what callers that shared an execution in this process get
 // when the function panicked; the caller that ran it panics again with the
-// same value. The record is released before, so a later call runs again.
+// same value. A panic in the function releases the record, so a later call
+// runs again; a panic after the function returned (in a codec, a result's
+// MarshalJSON, a predicate) completes it without a result. [DoBatch]
+// panics with a PanicError, which keeps the panicking item's stack.
 type PanicError struct {
 	// Value is the value passed to panic.
 	Value any

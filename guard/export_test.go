@@ -1,13 +1,29 @@
 package guard
 
+import "strings"
+
 // Joined returns how many calls have joined the in-process flight of key, for
 // tests that must know every duplicate is waiting before they let the leader
 // finish.
 func (g *Guard) Joined(key string) int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if f, ok := g.flights[key]; ok {
-		return f.dups
+	n := 0
+	for fkey, f := range g.flights {
+		if strings.HasPrefix(fkey, key+"\x00") {
+			n += f.dups
+		}
 	}
-	return 0
+	return n
+}
+
+// JoinedAny returns how many calls have joined any in-process flight.
+func (g *Guard) JoinedAny() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	n := 0
+	for _, f := range g.flights {
+		n += f.dups
+	}
+	return n
 }

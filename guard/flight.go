@@ -3,32 +3,43 @@ package guard
 import (
 	"context"
 	"errors"
-	"sync"
 	"time"
 
 	"github.com/idemguard/idemguard/store"
 )
 
 // Concurrent calls with the same key and payload in one process share one
-// execution: the first (the leader) runs the protocol, the others (followers)
-// wait for its outcome instead of going to the store.
+// execution: the first (the leader) runs the protocol, the others
+// (followers) wait for its outcome instead of going to the store. Each
+// follower keeps its own mode: in Reject mode it returns ErrInProgress as
+// soon as the leader runs the function or finds the key held elsewhere; in
+// Wait mode it waits for the leader's outcome, and when the leader did not
+// get one it may replay (the leader failed and released the key, or gave up
+// waiting for another holder), it goes to the store itself, as a waiter in
+// another process would.
 
-// flight is a call in progress in this process, which concurrent calls with
-// the same key and payload join instead of going to the store.
+// flight is a call in progress in this process.
 type flight struct {
-	// Protected by Guard.mu.
-	done      chan struct{} // made by the first follower; closed once the leader has an outcome
-	dups      int           // followers that joined
-	settled   bool          // the leader knows whether it runs the function
-	executing bool          // the leader runs the function (valid once settled)
-	leaseEnd  time.Time     // the leader's lease end when executing
-	decided   chan struct{} // made by a Reject-mode follower, closed once settled
+	decided chan struct{} // closed once the leader runs the function, finds the key held, or lands
+	done    chan struct{} // closed once the leader has landed
 
-	// Written before done is closed.
+	// Protected by Guard.mu.
+	dups      int       // followers that joined
+	executing bool      // the leader runs the function
+	busy      bool      // the leader found the key held by another caller
+	leaseEnd  time.Time // the holder's lease end, when executing or busy
+	isDecided bool      // decided is closed
+
+	landing // written before done is closed
+}
+
+// landing is the outcome a leader hands its followers.
+type landing struct {
 	rec      *store.Record // the completed record, if any
-	value    any           // the leader's result, when followers exist and it returned one
+	value    any           // the leader's result, when it has one
 	hasValue bool
 	err      error
+	released bool // the leader ran the function and gave the key back
 }
 
 // join returns the flight for fkey, creating it (leader) if there is none.
@@ -37,102 +48,120 @@ func (g *Guard) join(fkey string) (f *flight, leader bool) {
 	defer g.mu.Unlock()
 	if f, ok := g.flights[fkey]; ok {
 		f.dups++
-		if f.done == nil {
-			f.done = make(chan struct{})
-		}
 		return f, false
 	}
 	if g.flights == nil {
 		g.flights = make(map[string]*flight)
 	}
-	f = flightPool.Get().(*flight)
+	f = &flight{decided: make(chan struct{}), done: make(chan struct{})}
 	g.flights[fkey] = f
 	return f, true
 }
 
-// flightPool recycles flights that nobody joined: most calls have no
-// concurrent duplicate.
-var flightPool = sync.Pool{New: func() any { return new(flight) }}
-
-// settle records whether the leader runs the function.
-func (g *Guard) settle(f *flight, executing bool, leaseEnd time.Time) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	f.settled, f.executing, f.leaseEnd = true, executing, leaseEnd
-	if f.decided != nil {
+// decide closes f.decided once; g.mu is held.
+func (f *flight) decide() {
+	if !f.isDecided {
+		f.isDecided = true
 		close(f.decided)
 	}
 }
 
-// land removes f from the flights and hands its outcome to the followers.
-func land[T any](g *Guard, fkey string, f *flight, rec *store.Record, v T, hasValue bool, err error) {
+// settle records that the leader of f runs the function under a lease
+// ending at leaseEnd.
+func (g *Guard) settle(f *flight, leaseEnd time.Time) {
 	g.mu.Lock()
+	defer g.mu.Unlock()
+	f.executing, f.leaseEnd = true, leaseEnd
+	f.decide()
+}
+
+// held records that the leader of f found the key held by another caller
+// whose lease ends at leaseEnd. f may be nil (a claim outside Do).
+func (g *Guard) held(f *flight, leaseEnd time.Time) {
+	if f == nil {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	f.busy, f.leaseEnd = true, leaseEnd
+	f.decide()
+}
+
+// extended records the leader's new lease end.
+func (g *Guard) extended(f *flight, leaseEnd time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	f.leaseEnd = leaseEnd
+}
+
+// land removes f from the flights and hands its outcome to the followers.
+func (g *Guard) land(fkey string, f *flight, l landing) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
 	if g.flights[fkey] == f {
 		delete(g.flights, fkey)
 	}
-	if !f.settled {
-		f.settled = true
-		if f.decided != nil {
-			close(f.decided)
-		}
-	}
-	dups, done := f.dups, f.done
-	g.mu.Unlock()
-	if dups == 0 {
-		// Nobody joined, and nobody can any more: f is the leader's alone.
-		*f = flight{}
-		flightPool.Put(f)
-		return
-	}
-	f.rec, f.err = rec, err
-	if hasValue {
-		f.value, f.hasValue = v, true
-	}
-	close(done)
+	f.landing = l
+	f.decide()
+	close(f.done)
 }
 
-// follow waits for the leader of f. again reports that the leader's context
-// ended while the caller's did not, so the caller should try on its own.
+// follow waits for the leader of f. again reports that the caller should
+// go to the store on its own: the leader's outcome is not one this call
+// may share.
 func follow[T any](ctx context.Context, g *Guard, c *config, d derived, f *flight) (v T, out Outcome, err error, again bool) {
-	if k, ok := KeyFromContext(ctx); ok && k == d.key {
+	if r, ok := ctx.Value(runningKey{}).(*running); ok && r.key == d.key {
 		// A guarded function calling itself with its own key would wait for
 		// itself forever.
 		return v, 0, &InProgressError{Key: d.key}, false
 	}
-	if c.mode == Reject {
+	inProgress := func() error {
 		g.mu.Lock()
-		if !f.settled {
-			if f.decided == nil {
-				f.decided = make(chan struct{})
-			}
-			ch := f.decided
-			g.mu.Unlock()
-			select {
-			case <-ch:
-			case <-ctx.Done():
-				return v, 0, ctx.Err(), false
-			}
-			g.mu.Lock()
+		defer g.mu.Unlock()
+		return &InProgressError{Key: d.key, LeaseExpiresAt: f.leaseEnd}
+	}
+	if c.mode == Reject {
+		select {
+		case <-f.decided:
+		case <-ctx.Done():
+			return v, 0, ctx.Err(), false
 		}
-		executing, leaseEnd := f.executing, f.leaseEnd
+		g.mu.Lock()
+		running := f.executing || f.busy
 		g.mu.Unlock()
-		if executing {
-			return v, 0, &InProgressError{Key: d.key, LeaseExpiresAt: leaseEnd}, false
+		if running {
+			return v, 0, inProgress(), false
+		}
+	} else {
+		budget := make(chan struct{})
+		stop := g.clock.AfterFunc(c.waitBudget, func() { close(budget) })
+		defer stop()
+		select {
+		case <-f.done:
+		case <-budget:
+			return v, 0, inProgress(), false
+		case <-ctx.Done():
+			return v, 0, ctx.Err(), false
 		}
 	}
-	select {
-	case <-f.done:
-	case <-ctx.Done():
-		return v, 0, ctx.Err(), false
-	}
+	<-f.done
 	switch {
 	case f.err != nil:
 		if isContextError(f.err) && ctx.Err() == nil {
 			return v, 0, nil, true
 		}
+		if c.mode == Wait && (f.released || errors.Is(f.err, ErrInProgress)) {
+			return v, 0, nil, true
+		}
+		if f.rec == nil {
+			return v, 0, f.err, false
+		}
 		return v, OutcomeShared, f.err, false
 	case f.hasValue:
 		if v, ok := f.value.(T); ok {
+			if c.onReplay != nil && f.rec != nil {
+				c.onReplay(ctx, d.key, f.rec, OutcomeShared)
+			}
 			return v, OutcomeShared, nil, false
 		}
 	}

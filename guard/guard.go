@@ -10,9 +10,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	lru "github.com/hashicorp/golang-lru/v2"
 
+	"github.com/idemguard/idemguard/internal/instrument"
 	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/telemetry"
 )
@@ -59,44 +61,58 @@ func (o Outcome) String() string {
 // per store and share it.
 type Guard struct {
 	store    store.Store
-	cfg      config
+	cfg      config // the call defaults
+	clock    Clock
+	skew     time.Duration
+	secret   []byte // HMAC key of key hashes; nil for plain SHA-256
 	disabled bool
 	cache    *lru.Cache[string, *store.Record] // nil when the cache is off
-	tel      *telemetry.Instruments
+	tel      *instrument.Set
 
 	mu      sync.Mutex
 	flights map[string]*flight // protected by mu: calls in progress in this process
 }
 
-// New returns a Guard over s with the given defaults, which calls may
-// override. It reports an invalid option (including a JMESPath expression
-// that does not compile) or a nil store as an error matching
-// [ErrInvalidOption].
+// New returns a Guard over s. Guard-wide options configure the guard;
+// call options set the defaults that calls may override. It reports an
+// invalid option (including a JMESPath expression that does not compile)
+// or a nil store as an error matching [ErrInvalidOption].
 func New(s store.Store, opts ...Option) (*Guard, error) {
 	if s == nil {
 		return nil, invalidOption("nil store")
 	}
-	g := &Guard{store: s, cfg: defaultConfig()}
+	st := defaultSettings()
 	for _, o := range opts {
-		o.apply(&g.cfg)
+		o.applyGuard(&st)
 	}
-	if g.cfg.err != nil {
-		return nil, g.cfg.err
+	switch {
+	case st.err != nil:
+		return nil, st.err
+	case st.call.err != nil:
+		return nil, st.call.err
+	case st.call.hasKey:
+		return nil, invalidOption("WithKey names one call and cannot be a guard's default")
+	case st.call.claimToken != "":
+		return nil, invalidOption("WithClaimToken names one claimant and cannot be a guard's default")
 	}
-	g.cfg.leases = &leaseTimer{clock: g.cfg.clock}
-	if g.cfg.cacheSize > 0 {
-		g.cache, _ = lru.New[string, *store.Record](g.cfg.cacheSize)
+	g := &Guard{store: s, cfg: st.call, clock: st.clock, skew: st.skew, secret: st.secret}
+	if st.cacheSize > 0 {
+		g.cache, _ = lru.New[string, *store.Record](st.cacheSize)
 	}
 	g.disabled, _ = strconv.ParseBool(os.Getenv(DisableEnv))
-	g.tel = telemetry.New(g.cfg.tracerProvider, g.cfg.meterProvider, g.cfg.logger, storeName(s))
+	g.tel = instrument.New(st.tracerProvider, st.meterProvider, st.logger, storeName(s))
 	return g, nil
 }
 
 // Store returns the guard's store.
 func (g *Guard) Store() store.Store { return g.store }
 
-// with returns the guard's config overridden by opts.
-func (g *Guard) with(scope string, opts []Option) (*config, error) {
+// ClockSkew returns the guard's clock-skew tolerance ([WithClockSkew]): a
+// claim whose lease ended at t may be taken over from t plus this on.
+func (g *Guard) ClockSkew() time.Duration { return g.skew }
+
+// with returns the guard's call defaults overridden by opts.
+func (g *Guard) with(scope string, opts []CallOption) (*config, error) {
 	if scope == "" {
 		return nil, invalidOption("empty scope")
 	}
@@ -105,7 +121,7 @@ func (g *Guard) with(scope string, opts []Option) (*config, error) {
 	}
 	c := g.cfg
 	for _, o := range opts {
-		o.apply(&c)
+		o.applyCall(&c)
 	}
 	if c.err != nil {
 		return nil, c.err
@@ -113,7 +129,15 @@ func (g *Guard) with(scope string, opts []Option) (*config, error) {
 	return &c, nil
 }
 
-type ctxKey struct{}
+// running is what a guarded function's context carries about its call.
+type running struct {
+	g     *Guard
+	c     *config
+	scope string
+	key   string
+}
+
+type runningKey struct{}
 
 // KeyFromContext returns the idempotency key of the guarded call running
 // with ctx, "<scope>#<hash>". Inside the function, pass it downstream (for
@@ -121,8 +145,11 @@ type ctxKey struct{}
 // every retry, which closes the one window no store can close, a crash after
 // the side effect and before its completion is recorded.
 func KeyFromContext(ctx context.Context) (string, bool) {
-	k, ok := ctx.Value(ctxKey{}).(string)
-	return k, ok
+	r, ok := ctx.Value(runningKey{}).(*running)
+	if !ok {
+		return "", false
+	}
+	return r.key, true
 }
 
 // Do runs fn at most once for the key derived from input within scope, and
@@ -134,46 +161,66 @@ func KeyFromContext(ctx context.Context) (string, bool) {
 // If fn returns an error the record is released and the next call runs fn
 // again, unless the error is definite (see [WithDefiniteErrors]), in which
 // case it is stored and replayed. If fn panics the record is released and
-// the panic continues in the caller.
-func Do[T any](ctx context.Context, g *Guard, scope string, input any, fn func(context.Context) (T, error), opts ...Option) (T, error) {
+// the panic continues in the caller. If something panics after fn returned
+// (a result's MarshalJSON, a codec, a predicate), the side effect has
+// happened: the record is completed without a result (replays get
+// [ErrResultUnavailable]) and the panic continues in the caller.
+func Do[T any](ctx context.Context, g *Guard, scope string, input any, fn func(context.Context) (T, error), opts ...CallOption) (T, error) {
 	v, _, err := Execute(ctx, g, scope, input, fn, opts...)
 	return v, err
 }
 
-// Execute is [Do] that also reports how the result was obtained.
-func Execute[T any](ctx context.Context, g *Guard, scope string, input any, fn func(context.Context) (T, error), opts ...Option) (T, Outcome, error) {
+// Execute is [Do] that also reports how the result was obtained. The
+// outcome is zero when the call returns an error without an outcome of its
+// own: a guard error before the function ran, or a failure of a concurrent
+// call it joined that was not recorded.
+func Execute[T any](ctx context.Context, g *Guard, scope string, input any, fn func(context.Context) (T, error), opts ...CallOption) (T, Outcome, error) {
 	c, err := g.with(scope, opts)
 	if err != nil {
 		var zero T
 		return zero, 0, err
 	}
-	return execute(ctx, g, c, scope, input, fn)
+	return execute(ctx, g, c, scope, input, noTx(fn))
 }
 
 // Wrap returns a function with fn's signature that runs fn through [Do],
 // deriving the key from its input argument. Options are checked once, here.
-func Wrap[In, Out any](g *Guard, scope string, fn func(context.Context, In) (Out, error), opts ...Option) (func(context.Context, In) (Out, error), error) {
+func Wrap[In, Out any](g *Guard, scope string, fn func(context.Context, In) (Out, error), opts ...CallOption) (func(context.Context, In) (Out, error), error) {
 	c, err := g.with(scope, opts)
 	if err != nil {
 		return nil, err
 	}
 	return func(ctx context.Context, in In) (Out, error) {
-		v, _, err := execute(ctx, g, c, scope, in, func(ctx context.Context) (Out, error) { return fn(ctx, in) })
+		v, _, err := execute(ctx, g, c, scope, in, func(ctx context.Context, _ store.Tx) (Out, error) { return fn(ctx, in) })
 		return v, err
 	}, nil
 }
 
-func execute[T any](ctx context.Context, g *Guard, c *config, scope string, input any, fn func(context.Context) (T, error)) (v T, out Outcome, err error) {
+// body is a guarded function; tx is nil unless the call runs in a store
+// transaction (DoTx).
+type body[T any] func(ctx context.Context, tx store.Tx) (T, error)
+
+func noTx[T any](fn func(context.Context) (T, error)) body[T] {
+	return func(ctx context.Context, _ store.Tx) (T, error) { return fn(ctx) }
+}
+
+// execute is the path of every guarded call: key, local cache, the
+// in-process flight, then the store protocol.
+func execute[T any](ctx context.Context, g *Guard, c *config, scope string, input any, fn body[T]) (v T, out Outcome, err error) {
+	return executeTx(ctx, g, c, scope, input, fn, nil)
+}
+
+func executeTx[T any](ctx context.Context, g *Guard, c *config, scope string, input any, fn body[T], tr store.Transactor) (v T, out Outcome, err error) {
 	if g.disabled {
-		v, err := fn(ctx)
+		v, err := unguarded(ctx, fn, tr)
 		return v, OutcomeUnguarded, err
 	}
 	var d derived
-	var o observation // apart from d, which would otherwise move to the heap
-	ctx, o.span = g.startExecute(ctx, telemetry.SpanExecute)
-	defer func() { g.endExecute(ctx, &o, &d, c, scope, out, err) }()
+	o := observation{scope: scope}
+	ctx, o.span = g.tel.Tracer.Start(ctx, telemetry.SpanExecute)
+	defer func() { g.endExecute(ctx, &o, &d, c, out, err) }()
 
-	if d, err = c.derive(scope, input); err != nil {
+	if d, err = g.derive(c, scope, input); err != nil {
 		return v, 0, err
 	}
 	if d.key == "" {
@@ -181,26 +228,23 @@ func execute[T any](ctx context.Context, g *Guard, c *config, scope string, inpu
 			return v, 0, fmt.Errorf("%w (scope %s)", ErrKeyMissing, scope)
 		}
 		g.log(ctx, slog.LevelInfo, "idemguard: key selection is empty; running unguarded", scope+"#")
-		v, err = fn(ctx)
+		v, err = unguarded(ctx, fn, tr)
 		return v, OutcomeUnguarded, err
 	}
 	if g.cache != nil {
 		o.cache = "miss"
-		if rec, ok := g.cached(d.key, c.clock.Now()); ok {
+		if rec, ok := g.cached(d.key); ok {
 			o.cache = "hit"
 			return replay[T](ctx, c, d, rec, OutcomeReplayed)
 		}
 	}
 	// Calls share an execution only when their payloads hash the same, so a
 	// shared outcome is exactly what the call would have read from the store.
-	fkey := d.key
-	if d.payloadHash != "" {
-		fkey += "\x00" + d.payloadHash
-	}
+	fkey := d.key + "\x00" + d.payloadHash
 	for {
 		f, leader := g.join(fkey)
 		if leader {
-			return lead(ctx, g, c, d, fkey, f, fn)
+			return lead(ctx, g, c, d, fkey, f, fn, tr)
 		}
 		var again bool
 		if v, out, err, again = follow[T](ctx, g, c, d, f); !again {
@@ -209,95 +253,114 @@ func execute[T any](ctx context.Context, g *Guard, c *config, scope string, inpu
 	}
 }
 
-// lead runs the protocol for one key: claim, then replay or run and record.
-func lead[T any](ctx context.Context, g *Guard, c *config, d derived, fkey string, f *flight, fn func(context.Context) (T, error)) (v T, out Outcome, err error) {
-	claim, existing, err := g.acquire(ctx, c, d)
+// lead runs the protocol for one key: claim, then replay, or run the
+// function and record its outcome.
+func lead[T any](ctx context.Context, g *Guard, c *config, d derived, fkey string, f *flight, fn body[T], tr store.Transactor) (v T, out Outcome, err error) {
+	claim, existing, err := g.acquire(ctx, c, d, f)
 	if err != nil {
-		land(g, fkey, f, nil, v, false, err)
+		g.land(fkey, f, landing{err: err})
 		return v, 0, err
 	}
 	if existing != nil {
-		// land settles f: followers learn it is not executing with its
-		// outcome.
 		g.remember(existing)
 		v, out, err = replay[T](ctx, c, d, existing, OutcomeReplayed)
-		land(g, fkey, f, existing, v, false, nil)
+		g.land(fkey, f, landing{rec: existing})
 		return v, out, err
 	}
-	g.settle(f, true, claim.LeaseExpiresAt)
+	g.settle(f, claim.LeaseExpiresAt)
 
-	k := g.keep(ctx, c, claim)
-	runCtx, cancel := context.WithCancelCause(context.WithValue(ctx, ctxKey{}, d.key))
-	k.cancel = cancel
-	finished := false
+	runCtx, cancel := context.WithCancelCause(context.WithValue(ctx, runningKey{}, &running{g: g, c: c, scope: keyScope(d.key), key: d.key}))
+	k := g.keep(ctx, c, claim, f, cancel)
+	var tx store.Tx
+	returned := false // fn has returned: its side effect happened
+	settled := false  // the outcome is recorded or released
 	defer func() {
 		cancel(nil)
-		if finished {
+		if settled {
 			return
 		}
-		// fn panicked or called runtime.Goexit: release the record so a
-		// later call runs again, tell the followers, and let the panic go on.
+		// A panic or runtime.Goexit: in fn, or after it returned.
 		r := recover()
-		k.stop()
-		g.release(ctx, claim)
+		leaseEnd, _ := k.stop()
 		perr := error(errGoexit)
 		if r != nil {
 			perr = &PanicError{Value: r, Stack: debug.Stack()}
 		}
-		land(g, fkey, f, nil, v, false, perr)
+		var rec *store.Record
+		switch {
+		case tx != nil:
+			// Nothing committed: fn's writes roll back with the claim's.
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+			g.release(ctx, claim)
+		case returned:
+			// The side effect happened: never run it again.
+			rec, _ = g.complete(ctx, c, claim, leaseEnd, store.ResultUnavailable, nil)
+			g.log(ctx, slog.LevelError, "idemguard: panic after the guarded function returned; recorded without a result", d.key, slog.Any("panic", r))
+		default:
+			g.release(ctx, claim)
+		}
+		g.land(fkey, f, landing{rec: rec, err: perr})
 		if r != nil {
 			panic(r)
 		}
 	}()
 	k.start()
-	v, err = fn(runCtx)
-	finished = true
-
-	if err != nil {
-		if !c.isDefinite(err) {
+	if tr != nil {
+		if tx, err = tr.Begin(runCtx); err != nil {
 			k.stop()
 			g.release(ctx, claim)
-			land(g, fkey, f, nil, v, false, err)
-			return v, OutcomeExecuted, err
+			settled = true
+			err = &StoreError{Op: "begin", Key: d.key, Err: err}
+			g.land(fkey, f, landing{err: err})
+			return v, 0, err
+		}
+	}
+	v, err = fn(runCtx, tx)
+	returned = true
+	leaseEnd, lost := k.stop()
+
+	var rec *store.Record
+	var l landing
+	switch {
+	case err != nil:
+		if tx != nil {
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+			tx = nil
+		}
+		if lost != nil {
+			err = fmt.Errorf("%w: %w", lost, err)
+		}
+		if lost != nil || !c.isDefinite(err) {
+			g.release(ctx, claim)
+			l = landing{err: err, released: true}
+			break
 		}
 		data, encErr := c.errorCodec.EncodeError(err)
-		done, cerr := g.record(ctx, c, claim, k, store.ResultError, data, encErr)
-		if cerr != nil {
+		var cerr error
+		if rec, cerr = g.record(ctx, c, claim, leaseEnd, store.ResultError, data, encErr, nil); cerr != nil {
 			err = errors.Join(err, cerr)
 		}
-		land(g, fkey, f, done, v, false, err)
-		return v, OutcomeExecuted, err
-	}
-
-	if c.keepResult != nil && !c.keepResult(v) {
-		k.stop()
+		l = landing{rec: rec, err: err}
+	case c.keepResult != nil && !c.keepResult(v):
+		if tx != nil {
+			err = tx.Commit(context.WithoutCancel(ctx))
+			tx = nil
+		}
 		g.release(ctx, claim)
-		land(g, fkey, f, nil, v, true, nil)
-		return v, OutcomeExecuted, nil
+		l = landing{value: v, hasValue: err == nil, err: err, released: true}
+	default:
+		data, encErr := c.codec.Marshal(v)
+		var cerr error
+		if rec, cerr = g.record(ctx, c, claim, leaseEnd, store.ResultValue, data, encErr, tx); cerr != nil {
+			var zero T
+			v, err = zero, cerr
+		}
+		tx = nil
+		l = landing{rec: rec, value: v, hasValue: cerr == nil, err: err}
 	}
-	data, encErr := c.codec.Marshal(v)
-	done, cerr := g.record(ctx, c, claim, k, store.ResultValue, data, encErr)
-	if cerr != nil {
-		var zero T
-		land(g, fkey, f, nil, zero, false, cerr)
-		return zero, OutcomeExecuted, cerr
-	}
-	land(g, fkey, f, done, v, true, nil)
-	return v, OutcomeExecuted, nil
-}
-
-// record stops the lease keeper and completes the claim with data as kind;
-// an outcome that could not be encoded (encErr) is recorded without a body,
-// so it is never run again. The completed record is cached.
-func (g *Guard) record(ctx context.Context, c *config, claim *store.Record, k *keeper, kind store.ResultKind, data []byte, encErr error) (*store.Record, error) {
-	if encErr != nil {
-		kind, data = store.ResultUnavailable, nil
-	}
-	done, err := g.complete(ctx, c, claim, k.stop(), kind, data)
-	if err == nil {
-		g.remember(done)
-	}
-	return done, err
+	settled = true
+	g.land(fkey, f, l)
+	return v, OutcomeExecuted, err
 }
 
 var errGoexit = errors.New("idemguard: guarded function called runtime.Goexit")

@@ -336,9 +336,9 @@ func keyHash(t *testing.T, input any) string {
 }
 
 // A zombie — a holder paused past its lease while another caller took over —
-// cannot complete: its completion is fenced, it gets ErrLeaseLost, its
-// context is cancelled once the keeper learns of the takeover, and the new
-// holder's result is the one replayed.
+// cannot complete: its context is cancelled as soon as its lease end passes
+// on its own clock, its completion is fenced, it gets ErrLeaseLost, and the
+// new holder's result is the one replayed.
 func TestZombieCompletionIsFenced(t *testing.T) {
 	m := newMemoryStore()
 	clock := newFakeClock()
@@ -364,28 +364,23 @@ func TestZombieCompletionIsFenced(t *testing.T) {
 		})
 	}()
 	<-inside
-	// The zombie is cut off from the store: its lease extensions fail.
+	// The zombie is cut off from the store: its lease extensions fail, and
+	// its lease runs out.
 	zs.set(func(c *countingStore) { c.failExtend = errors.New("network partition") })
-	clock.Advance(31 * time.Second)
+	for range 4 {
+		clock.Advance(8 * time.Second)
+		time.Sleep(2 * time.Millisecond)
+	}
 	waitFor(t, "a failed extension", func() bool { return zs.extends.Load() > 0 })
 
 	hv, out, err := guard.Execute(ctx, holder, "charge", "order-1", func(context.Context) (string, error) { return "holder-result", nil })
 	if err != nil || out != guard.OutcomeExecuted || hv != "holder-result" {
 		t.Fatalf("new holder: %q, %v, %v", hv, out, err)
 	}
-	// The partition heals; the zombie's keeper learns it lost the claim.
+	// The partition heals; the zombie resumes and tries to complete.
 	zs.set(func(c *countingStore) { c.failExtend = nil })
 	close(resume)
-	finished := make(chan struct{})
-	go func() { wg.Wait(); close(finished) }()
-	for done := false; !done; {
-		clock.Advance(10 * time.Second) // the zombie's keeper ticks
-		select {
-		case <-finished:
-			done = true
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
+	wg.Wait()
 	if !errors.Is(cause, guard.ErrLeaseLost) {
 		t.Errorf("zombie's context cause = %v, want ErrLeaseLost", cause)
 	}
@@ -436,31 +431,35 @@ func TestLeaseKeeperExtendsWhileRunning(t *testing.T) {
 	close(release)
 }
 
-// Calls that start at different times, and calls with a clock of their
-// own, share the guard's lease timer or have their own: each long call's
-// lease is extended on its own schedule, and short calls in between (which
-// end before their first extension) leave them be.
+// Calls that start at different times, on guards with different clocks,
+// each have their lease extended on their own schedule, and short calls in
+// between (which end before their first extension) leave them be.
 func TestLeaseKeeperManyCalls(t *testing.T) {
 	m := newMemoryStore()
 	clock, own := newFakeClock(), newFakeClock()
 	g := mustGuard(t, m, guard.WithClock(clock), guard.WithLease(3*time.Second))
+	gOwn := mustGuard(t, m, guard.WithClock(own), guard.WithLease(3*time.Second))
 
 	release := make(chan struct{})
 	keys := make(chan string)
 	long := func(c guard.Clock, id string) {
-		go guard.Do(ctx, g, "job", id, func(ctx context.Context) (int, error) {
+		gg := g
+		if c == own {
+			gg = gOwn
+		}
+		go guard.Do(ctx, gg, "job", id, func(ctx context.Context) (int, error) {
 			k, _ := guard.KeyFromContext(ctx)
 			keys <- k
 			<-release
 			return 1, nil
-		}, guard.WithClock(c))
+		})
 	}
 	long(clock, "a")
 	a := <-keys
 	clock.Advance(500 * time.Millisecond)
 	long(clock, "b")
 	b := <-keys
-	long(own, "c") // a per-call clock: its own timer
+	long(own, "c") // another guard, with a clock of its own
 	c := <-keys
 	for i := range 20 {
 		if _, err := guard.Do(ctx, g, "job", i, func(context.Context) (int, error) { return i, nil }); err != nil {

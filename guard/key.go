@@ -3,6 +3,7 @@ package guard
 import (
 	"bytes"
 	"compress/gzip"
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
@@ -212,7 +213,7 @@ type derived struct {
 
 // derive computes the key (and the payload hash) of input under c. A missing
 // selection yields an empty key and no error.
-func (c *config) derive(scope string, input any) (derived, error) {
+func (g *Guard) derive(c *config, scope string, input any) (derived, error) {
 	var d derived
 	cn := getCanon()
 	defer putCanon(cn)
@@ -246,7 +247,7 @@ func (c *config) derive(scope string, input any) (derived, error) {
 		}
 	}
 	if sel != nil {
-		d.key = keyString(scope, sel)
+		d.key = g.keyString(scope, sel)
 		if c.rawKeyAttr {
 			d.selection = bytes.Clone(sel) // sel is cn's, reused below
 		}
@@ -257,7 +258,7 @@ func (c *config) derive(scope string, input any) (derived, error) {
 		if err != nil {
 			return d, err
 		}
-		d.payloadHash = hashHex(b)
+		d.payloadHash = g.hashHex(b)
 	}
 	return d, nil
 }
@@ -394,22 +395,21 @@ func Canonicalize(b []byte) ([]byte, error) {
 	return bytes.Clone(out), nil
 }
 
-// keyString returns "<scope>#<hex SHA-256 of sel>" in one allocation.
-func keyString(scope string, sel []byte) string {
-	sum := sha256.Sum256(sel)
-	var hx [2 * sha256.Size]byte
-	hex.Encode(hx[:], sum[:])
-	var b strings.Builder
-	b.Grow(len(scope) + 1 + len(hx))
-	b.WriteString(scope)
-	b.WriteByte('#')
-	b.Write(hx[:])
-	return b.String()
+// keyString returns "<scope>#<hash of sel>".
+func (g *Guard) keyString(scope string, sel []byte) string {
+	return scope + "#" + g.hashHex(sel)
 }
 
-func hashHex(b []byte) string {
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:])
+// hashHex returns the lowercase hex SHA-256 of b, or its HMAC-SHA-256 under
+// the guard's key secret.
+func (g *Guard) hashHex(b []byte) string {
+	if g.secret == nil {
+		sum := sha256.Sum256(b)
+		return hex.EncodeToString(sum[:])
+	}
+	m := hmac.New(sha256.New, g.secret)
+	m.Write(b)
+	return hex.EncodeToString(m.Sum(nil))
 }
 
 // missing reports whether a selection identifies nothing: null, an empty

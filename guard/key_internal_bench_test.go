@@ -74,19 +74,19 @@ func BenchmarkKeyDerivation1KB(b *testing.B) {
 	for _, bc := range []struct {
 		name  string
 		input any
-		opts  []Option
+		opts  []CallOption
 	}{
 		{"whole", order, nil},                    // the default: the whole input
 		{"whole-raw", json.RawMessage(raw), nil}, // the input is JSON text already
-		{"path", order, []Option{WithKeyPath("order_id")}},
-		{"path-validation", order, []Option{WithKeyPath("order_id"), WithPayloadValidation("@")}},
-		{"path-jmespath", order, []Option{WithKeyPath("lines[0].sku")}}, // evaluated by JMESPath
-		{"explicit", order, []Option{WithKey("ord_01HZX3K9Q4W8V7B6N5M2C1D0EF")}},
+		{"path", order, []CallOption{WithKeyPath("order_id")}},
+		{"path-validation", order, []CallOption{WithKeyPath("order_id"), WithPayloadValidation("@")}},
+		{"path-jmespath", order, []CallOption{WithKeyPath("lines[0].sku")}}, // evaluated by JMESPath
+		{"explicit", order, []CallOption{WithKey("ord_01HZX3K9Q4W8V7B6N5M2C1D0EF")}},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			c := defaultConfig()
+			c := defaultSettings().call
 			for _, o := range bc.opts {
-				o.apply(&c)
+				o.applyCall(&c)
 			}
 			if c.err != nil {
 				b.Fatal(c.err)
@@ -95,7 +95,7 @@ func BenchmarkKeyDerivation1KB(b *testing.B) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				d, err := c.derive("orders", bc.input)
+				d, err := (&Guard{}).derive(&c, "orders", bc.input)
 				if err != nil || d.key == "" {
 					b.Fatal(d, err)
 				}

@@ -307,7 +307,7 @@ func (c *config) deriveReference(scope string, input any) (derived, error) {
 		}
 	}
 	if sel != nil {
-		d.key = scope + "#" + hashHex(sel)
+		d.key = scope + "#" + (&Guard{}).hashHex(sel)
 		if c.rawKeyAttr {
 			d.selection = sel
 		}
@@ -325,7 +325,7 @@ func (c *config) deriveReference(scope string, input any) (derived, error) {
 		if err != nil {
 			return d, &inputError{"canonicalising the validation selection", err}
 		}
-		d.payloadHash = hashHex(b)
+		d.payloadHash = (&Guard{}).hashHex(b)
 	}
 	return d, nil
 }
@@ -352,17 +352,17 @@ func canonicalValueReference(v any) ([]byte, error) {
 
 // checkDeriveAgainstReference fails t if derive and deriveReference differ
 // on input under opts.
-func checkDeriveAgainstReference(t *testing.T, input any, opts ...Option) {
+func checkDeriveAgainstReference(t *testing.T, input any, opts ...CallOption) {
 	t.Helper()
-	c := defaultConfig()
+	c := defaultSettings().call
 	for _, o := range opts {
-		o.apply(&c)
+		o.applyCall(&c)
 	}
 	if c.err != nil {
 		return
 	}
 	c.rawKeyAttr = true
-	got, err := c.derive("s", input)
+	got, err := (&Guard{}).derive(&c, "s", input)
 	want, wantErr := c.deriveReference("s", input)
 	if (err == nil) != (wantErr == nil) || (err != nil && err.Error() != wantErr.Error()) {
 		t.Fatalf("derive(%q) error %v; reference %v", input, err, wantErr)
@@ -394,7 +394,7 @@ func TestDeriveMatchesReference(t *testing.T) {
 	}
 	for _, input := range inputs {
 		for _, kp := range deriveExprs {
-			var opts []Option
+			var opts []CallOption
 			if kp != "" {
 				opts = append(opts, WithKeyPath(kp))
 			}
@@ -425,7 +425,7 @@ func FuzzDeriveMatchesReference(f *testing.F) {
 				return // order of a map's members: random in both
 			}
 		}
-		var opts []Option
+		var opts []CallOption
 		if keyPath != "" {
 			opts = append(opts, WithKeyPath(keyPath))
 		}

@@ -38,7 +38,7 @@ func keyFor(scope, canonical string) string {
 // (guard options first, then call options) and returns the key the function
 // saw. It fails the test unless the call executed, stored one record and
 // the key has the right format for scope.
-func keyOf(t *testing.T, scope string, input any, newOpts []guard.Option, callOpts ...guard.Option) string {
+func keyOf(t *testing.T, scope string, input any, newOpts []guard.Option, callOpts ...guard.CallOption) string {
 	t.Helper()
 	mem := memory.New()
 	g, err := guard.New(mem, newOpts...)
@@ -376,7 +376,7 @@ func TestExplicitKey(t *testing.T) {
 func keyMissingCases() []struct {
 	name  string
 	input any
-	opts  []guard.Option
+	opts  []guard.CallOption
 } {
 	type nullable struct {
 		A *int           `json:"a"`
@@ -385,7 +385,7 @@ func keyMissingCases() []struct {
 	return []struct {
 		name  string
 		input any
-		opts  []guard.Option
+		opts  []guard.CallOption
 	}{
 		{"nil", nil, nil},
 		{"nil pointer", (*keyTestPair)(nil), nil},
@@ -401,24 +401,24 @@ func keyMissingCases() []struct {
 		{"raw empty array", json.RawMessage(`[ ]`), nil},
 		{"raw empty string", json.RawMessage(`""`), nil},
 		{"raw all-null", json.RawMessage(`{"a":null,"b":null}`), nil},
-		{"path absent", map[string]any{"order": map[string]any{}}, []guard.Option{guard.WithKeyPath("order.id")}},
-		{"path null", map[string]any{"id": nil}, []guard.Option{guard.WithKeyPath("id")}},
-		{"path empty string", map[string]any{"id": ""}, []guard.Option{guard.WithKeyPath("id")}},
-		{"path empty object", map[string]any{"id": map[string]any{}}, []guard.Option{guard.WithKeyPath("id")}},
-		{"path empty array", map[string]any{"id": []any{}}, []guard.Option{guard.WithKeyPath("id")}},
-		{"path all-null object", map[string]any{"id": map[string]any{"x": nil}}, []guard.Option{guard.WithKeyPath("id")}},
-		{"path all-null multi-select", map[string]any{"z": 1}, []guard.Option{guard.WithKeyPath("[a, b]")}},
-		{"path into a string", map[string]any{"id": "x"}, []guard.Option{guard.WithKeyPath("id.sub")}},
-		{"powertools_json of null", map[string]any{"body": "null"}, []guard.Option{guard.WithKeyPath("powertools_json(body)")}},
-		{"powertools_json of \"\"", map[string]any{"body": `""`}, []guard.Option{guard.WithKeyPath("powertools_json(body)")}},
-		{"powertools_json of {}", map[string]any{"body": "{}"}, []guard.Option{guard.WithKeyPath("powertools_json(body)")}},
-		{"powertools_json of []", map[string]any{"body": "[]"}, []guard.Option{guard.WithKeyPath("powertools_json(body)")}},
-		{"powertools_json of an all-null object", map[string]any{"body": `{"a": null}`}, []guard.Option{guard.WithKeyPath("powertools_json(body)")}},
-		{"expression to an empty string", map[string]any{"id": ""}, []guard.Option{guard.WithKeyPath("[id][0]")}},
-		{"explicit nil", map[string]int{"id": 1}, []guard.Option{guard.WithKey(nil)}},
-		{"explicit empty string", map[string]int{"id": 1}, []guard.Option{guard.WithKey("")}},
-		{"explicit empty map", map[string]int{"id": 1}, []guard.Option{guard.WithKey(map[string]string{})}},
-		{"explicit all-null", map[string]int{"id": 1}, []guard.Option{guard.WithKey([]any{nil})}},
+		{"path absent", map[string]any{"order": map[string]any{}}, []guard.CallOption{guard.WithKeyPath("order.id")}},
+		{"path null", map[string]any{"id": nil}, []guard.CallOption{guard.WithKeyPath("id")}},
+		{"path empty string", map[string]any{"id": ""}, []guard.CallOption{guard.WithKeyPath("id")}},
+		{"path empty object", map[string]any{"id": map[string]any{}}, []guard.CallOption{guard.WithKeyPath("id")}},
+		{"path empty array", map[string]any{"id": []any{}}, []guard.CallOption{guard.WithKeyPath("id")}},
+		{"path all-null object", map[string]any{"id": map[string]any{"x": nil}}, []guard.CallOption{guard.WithKeyPath("id")}},
+		{"path all-null multi-select", map[string]any{"z": 1}, []guard.CallOption{guard.WithKeyPath("[a, b]")}},
+		{"path into a string", map[string]any{"id": "x"}, []guard.CallOption{guard.WithKeyPath("id.sub")}},
+		{"powertools_json of null", map[string]any{"body": "null"}, []guard.CallOption{guard.WithKeyPath("powertools_json(body)")}},
+		{"powertools_json of \"\"", map[string]any{"body": `""`}, []guard.CallOption{guard.WithKeyPath("powertools_json(body)")}},
+		{"powertools_json of {}", map[string]any{"body": "{}"}, []guard.CallOption{guard.WithKeyPath("powertools_json(body)")}},
+		{"powertools_json of []", map[string]any{"body": "[]"}, []guard.CallOption{guard.WithKeyPath("powertools_json(body)")}},
+		{"powertools_json of an all-null object", map[string]any{"body": `{"a": null}`}, []guard.CallOption{guard.WithKeyPath("powertools_json(body)")}},
+		{"expression to an empty string", map[string]any{"id": ""}, []guard.CallOption{guard.WithKeyPath("[id][0]")}},
+		{"explicit nil", map[string]int{"id": 1}, []guard.CallOption{guard.WithKey(nil)}},
+		{"explicit empty string", map[string]int{"id": 1}, []guard.CallOption{guard.WithKey("")}},
+		{"explicit empty map", map[string]int{"id": 1}, []guard.CallOption{guard.WithKey(map[string]string{})}},
+		{"explicit all-null", map[string]int{"id": 1}, []guard.CallOption{guard.WithKey([]any{nil})}},
 	}
 }
 
@@ -473,18 +473,18 @@ func TestKeyMissingRequired(t *testing.T) {
 				t.Errorf("per call: outcome %v, err %v; want ErrKeyMissing", out, err)
 			}
 			// Required by the guard.
-			g, err = guard.New(s, append([]guard.Option{guard.WithRequireKey(true)}, tc.opts...)...)
+			g, err = guard.New(s, guard.WithRequireKey(true))
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := guard.Do(context.Background(), g, "s", tc.input, fn); !errors.Is(err, guard.ErrKeyMissing) {
+			if _, err := guard.Do(context.Background(), g, "s", tc.input, fn, tc.opts...); !errors.Is(err, guard.ErrKeyMissing) {
 				t.Errorf("on the guard: err %v; want ErrKeyMissing", err)
 			}
 			if mem.Len() != 0 || s.calls.Load() != 0 {
 				t.Errorf("left %d records and made %d store calls", mem.Len(), s.calls.Load())
 			}
 			// A call can lift the guard's requirement.
-			_, out, err = guard.Execute(context.Background(), g, "s", tc.input, func(context.Context) (int, error) { return 1, nil }, guard.WithRequireKey(false))
+			_, out, err = guard.Execute(context.Background(), g, "s", tc.input, func(context.Context) (int, error) { return 1, nil }, append(tc.opts, guard.WithRequireKey(false))...)
 			if err != nil || out != guard.OutcomeUnguarded {
 				t.Errorf("WithRequireKey(false) over the guard's: outcome %v, err %v; want unguarded", out, err)
 			}
@@ -497,7 +497,7 @@ func TestKeyZeroValuesAreNotMissing(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
 		input     any
-		opts      []guard.Option
+		opts      []guard.CallOption
 		canonical string
 	}{
 		{"0", 0, nil, `0`},
@@ -518,16 +518,16 @@ func TestKeyZeroValuesAreNotMissing(t *testing.T) {
 		{"slice with an empty slice", [][]int{{}}, nil, `[[]]`},
 		{"slice with a null and a 1", []any{nil, 1}, nil, `[null,1]`},
 		{"struct of zeros", keyTestPair{}, nil, `{"a":0,"b":0}`},
-		{"path to 0", map[string]any{"id": 0}, []guard.Option{guard.WithKeyPath("id")}, `0`},
-		{"path to false", map[string]any{"id": false}, []guard.Option{guard.WithKeyPath("id")}, `false`},
-		{"path to [null, 0]", map[string]any{"a": 0}, []guard.Option{guard.WithKeyPath("[z, a]")}, `[null,0]`},
+		{"path to 0", map[string]any{"id": 0}, []guard.CallOption{guard.WithKeyPath("id")}, `0`},
+		{"path to false", map[string]any{"id": false}, []guard.CallOption{guard.WithKeyPath("id")}, `false`},
+		{"path to [null, 0]", map[string]any{"a": 0}, []guard.CallOption{guard.WithKeyPath("[z, a]")}, `[null,0]`},
 		// Through JMESPath rather than a plain field chain.
-		{"expression to 0", map[string]any{"id": 0}, []guard.Option{guard.WithKeyPath("[id][0]")}, `0`},
-		{"powertools_json to 0", map[string]any{"body": "0"}, []guard.Option{guard.WithKeyPath("powertools_json(body)")}, `0`},
-		{"powertools_json to false", map[string]any{"body": "false"}, []guard.Option{guard.WithKeyPath("powertools_json(body)")}, `false`},
-		{"powertools_json to [null, 0]", map[string]any{"body": "[null, 0.0]"}, []guard.Option{guard.WithKeyPath("powertools_json(body)")}, `[null,0]`},
-		{"explicit 0", nil, []guard.Option{guard.WithKey(0)}, `0`},
-		{"explicit false", nil, []guard.Option{guard.WithKey(false)}, `false`},
+		{"expression to 0", map[string]any{"id": 0}, []guard.CallOption{guard.WithKeyPath("[id][0]")}, `0`},
+		{"powertools_json to 0", map[string]any{"body": "0"}, []guard.CallOption{guard.WithKeyPath("powertools_json(body)")}, `0`},
+		{"powertools_json to false", map[string]any{"body": "false"}, []guard.CallOption{guard.WithKeyPath("powertools_json(body)")}, `false`},
+		{"powertools_json to [null, 0]", map[string]any{"body": "[null, 0.0]"}, []guard.CallOption{guard.WithKeyPath("powertools_json(body)")}, `[null,0]`},
+		{"explicit 0", nil, []guard.CallOption{guard.WithKey(0)}, `0`},
+		{"explicit false", nil, []guard.CallOption{guard.WithKey(false)}, `false`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			want := keyFor("s", tc.canonical)
@@ -543,7 +543,7 @@ func TestKeyZeroValuesAreNotMissing(t *testing.T) {
 func keyInputErrorCases(t *testing.T) []struct {
 	name  string
 	input any
-	opts  []guard.Option
+	opts  []guard.CallOption
 } {
 	type withChan struct {
 		C chan int `json:"c"`
@@ -552,21 +552,21 @@ func keyInputErrorCases(t *testing.T) []struct {
 	type tc = struct {
 		name  string
 		input any
-		opts  []guard.Option
+		opts  []guard.CallOption
 	}
 	cases := []tc{
 		// JMESPath functions that fail at run time.
-		{"powertools_json on invalid JSON", notJSON, []guard.Option{guard.WithKeyPath("powertools_json(body).id")}},
-		{"powertools_json on a number", map[string]int{"body": 1}, []guard.Option{guard.WithKeyPath("powertools_json(body)")}},
-		{"powertools_base64 on invalid base64", map[string]string{"data": "!!not base64!!"}, []guard.Option{guard.WithKeyPath("powertools_base64(data)")}},
-		{"powertools_base64_gzip on non-gzip", map[string]string{"data": keyB64("plain text")}, []guard.Option{guard.WithKeyPath("powertools_base64_gzip(data)")}},
-		{"powertools_base64_gzip on truncated gzip", map[string]string{"data": keyB64(string(mustDecodeB64(t, keyB64Gzip(t, "hello gzip, a longer payload"))[:20]))}, []guard.Option{guard.WithKeyPath("powertools_base64_gzip(data)")}},
-		{"builtin on the wrong type", map[string]int{"a": 1}, []guard.Option{guard.WithKeyPath("length(a)")}},
-		{"validation path fails", notJSON, []guard.Option{guard.WithKey("k"), guard.WithPayloadValidation("powertools_json(body)")}},
+		{"powertools_json on invalid JSON", notJSON, []guard.CallOption{guard.WithKeyPath("powertools_json(body).id")}},
+		{"powertools_json on a number", map[string]int{"body": 1}, []guard.CallOption{guard.WithKeyPath("powertools_json(body)")}},
+		{"powertools_base64 on invalid base64", map[string]string{"data": "!!not base64!!"}, []guard.CallOption{guard.WithKeyPath("powertools_base64(data)")}},
+		{"powertools_base64_gzip on non-gzip", map[string]string{"data": keyB64("plain text")}, []guard.CallOption{guard.WithKeyPath("powertools_base64_gzip(data)")}},
+		{"powertools_base64_gzip on truncated gzip", map[string]string{"data": keyB64(string(mustDecodeB64(t, keyB64Gzip(t, "hello gzip, a longer payload"))[:20]))}, []guard.CallOption{guard.WithKeyPath("powertools_base64_gzip(data)")}},
+		{"builtin on the wrong type", map[string]int{"a": 1}, []guard.CallOption{guard.WithKeyPath("length(a)")}},
+		{"validation path fails", notJSON, []guard.CallOption{guard.WithKey("k"), guard.WithPayloadValidation("powertools_json(body)")}},
 		// Raw JSON the guard cannot parse or canonicalise.
 		{"raw syntax error", json.RawMessage(`{"a":`), nil},
 		{"raw number out of range", json.RawMessage(`{"a":1e400}`), nil},
-		{"raw number out of range, path", json.RawMessage(`{"a":1e400}`), []guard.Option{guard.WithKeyPath("a")}},
+		{"raw number out of range, path", json.RawMessage(`{"a":1e400}`), []guard.CallOption{guard.WithKeyPath("a")}},
 	}
 	// Values that are not JSON-serialisable, on every route to a key.
 	for _, v := range []struct {
@@ -585,9 +585,9 @@ func keyInputErrorCases(t *testing.T) []struct {
 	} {
 		cases = append(cases,
 			tc{v.name + ", whole input", v.input, nil},
-			tc{v.name + ", key path", v.input, []guard.Option{guard.WithKeyPath("@")}},
-			tc{v.name + ", explicit key", "input", []guard.Option{guard.WithKey(v.input)}},
-			tc{v.name + ", validation", v.input, []guard.Option{guard.WithKey("k"), guard.WithPayloadValidation("@")}},
+			tc{v.name + ", key path", v.input, []guard.CallOption{guard.WithKeyPath("@")}},
+			tc{v.name + ", explicit key", "input", []guard.CallOption{guard.WithKey(v.input)}},
+			tc{v.name + ", validation", v.input, []guard.CallOption{guard.WithKey("k"), guard.WithPayloadValidation("@")}},
 		)
 	}
 	return cases
@@ -635,7 +635,7 @@ func TestKeyInvalidExpression(t *testing.T) {
 	for _, expr := range []string{"a[", "order..id", "", "powertools_json(", "[?a==]", "a.`unterminated", "{a: }"} {
 		for _, opt := range []struct {
 			name string
-			of   func(string) guard.Option
+			of   func(string) guard.CallOption
 		}{
 			{"WithKeyPath", guard.WithKeyPath},
 			{"WithPayloadValidation", guard.WithPayloadValidation},

@@ -1,9 +1,9 @@
 package guard
 
 import (
-	"container/heap"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -12,192 +12,136 @@ import (
 	"github.com/idemguard/idemguard/telemetry"
 )
 
-// keeper extends a claim's lease while the guarded function runs. It extends
-// at a third of the lease, so one failed extension still leaves time for
-// another before the lease lapses. If the store reports the claim taken over,
-// it cancels the function's context with cause ErrLeaseLost and stops.
+// keeper extends a claim's lease while the guarded function runs, every
+// third of a lease, so that one failed extension still leaves time for
+// another. It ends the function's context with cause ErrLeaseLost when an
+// extension finds the claim taken over, or when the lease end it last wrote
+// passes on the guard's clock without a successful extension (a pause, a
+// partition): past that point another caller may hold the key, so the
+// function must not go on to its side effect.
 type keeper struct {
 	g      *Guard
 	c      *config
 	ctx    context.Context // the caller's context (its values, for the extensions)
+	f      *flight         // told of each new lease end
 	key    string
 	token  string
-	lease  time.Duration           // set by start
-	cancel context.CancelCauseFunc // cancels the function's context; set before start
-	timer  *leaseTimer
+	lease  time.Duration
+	cancel context.CancelCauseFunc // ends the function's context
 
-	mu        sync.Mutex // protects the fields below, and serialises ticks with stop
-	stopped   bool       // no more extensions
-	leaseEnd  time.Time  // the lease end last written
-	expiresAt time.Time  // the record expiry last written
-	lost      bool       // the store said the claim is held by another token
-
-	// Protected by timer.mu.
-	due   time.Time // when the next extension is due
-	index int       // in timer.due; -1 when not waiting
+	mu        sync.Mutex  // protects the fields below
+	stopped   bool        // no more extensions
+	extending bool        // an extension is in flight
+	leaseEnd  time.Time   // the lease end last written
+	expiresAt time.Time   // the record expiry last written
+	lost      error       // why the function's context was ended, if it was
+	timer     func() bool // stops the armed timer
 }
 
-func (g *Guard) keep(ctx context.Context, c *config, claim *store.Record) *keeper {
-	t := c.leases
-	if t == nil { // a per-call clock
-		t = &leaseTimer{clock: c.clock}
-	}
+func (g *Guard) keep(ctx context.Context, c *config, claim *store.Record, f *flight, cancel context.CancelCauseFunc) *keeper {
 	return &keeper{
-		g:         g,
-		c:         c,
-		ctx:       ctx,
-		key:       claim.Key,
-		token:     claim.Token,
-		leaseEnd:  claim.LeaseExpiresAt,
-		expiresAt: claim.ExpiresAt,
-		timer:     t,
-		index:     -1,
+		g: g, c: c, ctx: ctx, f: f, key: claim.Key, token: claim.Token, cancel: cancel,
+		leaseEnd: claim.LeaseExpiresAt, expiresAt: claim.ExpiresAt,
 	}
 }
 
+// start arms the first extension.
 func (k *keeper) start() {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	now := k.c.clock.Now()
+	now := k.g.clock.Now()
 	k.lease = max(k.leaseEnd.Sub(now), MinLease)
-	k.schedule(now)
+	k.arm(min(k.lease/3, k.leaseEnd.Sub(now)))
 }
 
-// schedule arms the next tick; k.mu is held.
-func (k *keeper) schedule(now time.Time) {
-	k.timer.add(k, now.Add(k.interval()))
+// arm sets the timer to tick after d; k.mu is held.
+func (k *keeper) arm(d time.Duration) {
+	if k.timer != nil {
+		k.timer()
+	}
+	k.timer = k.g.clock.AfterFunc(max(d, 0), k.tick)
 }
 
-func (k *keeper) interval() time.Duration {
-	return max(k.lease/3, time.Millisecond)
-}
-
+// tick extends the lease, or ends the function's context if the lease end
+// has passed.
 func (k *keeper) tick() {
 	k.mu.Lock()
-	defer k.mu.Unlock()
 	if k.stopped {
+		k.mu.Unlock()
 		return
 	}
-	now := k.c.clock.Now()
+	now := k.g.clock.Now()
+	if !now.Before(k.leaseEnd) {
+		k.lose(fmt.Errorf("%w (key %s): the lease ended at %s without an extension", ErrLeaseLost, k.key, k.leaseEnd.UTC().Format(time.RFC3339Nano)))
+		k.mu.Unlock()
+		k.g.log(k.ctx, slog.LevelWarn, "idemguard: lease lapsed while the function ran; cancelling it", k.key)
+		return
+	}
+	if k.extending {
+		// This wake-up guards the lease end while an extension is slow.
+		k.arm(k.leaseEnd.Sub(now))
+		k.mu.Unlock()
+		return
+	}
+	k.extending = true
+	k.arm(k.leaseEnd.Sub(now)) // fires at the lease end unless the extension returns first
 	leaseEnd := now.Add(k.lease)
 	expiresAt := k.expiresAt
 	if expiresAt.Before(leaseEnd) {
 		expiresAt = leaseEnd
 	}
+	timeout := max(k.leaseEnd.Sub(now), storeCallTimeout)
+	k.mu.Unlock()
+
 	sctx, span := k.g.child(context.WithoutCancel(k.ctx), telemetry.SpanExtend)
-	ctx, cancel := newStoreContext(sctx, max(k.leaseEnd.Sub(now), storeCallTimeout))
-	start := k.g.storeStart()
+	ctx, cancel := context.WithTimeout(sctx, timeout)
+	start := time.Now()
 	err := k.g.store.Extend(ctx, k.key, k.token, leaseEnd, expiresAt)
 	k.g.timeStore(sctx, "extend", start)
 	cancel()
 	recordErrorIf(span, err)
 	span.End()
+
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.extending = false
+	if k.stopped {
+		return
+	}
 	switch {
 	case err == nil:
 		k.leaseEnd, k.expiresAt = leaseEnd, expiresAt
+		k.g.extended(k.f, leaseEnd)
+		k.arm(k.lease / 3)
 	case errors.Is(err, store.ErrTokenMismatch):
-		k.lost = true
-		k.stopped = true
-		k.cancel(ErrLeaseLost)
+		k.lose(fmt.Errorf("%w (key %s)", ErrLeaseLost, k.key))
 		k.g.log(sctx, slog.LevelWarn, "idemguard: lease lost to another caller; cancelling the guarded function", k.key)
-		return
 	default:
+		// The lease stands as it was; try again a third of a lease on, or
+		// at its end.
 		k.g.log(sctx, slog.LevelWarn, "idemguard: lease extension failed; retrying before the lease lapses", k.key, slog.Any("error", err))
+		k.arm(min(k.lease/3, k.leaseEnd.Sub(k.g.clock.Now())))
 	}
-	// A transient failure leaves the lease as it was; the next tick, a
-	// third of a lease later, tries again before it lapses.
-	k.schedule(now)
 }
 
-// stop ends the extensions, waiting for one in flight, and returns the lease
-// end last written.
-func (k *keeper) stop() time.Time {
+// lose ends the function's context with cause err and the extensions;
+// k.mu is held.
+func (k *keeper) lose(err error) {
+	k.lost, k.stopped = err, true
+	if k.timer != nil {
+		k.timer()
+	}
+	k.cancel(err)
+}
+
+// stop ends the extensions and returns the lease end last written, and why
+// the function's context was ended early, if it was.
+func (k *keeper) stop() (time.Time, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.stopped = true
-	k.timer.remove(k)
-	return k.leaseEnd
-}
-
-// leaseTimer wakes keepers when their extensions are due, on one timer for
-// all of a guard's calls rather than one per call: most calls end long
-// before their first extension, and arming and stopping a timer for each
-// cost more than the rest of a call to an in-process store. The timer fires
-// at the earliest due extension; a keeper that stops leaves the heap, and the
-// timer then may fire for nothing, at most once per interval.
-type leaseTimer struct {
-	clock Clock
-
-	mu     sync.Mutex
-	due    keeperHeap  // waiting keepers, earliest due first
-	wakeAt time.Time   // when the armed timer fires; zero if none is armed
-	stop   func() bool // stops the armed timer
-}
-
-func (t *leaseTimer) add(k *keeper, due time.Time) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	k.due = due
-	heap.Push(&t.due, k)
-	if t.wakeAt.IsZero() || due.Before(t.wakeAt) {
-		t.arm(due)
+	if k.timer != nil {
+		k.timer()
 	}
-}
-
-func (t *leaseTimer) remove(k *keeper) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if k.index >= 0 {
-		heap.Remove(&t.due, k.index)
-	}
-}
-
-// arm sets the timer to fire at at; t.mu is held.
-func (t *leaseTimer) arm(at time.Time) {
-	if t.stop != nil {
-		t.stop()
-	}
-	t.wakeAt = at
-	t.stop = t.clock.AfterFunc(at.Sub(t.clock.Now()), t.fire)
-}
-
-// fire starts the extensions that are due, and arms the timer for the next.
-func (t *leaseTimer) fire() {
-	t.mu.Lock()
-	now := t.clock.Now()
-	var ready []*keeper
-	for len(t.due) > 0 && !t.due[0].due.After(now) {
-		ready = append(ready, heap.Pop(&t.due).(*keeper))
-	}
-	t.wakeAt = time.Time{}
-	if len(t.due) > 0 {
-		t.arm(t.due[0].due)
-	}
-	t.mu.Unlock()
-	for _, k := range ready {
-		go k.tick()
-	}
-}
-
-// keeperHeap orders keepers by due time (container/heap).
-type keeperHeap []*keeper
-
-func (h keeperHeap) Len() int           { return len(h) }
-func (h keeperHeap) Less(i, j int) bool { return h[i].due.Before(h[j].due) }
-func (h keeperHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].index, h[j].index = i, j
-}
-func (h *keeperHeap) Push(x any) {
-	k := x.(*keeper)
-	k.index = len(*h)
-	*h = append(*h, k)
-}
-func (h *keeperHeap) Pop() any {
-	old := *h
-	k := old[len(old)-1]
-	old[len(old)-1] = nil
-	k.index = -1
-	*h = old[:len(old)-1]
-	return k
+	return k.leaseEnd, k.lost
 }

@@ -12,16 +12,12 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/idemguard/idemguard/internal/instrument"
 	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/telemetry"
 )
 
 // The guard's telemetry: spans, metrics and logs named in package telemetry.
-// Everything here is cheap when no OpenTelemetry SDK is installed: child spans
-// are started only under a recording span, span attributes are built only for
-// recording spans, and metric attribute sets are built once.
-
-var noopSpan trace.Span = noop.Span{}
 
 // storeName names a store for the idemguard.store attribute: its Name method
 // if it has one, else its type.
@@ -35,34 +31,14 @@ func storeName(s store.Store) string {
 // child starts a child span of the span in ctx, if that one records.
 func (g *Guard) child(ctx context.Context, name string) (context.Context, trace.Span) {
 	if !trace.SpanFromContext(ctx).IsRecording() {
-		return ctx, noopSpan
+		return ctx, noop.Span{}
 	}
-	return g.tel.Tracer.Start(ctx, name, trace.WithAttributes(g.tel.StoreAttr()))
-}
-
-// storeStart returns the start time of a store call to pass to timeStore,
-// or the zero time when nothing records measurements.
-func (g *Guard) storeStart() time.Time {
-	if !g.tel.Metering() {
-		return time.Time{}
-	}
-	return time.Now()
+	return g.tel.Tracer.Start(ctx, name, trace.WithAttributes(g.tel.StoreAttr))
 }
 
 // timeStore records the duration of one store call started at start.
 func (g *Guard) timeStore(ctx context.Context, op string, start time.Time) {
-	if start.IsZero() {
-		return
-	}
-	g.tel.StoreDuration.Record(ctx, time.Since(start).Seconds(), g.tel.OperationOption(op))
-}
-
-// startExecute starts a guarded call's span, unless no SDK would record it.
-func (g *Guard) startExecute(ctx context.Context, name string) (context.Context, trace.Span) {
-	if !g.tel.Tracing() {
-		return ctx, noopSpan
-	}
-	return g.tel.Tracer.Start(ctx, name)
+	g.tel.StoreDuration.Record(ctx, time.Since(start).Seconds(), g.tel.Operation(op))
 }
 
 // outcomeLabel maps a call's outcome and error to telemetry's outcome values.
@@ -84,20 +60,22 @@ func outcomeLabel(out Outcome, err error) string {
 
 // observation collects what the execute span and the calls metric report.
 type observation struct {
+	scope string
 	span  trace.Span
 	cache string // "hit", "miss", or "" without a cache
 }
 
 // endExecute ends a guarded call's span and counts the call.
-func (g *Guard) endExecute(ctx context.Context, o *observation, d *derived, c *config, scope string, out Outcome, err error) {
+func (g *Guard) endExecute(ctx context.Context, o *observation, d *derived, c *config, out Outcome, err error) {
 	label := outcomeLabel(out, err)
-	if g.tel.Metering() {
-		g.tel.Calls.Add(ctx, 1, g.tel.CallOption(scope, label))
+	g.tel.Calls.Add(ctx, 1, instrument.Scoped(o.scope, label))
+	if errors.Is(err, ErrLeaseLost) {
+		g.tel.LeaseLost.Add(ctx, 1)
 	}
 	span := o.span
 	if span.IsRecording() {
 		attrs := make([]attribute.KeyValue, 0, 6+len(c.spanAttrs))
-		attrs = append(attrs, telemetry.ScopeKey.String(scope), telemetry.OutcomeKey.String(label), g.tel.StoreAttr())
+		attrs = append(attrs, telemetry.ScopeKey.String(o.scope), telemetry.OutcomeKey.String(label), g.tel.StoreAttr)
 		if h := keyHash(d.key); h != "" {
 			attrs = append(attrs, telemetry.KeyHashKey.String(h))
 		}

@@ -25,6 +25,15 @@ const (
 	// MinLease is the shortest lease the guard takes, whatever the context
 	// deadline says.
 	MinLease = time.Second
+	// DefaultClockSkew is how far a claimant's clock may run ahead of a
+	// holder's before the claimant could take over a live claim (see
+	// [WithClockSkew]). Hosts synchronised by NTP or Amazon Time Sync agree
+	// to within milliseconds; a second leaves a wide margin and costs a
+	// second's more wait after a real crash.
+	DefaultClockSkew = time.Second
+	// DefaultWaitBudget is how long a call waits for another holder in
+	// [Wait] mode when [WithWait] is given no budget of its own.
+	DefaultWaitBudget = 30 * time.Second
 	// DefaultWaitInitial and DefaultWaitMax bound the backoff between polls
 	// in [Wait] mode.
 	DefaultWaitInitial = 20 * time.Millisecond
@@ -41,7 +50,9 @@ const (
 	Reject Mode = iota
 	// Wait polls the store with backoff and jitter until the other call
 	// completes (and replays its result), fails or lapses (and runs the
-	// function), or the wait budget ends ([ErrInProgress]).
+	// function), or the wait budget ends ([ErrInProgress]). A duplicate in
+	// the same process waits for the running call the same way, without
+	// polling.
 	Wait
 )
 
@@ -53,13 +64,113 @@ func (m Mode) String() string {
 	return "reject"
 }
 
-// Option configures a [Guard] (in [New]) or one guarded function (in [Do],
-// [Execute] and [Wrap]), where it overrides the guard's setting.
-type Option interface{ apply(*config) }
+// Options come in three scopes, each its own type, so that an option
+// passed where it has no effect does not compile:
+//
+//   - an [Option] configures the whole guard and is accepted by [New] only:
+//     [WithCache], [WithClock], [WithClockSkew], [WithKeySecret],
+//     [WithTracerProvider], [WithMeterProvider], [WithLogger];
+//   - a [CallOption] configures guarded calls: given to [New] it is the
+//     default for every call, given to [Do], [Execute], [Wrap], [DoBatch]
+//     or the claim API it applies to that call;
+//   - a [BatchOption] configures [DoBatch] only: [WithConcurrency],
+//     [WithItemKey], [WithStopOnError], [WithResume], [WithItemDone].
+//
+// Two call options name one call and are refused by New with
+// [ErrInvalidOption]: [WithKey] (and by DoBatch, which has
+// [WithItemKey]) and [WithClaimToken].
 
-type optionFunc func(*config)
+// Option configures a [Guard] in [New].
+type Option interface{ applyGuard(*settings) }
 
-func (f optionFunc) apply(c *config) { f(c) }
+// CallOption configures guarded calls. Every CallOption is also an
+// [Option], setting the default for every call of the guard, and a
+// [BatchOption], applying to every item of a batch.
+type CallOption interface {
+	Option
+	BatchOption
+	applyCall(*config)
+}
+
+// BatchOption configures a batch run by [DoBatch].
+type BatchOption interface{ applyBatch(*batchConfig) }
+
+// guardOption is an [Option] for the whole guard.
+type guardOption func(*settings)
+
+func (f guardOption) applyGuard(s *settings) { f(s) }
+
+// callOption is a [CallOption].
+type callOption func(*config)
+
+func (f callOption) applyCall(c *config)       { f(c) }
+func (f callOption) applyGuard(s *settings)    { f(&s.call) }
+func (f callOption) applyBatch(b *batchConfig) { f(&b.call) }
+
+// settings are a guard's own settings and its call defaults.
+type settings struct {
+	call           config
+	cacheSize      int
+	clock          Clock
+	skew           time.Duration
+	secret         []byte
+	tracerProvider trace.TracerProvider
+	meterProvider  metric.MeterProvider
+	logger         *slog.Logger
+	err            error // the first invalid option
+}
+
+func (s *settings) fail(err error) {
+	if s.err == nil {
+		s.err = err
+	}
+}
+
+// config holds the settings of one call.
+type config struct {
+	keyPath        *expression // nil: the whole input
+	validationPath *expression // nil: no payload validation
+	explicitKey    any         // used instead of the input when hasKey
+	hasKey         bool
+	requireKey     bool
+	ttl            time.Duration
+	lease          time.Duration // 0: from the context deadline, else DefaultLease
+	mode           Mode
+	waitBudget     time.Duration
+	waitInitial    time.Duration
+	waitMax        time.Duration
+	codec          Codec
+	errorCodec     ErrorCodec
+	isDefinite     func(error) bool
+	keepResult     func(any) bool
+	onReplay       ReplayHook
+	claimToken     string               // fixed fencing token, for re-entrant claims
+	rawKeyAttr     bool                 // record the key selection on spans
+	spanAttrs      []attribute.KeyValue // added to the execute span
+	err            error                // the first invalid option
+}
+
+func defaultSettings() settings {
+	return settings{
+		call: config{
+			ttl:         DefaultTTL,
+			waitBudget:  DefaultWaitBudget,
+			waitInitial: DefaultWaitInitial,
+			waitMax:     DefaultWaitMax,
+			codec:       JSON,
+			errorCodec:  MessageErrors,
+			isDefinite:  IsDefinite,
+		},
+		clock: systemClock{},
+		skew:  DefaultClockSkew,
+	}
+}
+
+func (c *config) fail(err error) {
+	if c.err == nil {
+		c.err = err
+	}
+}
 
 // Codec encodes results for the store and decodes them on replay. It must be
 // safe for concurrent use.
@@ -68,18 +179,15 @@ type Codec interface {
 	Unmarshal(data []byte, v any) error
 }
 
-// JSON is the default [Codec]: encoding/json's format and semantics. For the
-// common types (structs without embedded fields, maps, slices, numbers,
-// strings, time.Time) it encodes and decodes in one reflective pass of its
-// own; for anything else, and wherever its answer could differ, it calls
-// encoding/json. Member order and escaping in the stored text may differ
-// from json.Marshal's; the decoded values do not.
+// JSON is the default [Codec]: encoding/json's Marshal and Unmarshal, so a
+// replay returns exactly what encoding/json's round trip of the result
+// gives, for every type. Plug in a faster codec with [WithCodec].
 var JSON Codec = jsonCodec{}
 
 type jsonCodec struct{}
 
-func (jsonCodec) Marshal(v any) ([]byte, error)      { return encodeJSON(v) }
-func (jsonCodec) Unmarshal(data []byte, v any) error { return decodeJSON(data, v) }
+func (jsonCodec) Marshal(v any) ([]byte, error)      { return json.Marshal(v) }
+func (jsonCodec) Unmarshal(data []byte, v any) error { return json.Unmarshal(data, v) }
 
 // ErrorCodec encodes definite errors (see [WithDefiniteErrors]) for the store
 // and decodes them on replay. It must be safe for concurrent use.
@@ -132,53 +240,90 @@ func (systemClock) AfterFunc(d time.Duration, f func()) func() bool {
 // the call returns.
 type ReplayHook func(ctx context.Context, key string, rec *store.Record, outcome Outcome)
 
-type config struct {
-	keyPath        *expression // nil: the whole input
-	validationPath *expression // nil: no payload validation
-	explicitKey    any         // used instead of the input when hasKey
-	hasKey         bool
-	requireKey     bool
-	ttl            time.Duration
-	lease          time.Duration // 0: from the context deadline, else DefaultLease
-	mode           Mode
-	waitBudget     time.Duration
-	waitInitial    time.Duration
-	waitMax        time.Duration
-	cacheSize      int
-	codec          Codec
-	errorCodec     ErrorCodec
-	isDefinite     func(error) bool
-	keepResult     func(any) bool
-	clock          Clock
-	leases         *leaseTimer // the guard's, on clock; nil for a per-call clock
-	onReplay       ReplayHook
-	claimToken     string               // fixed fencing token, for re-entrant claims
-	rawKeyAttr     bool                 // record the key selection on spans
-	spanAttrs      []attribute.KeyValue // added to the execute span
-	tracerProvider trace.TracerProvider // guard-wide
-	meterProvider  metric.MeterProvider // guard-wide
-	logger         *slog.Logger         // guard-wide
-	err            error                // the first invalid option
+// Guard-wide options.
+
+// WithCache keeps up to size completed records in a local LRU cache that
+// answers replays with no store call. Records are checked for expiry and
+// payload on every hit.
+func WithCache(size int) Option {
+	return guardOption(func(s *settings) {
+		if size < 0 {
+			s.fail(invalidOption("cache size must not be negative, got %d", size))
+			return
+		}
+		s.cacheSize = size
+	})
 }
 
-func defaultConfig() config {
-	return config{
-		ttl:         DefaultTTL,
-		waitBudget:  30 * time.Second,
-		waitInitial: DefaultWaitInitial,
-		waitMax:     DefaultWaitMax,
-		codec:       JSON,
-		errorCodec:  MessageErrors,
-		isDefinite:  IsDefinite,
-		clock:       systemClock{},
-	}
+// WithClock sets the time source (default: the system clock). Tests use a
+// fake clock to move through leases and expiry without sleeping.
+func WithClock(clock Clock) Option {
+	return guardOption(func(s *settings) {
+		if clock == nil {
+			s.fail(invalidOption("nil clock"))
+			return
+		}
+		s.clock = clock
+	})
 }
 
-func (c *config) fail(err error) {
-	if c.err == nil {
-		c.err = err
-	}
+// WithClockSkew sets the most a claimant's clock may run ahead of a
+// holder's (default [DefaultClockSkew]). Each guard compares its own clock
+// with the lease end the holder wrote; the guard takes over a lapsed lease
+// only once it has lapsed by more than d on its own clock, while the holder
+// stops (its function's context ends) as soon as the lease end passes on
+// the holder's clock. So as long as clocks differ by less than d, two calls
+// never run the function at once. A larger d costs a longer wait after a
+// real crash. Beyond it, fencing still keeps a zombie from overwriting the
+// new holder's record, but the function may run twice.
+func WithClockSkew(d time.Duration) Option {
+	return guardOption(func(s *settings) {
+		if d < 0 {
+			s.fail(invalidOption("clock skew must not be negative, got %v", d))
+			return
+		}
+		s.skew = d
+	})
 }
+
+// WithKeySecret makes the hashes in keys and payload hashes HMAC-SHA-256
+// under secret instead of plain SHA-256, so that a low-entropy selection
+// (an order number, an e-mail address) cannot be recovered from the store,
+// traces, metrics or logs by hashing candidates. Changing the secret
+// changes every key: records written under the old one are no longer
+// found, and expire with their TTL. To rotate without running calls twice,
+// keep a guard with the old secret and check it (with [Guard.Claim] or a
+// replay) for one TTL before the new one runs a call.
+func WithKeySecret(secret []byte) Option {
+	return guardOption(func(s *settings) {
+		if len(secret) == 0 {
+			s.fail(invalidOption("empty key secret"))
+			return
+		}
+		s.secret = append([]byte(nil), secret...)
+	})
+}
+
+// WithTracerProvider sets the OpenTelemetry tracer provider (default: the
+// global one).
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return guardOption(func(s *settings) { s.tracerProvider = tp })
+}
+
+// WithMeterProvider sets the OpenTelemetry meter provider (default: the
+// global one).
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return guardOption(func(s *settings) { s.meterProvider = mp })
+}
+
+// WithLogger sets the logger for guard events: lease lost, completion write
+// retried, result not stored, key missing. The default writes warnings and
+// errors to slog.Default().
+func WithLogger(l *slog.Logger) Option {
+	return guardOption(func(s *settings) { s.logger = l })
+}
+
+// Call options.
 
 // WithKeyPath selects the part of the input the key is derived from, with a
 // JMESPath expression over the input's JSON form (for example
@@ -187,11 +332,12 @@ func (c *config) fail(err error) {
 //
 // Numbers are canonicalised as IEEE-754 doubles, as RFC 8785 requires, so
 // integers beyond ±2^53 lose precision and neighbouring ones share a key:
-// select large IDs (snowflake IDs, for example) as strings. An expression that does not compile is
-// reported by [New], [Wrap] or [Do] as an [*ExpressionError].
-func WithKeyPath(expr string) Option {
+// select large IDs (snowflake IDs, for example) as strings. Strings in the
+// selection must be valid UTF-8. An expression that does not compile is
+// reported as an [*ExpressionError].
+func WithKeyPath(expr string) CallOption {
 	e, err := compile(expr)
-	return optionFunc(func(c *config) {
+	return callOption(func(c *config) {
 		if err != nil {
 			c.fail(err)
 			return
@@ -204,9 +350,9 @@ func WithKeyPath(expr string) Option {
 // selects with the record, and fails a later call with the same key whose
 // selection hashes differently with [ErrPayloadMismatch]. Use "@" to
 // validate the whole input.
-func WithPayloadValidation(expr string) Option {
+func WithPayloadValidation(expr string) CallOption {
 	e, err := compile(expr)
-	return optionFunc(func(c *config) {
+	return callOption(func(c *config) {
 		if err != nil {
 			c.fail(err)
 			return
@@ -216,22 +362,23 @@ func WithPayloadValidation(expr string) Option {
 }
 
 // WithKey derives the key from selection instead of from the input (the key
-// path is not applied to it); payload validation still reads the input. It is
-// meant for one call, for example a key a caller was handed explicitly.
-func WithKey(selection any) Option {
-	return optionFunc(func(c *config) { c.explicitKey, c.hasKey = selection, true })
+// path is not applied to it); payload validation still reads the input. It
+// names one call, for example with a key a caller was handed explicitly:
+// [New] and [DoBatch] refuse it.
+func WithKey(selection any) CallOption {
+	return callOption(func(c *config) { c.explicitKey, c.hasKey = selection, true })
 }
 
 // WithRequireKey makes a null or empty key selection an error
 // ([ErrKeyMissing]) instead of running the function unguarded.
-func WithRequireKey(require bool) Option {
-	return optionFunc(func(c *config) { c.requireKey = require })
+func WithRequireKey(require bool) CallOption {
+	return callOption(func(c *config) { c.requireKey = require })
 }
 
 // WithTTL sets how long a completed record is replayed (default
 // [DefaultTTL]).
-func WithTTL(ttl time.Duration) Option {
-	return optionFunc(func(c *config) {
+func WithTTL(ttl time.Duration) CallOption {
+	return callOption(func(c *config) {
 		if ttl <= 0 {
 			c.fail(invalidOption("TTL must be positive, got %v", ttl))
 			return
@@ -244,11 +391,11 @@ func WithTTL(ttl time.Duration) Option {
 // extended. By default it is the time left until the context's deadline
 // (for a Temporal activity, the activity's deadline), or [DefaultLease]
 // without one, and never less than [MinLease]. While the function runs the
-// guard extends the lease before it lapses; if the lease is lost to another
-// caller anyway, the function's context is cancelled with cause
-// [ErrLeaseLost].
-func WithLease(lease time.Duration) Option {
-	return optionFunc(func(c *config) {
+// guard extends the lease before it lapses. If an extension finds the claim
+// taken over, or the lease end passes without a successful extension, the
+// function's context is cancelled with cause [ErrLeaseLost].
+func WithLease(lease time.Duration) CallOption {
+	return callOption(func(c *config) {
 		if lease < 0 {
 			c.fail(invalidOption("lease must not be negative, got %v", lease))
 			return
@@ -258,14 +405,14 @@ func WithLease(lease time.Duration) Option {
 }
 
 // WithReject selects [Reject] mode (the default).
-func WithReject() Option {
-	return optionFunc(func(c *config) { c.mode = Reject })
+func WithReject() CallOption {
+	return callOption(func(c *config) { c.mode = Reject })
 }
 
 // WithWait selects [Wait] mode with a wait budget: a call that finds the key
-// in progress polls for up to budget before it returns [ErrInProgress].
-func WithWait(budget time.Duration) Option {
-	return optionFunc(func(c *config) {
+// in progress waits for up to budget before it returns [ErrInProgress].
+func WithWait(budget time.Duration) CallOption {
+	return callOption(func(c *config) {
 		if budget <= 0 {
 			c.fail(invalidOption("wait budget must be positive, got %v", budget))
 			return
@@ -277,8 +424,8 @@ func WithWait(budget time.Duration) Option {
 // WithWaitBackoff sets the first and the longest pause between polls in
 // [Wait] mode (defaults [DefaultWaitInitial], [DefaultWaitMax]). Pauses grow
 // exponentially with jitter and never run past the holder's lease end.
-func WithWaitBackoff(initial, max time.Duration) Option {
-	return optionFunc(func(c *config) {
+func WithWaitBackoff(initial, max time.Duration) CallOption {
+	return callOption(func(c *config) {
 		if initial <= 0 || max < initial {
 			c.fail(invalidOption("wait backoff needs 0 < initial <= max, got %v, %v", initial, max))
 			return
@@ -287,22 +434,9 @@ func WithWaitBackoff(initial, max time.Duration) Option {
 	})
 }
 
-// WithCache keeps up to size completed records in a local LRU cache that
-// answers replays with no store call. It applies to the whole guard and is
-// ignored per call. Records are checked for expiry and payload on every hit.
-func WithCache(size int) Option {
-	return optionFunc(func(c *config) {
-		if size < 0 {
-			c.fail(invalidOption("cache size must not be negative, got %d", size))
-			return
-		}
-		c.cacheSize = size
-	})
-}
-
 // WithCodec sets the codec for results (default [JSON]).
-func WithCodec(codec Codec) Option {
-	return optionFunc(func(c *config) {
+func WithCodec(codec Codec) CallOption {
+	return callOption(func(c *config) {
 		if codec == nil {
 			c.fail(invalidOption("nil codec"))
 			return
@@ -314,9 +448,10 @@ func WithCodec(codec Codec) Option {
 // WithDefiniteErrors sets the predicate that picks definite errors: errors
 // that are stored and replayed to every later call, instead of releasing the
 // record so that a retry runs the function again. The default is
-// [IsDefinite]. Use [WithErrorCodec] to choose how they are stored.
-func WithDefiniteErrors(isDefinite func(error) bool) Option {
-	return optionFunc(func(c *config) {
+// [IsDefinite]; nil stores none. Use [WithErrorCodec] to choose how they
+// are stored.
+func WithDefiniteErrors(isDefinite func(error) bool) CallOption {
+	return callOption(func(c *config) {
 		if isDefinite == nil {
 			isDefinite = func(error) bool { return false }
 		}
@@ -326,8 +461,8 @@ func WithDefiniteErrors(isDefinite func(error) bool) Option {
 
 // WithErrorCodec sets how definite errors are stored and replayed (default
 // [MessageErrors]).
-func WithErrorCodec(ec ErrorCodec) Option {
-	return optionFunc(func(c *config) {
+func WithErrorCodec(ec ErrorCodec) CallOption {
+	return callOption(func(c *config) {
 		if ec == nil {
 			c.fail(invalidOption("nil error codec"))
 			return
@@ -340,82 +475,37 @@ func WithErrorCodec(ec ErrorCodec) Option {
 // which keep returns false is returned to this caller but not stored, and
 // the record is released so the next call runs the function again (like
 // idempotender's validResponseJmespath).
-func WithResultFilter(keep func(result any) bool) Option {
-	return optionFunc(func(c *config) { c.keepResult = keep })
-}
-
-// WithClock sets the time source (default: the system clock). Tests use a
-// fake clock to move through leases and expiry without sleeping.
-func WithClock(clock Clock) Option {
-	return optionFunc(func(c *config) {
-		if clock == nil {
-			c.fail(invalidOption("nil clock"))
-			return
-		}
-		c.clock = clock
-		c.leases = nil // the guard's lease timer runs on its own clock
-	})
+func WithResultFilter(keep func(result any) bool) CallOption {
+	return callOption(func(c *config) { c.keepResult = keep })
 }
 
 // WithReplayHook sets a hook called whenever a call replays a stored outcome
 // (like AWS Powertools' responseHook, but observing only).
-func WithReplayHook(hook ReplayHook) Option {
-	return optionFunc(func(c *config) { c.onReplay = hook })
-}
-
-// WithTracerProvider sets the OpenTelemetry tracer provider (default: the
-// global one). It applies to the whole guard and is ignored per call.
-func WithTracerProvider(tp trace.TracerProvider) Option {
-	return optionFunc(func(c *config) {
-		if tp != nil {
-			c.tracerProvider = tp
-		}
-	})
-}
-
-// WithMeterProvider sets the OpenTelemetry meter provider (default: the
-// global one). It applies to the whole guard and is ignored per call.
-func WithMeterProvider(mp metric.MeterProvider) Option {
-	return optionFunc(func(c *config) {
-		if mp != nil {
-			c.meterProvider = mp
-		}
-	})
-}
-
-// WithLogger sets the logger for guard events: lease lost, completion write
-// retried, result not stored, key missing. The default writes warnings and
-// errors to slog.Default(). It applies to the whole guard.
-func WithLogger(l *slog.Logger) Option {
-	return optionFunc(func(c *config) {
-		if l != nil {
-			c.logger = l
-		}
-	})
+func WithReplayHook(hook ReplayHook) CallOption {
+	return callOption(func(c *config) { c.onReplay = hook })
 }
 
 // WithKeySelectionAttribute records the canonical JSON the key was derived
 // from on the idemguard.execute span (idemguard.key.selection). It is off by
 // default because the selection can carry user data; the key hash is always
 // recorded.
-func WithKeySelectionAttribute(on bool) Option {
-	return optionFunc(func(c *config) { c.rawKeyAttr = on })
+func WithKeySelectionAttribute(on bool) CallOption {
+	return callOption(func(c *config) { c.rawKeyAttr = on })
 }
 
 // WithSpanAttributes adds attributes to the call's idemguard.execute span,
 // for example the Temporal workflow ID and activity type.
-func WithSpanAttributes(attrs ...attribute.KeyValue) Option {
-	return optionFunc(func(c *config) { c.spanAttrs = append(c.spanAttrs[:len(c.spanAttrs):len(c.spanAttrs)], attrs...) })
+func WithSpanAttributes(attrs ...attribute.KeyValue) CallOption {
+	return callOption(func(c *config) { c.spanAttrs = append(c.spanAttrs[:len(c.spanAttrs):len(c.spanAttrs)], attrs...) })
 }
 
 // WithClaimToken makes the call claim with token instead of a random fencing
-// token, and treats an in-progress record that already carries token as its
-// own claim, held again. It is for a claimant that may repeat its claim after
-// losing the answer, such as a Temporal workflow whose claiming local
-// activity ran but whose workflow task was lost: the workflow derives the
-// token from its run, and the repeated claim finds itself instead of waiting
-// for its own lease to lapse. The token must be unique to the claimant; two
-// claimants sharing one would both hold the key.
-func WithClaimToken(token string) Option {
-	return optionFunc(func(c *config) { c.claimToken = token })
+// token. A claimant that repeats its claim after losing the answer, such as
+// a Temporal workflow whose claiming local activity ran but whose workflow
+// task was lost, then finds its own claim (any claim finds a live record
+// under its own token to be its own) instead of waiting for its own lease
+// to lapse. The token must be unique to the claimant; two claimants sharing
+// one would both hold the key. It names one call: [New] refuses it.
+func WithClaimToken(token string) CallOption {
+	return callOption(func(c *config) { c.claimToken = token })
 }

@@ -2,18 +2,18 @@ package guard
 
 import (
 	"context"
-	"encoding/binary"
+	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/idemguard/idemguard/internal/instrument"
 	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/telemetry"
 )
@@ -22,19 +22,18 @@ import (
 // complete, release.
 
 // acquire claims d.key, or returns the completed record that holds it. In
-// Wait mode it polls while another call holds the key.
-func (g *Guard) acquire(ctx context.Context, c *config, d derived) (claim, existing *store.Record, err error) {
+// Wait mode it polls while another call holds the key. f, if not nil, is
+// told when another call holds it.
+func (g *Guard) acquire(ctx context.Context, c *config, d derived, f *flight) (claim, existing *store.Record, err error) {
 	ctx, span := g.child(ctx, telemetry.SpanAcquire)
 	var waitStart time.Time
 	defer func() {
 		if !waitStart.IsZero() {
 			waited := time.Since(waitStart).Seconds()
-			g.tel.LockWait.Record(ctx, waited, g.tel.CallOption(keyScope(d.key), outcomeLabel(OutcomeReplayed, err)))
+			g.tel.LockWait.Record(ctx, waited, instrument.Scoped(keyScope(d.key), outcomeLabel(OutcomeReplayed, err)))
 			span.SetAttributes(telemetry.WaitKey.Float64(waited))
 		}
-		if err != nil {
-			recordError(span, err)
-		}
+		recordErrorIf(span, err)
 		span.End()
 	}()
 	var bo *backoff.ExponentialBackOff
@@ -43,7 +42,7 @@ func (g *Guard) acquire(ctx context.Context, c *config, d derived) (claim, exist
 		if err := ctx.Err(); err != nil {
 			return nil, nil, err
 		}
-		now := c.clock.Now()
+		now := g.clock.Now()
 		lease := c.leaseFor(ctx)
 		token := c.claimToken
 		if token == "" {
@@ -57,8 +56,10 @@ func (g *Guard) acquire(ctx context.Context, c *config, d derived) (claim, exist
 			ExpiresAt:      now.Add(max(c.ttl, lease)),
 			LeaseExpiresAt: now.Add(lease),
 		}
-		start := g.storeStart()
-		old, err := g.store.Acquire(ctx, claim, now)
+		// A lease counts as lapsed only once it has lapsed by more than the
+		// skew tolerance on this guard's clock.
+		start := time.Now()
+		old, err := g.store.Acquire(ctx, claim, now.Add(-g.skew))
 		g.timeStore(ctx, "acquire", start)
 		if err == nil {
 			return claim, nil, nil
@@ -80,9 +81,13 @@ func (g *Guard) acquire(ctx context.Context, c *config, d derived) (claim, exist
 		if old.Status == store.StatusCompleted {
 			return nil, old, nil
 		}
-		if c.claimToken != "" && old.Token == c.claimToken {
-			return old, nil, nil // our own claim, made before and forgotten
+		if old.Token == token {
+			// Our own claim: made before under this fixed token, or written
+			// by a retried request whose first answer was lost. It holds
+			// with the lease end the store has.
+			return old, nil, nil
 		}
+		g.held(f, old.LeaseExpiresAt)
 		busy := &InProgressError{Key: d.key, LeaseExpiresAt: old.LeaseExpiresAt}
 		if c.mode == Reject {
 			return nil, nil, busy
@@ -102,7 +107,8 @@ func (g *Guard) acquire(ctx context.Context, c *config, d derived) (claim, exist
 			return nil, nil, busy
 		}
 		pause := min(bo.NextBackOff(), left)
-		if lapse := old.LeaseExpiresAt.Sub(now); !old.LeaseExpiresAt.IsZero() && lapse >= 0 && lapse < pause {
+		takeover := old.LeaseExpiresAt.Add(g.skew)
+		if lapse := takeover.Sub(now); !old.LeaseExpiresAt.IsZero() && lapse >= 0 && lapse < pause {
 			pause = lapse + time.Millisecond
 		}
 		if span.IsRecording() {
@@ -110,7 +116,7 @@ func (g *Guard) acquire(ctx context.Context, c *config, d derived) (claim, exist
 				telemetry.LeaseExpiresKey.String(old.LeaseExpiresAt.UTC().Format(time.RFC3339Nano)),
 				attribute.Float64("idemguard.wait.pause_seconds", pause.Seconds())))
 		}
-		if err := sleep(ctx, c.clock, pause); err != nil {
+		if err := sleep(ctx, g.clock, pause); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -131,7 +137,7 @@ func (c *config) leaseFor(ctx context.Context) time.Duration {
 // payload. Every path that hands out a stored outcome goes through it.
 func (c *config) validate(d derived, rec *store.Record) error {
 	if c.validationPath != nil && rec.PayloadHash != d.payloadHash {
-		return &MismatchError{Key: d.key, PayloadHash: d.payloadHash, Existing: rec}
+		return &MismatchError{Key: d.key, Path: c.validationPath.src, PayloadHash: d.payloadHash, Existing: rec}
 	}
 	return nil
 }
@@ -161,7 +167,7 @@ func replay[T any](ctx context.Context, c *config, d derived, rec *store.Record,
 
 // cached returns the live record the local cache holds for key, and drops
 // one that has expired.
-func (g *Guard) cached(key string, now time.Time) (*store.Record, bool) {
+func (g *Guard) cached(key string) (*store.Record, bool) {
 	if g.cache == nil {
 		return nil, false
 	}
@@ -169,7 +175,7 @@ func (g *Guard) cached(key string, now time.Time) (*store.Record, bool) {
 	if !ok {
 		return nil, false
 	}
-	if !rec.Live(now) {
+	if !rec.Live(g.clock.Now()) {
 		g.cache.Remove(key)
 		return nil, false
 	}
@@ -183,6 +189,39 @@ func (g *Guard) remember(rec *store.Record) {
 	}
 }
 
+// record completes claim with data as kind — an outcome that could not be
+// encoded (encErr) is recorded without a body, so that it is never run
+// again — inside tx if there is one. The completed record is cached.
+func (g *Guard) record(ctx context.Context, c *config, claim *store.Record, leaseEnd time.Time, kind store.ResultKind, data []byte, encErr error, tx store.Tx) (*store.Record, error) {
+	if encErr != nil {
+		kind, data = store.ResultUnavailable, nil
+	}
+	var done *store.Record
+	var err error
+	if tx != nil {
+		done, err = g.completeTx(ctx, c, claim, kind, data, tx)
+	} else {
+		done, err = g.complete(ctx, c, claim, leaseEnd, kind, data)
+	}
+	if err == nil {
+		g.remember(done)
+	}
+	return done, err
+}
+
+// completed is the record that completes claim with data as kind.
+func (g *Guard) completed(c *config, claim *store.Record, kind store.ResultKind, data []byte) *store.Record {
+	return &store.Record{
+		Key:         claim.Key,
+		Status:      store.StatusCompleted,
+		Token:       claim.Token,
+		PayloadHash: claim.PayloadHash,
+		ResultKind:  kind,
+		Result:      data,
+		ExpiresAt:   g.clock.Now().Add(c.ttl),
+	}
+}
+
 // complete records the outcome of a claim whose lease ends at leaseEnd
 // (the lease keeper is stopped). It retries transient store failures for as
 // long as the lease holds, so that a side effect that happened is never run
@@ -190,39 +229,15 @@ func (g *Guard) remember(rec *store.Record) {
 func (g *Guard) complete(ctx context.Context, c *config, claim *store.Record, leaseEnd time.Time, kind store.ResultKind, data []byte) (done *store.Record, err error) {
 	ctx, span := g.child(ctx, telemetry.SpanComplete)
 	attempts := 0
-	defer func() {
-		if done != nil && done.ResultKind == store.ResultUnavailable {
-			g.log(ctx, slog.LevelWarn, "idemguard: result not stored (too large for the store, or not encodable); replays will get ErrResultUnavailable", claim.Key)
-		}
-		if errors.Is(err, ErrLeaseLost) {
-			g.tel.LeaseLost.Add(ctx, 1, g.tel.CallOption(keyScope(claim.Key), telemetry.OutcomeError))
-			g.log(ctx, slog.LevelWarn, "idemguard: lease lost to another caller; outcome not recorded", claim.Key)
-		}
-		if span.IsRecording() {
-			span.SetAttributes(telemetry.AttemptsKey.Int(attempts))
-			if done != nil {
-				span.SetAttributes(telemetry.ResultKindKey.String(done.ResultKind.String()))
-			}
-			recordErrorIf(span, err)
-		}
-		span.End()
-	}()
+	defer func() { g.endComplete(ctx, span, claim.Key, attempts, done, err) }()
 	base := context.WithoutCancel(ctx)
-	now := c.clock.Now()
-	done = &store.Record{
-		Key:         claim.Key,
-		Status:      store.StatusCompleted,
-		Token:       claim.Token,
-		PayloadHash: claim.PayloadHash,
-		ResultKind:  kind,
-		Result:      data,
-		ExpiresAt:   now.Add(c.ttl),
-	}
+	done = g.completed(c, claim, kind, data)
 	var bo *backoff.ExponentialBackOff
 	for {
-		actx, cancel := newStoreContext(base, max(leaseEnd.Sub(now), storeCallTimeout))
+		now := g.clock.Now()
+		actx, cancel := context.WithTimeout(base, max(leaseEnd.Sub(now), storeCallTimeout))
 		attempts++
-		start := g.storeStart()
+		start := time.Now()
 		err := g.store.Complete(actx, done)
 		g.timeStore(ctx, "complete", start)
 		cancel()
@@ -237,17 +252,78 @@ func (g *Guard) complete(ctx context.Context, c *config, claim *store.Record, le
 		}
 		g.log(ctx, slog.LevelWarn, "idemguard: completion write failed; retrying while the lease holds", claim.Key,
 			slog.Int("attempt", attempts), slog.Any("error", err))
-		now = c.clock.Now()
+		now = g.clock.Now()
 		if !now.Before(leaseEnd) {
 			return nil, &notRecordedError{key: claim.Key, err: &StoreError{Op: "complete", Key: claim.Key, Err: err}}
 		}
 		if bo == nil {
 			bo = &backoff.ExponentialBackOff{InitialInterval: 50 * time.Millisecond, RandomizationFactor: 0.5, Multiplier: 2, MaxInterval: 2 * time.Second}
 		}
-		if serr := sleep(base, c.clock, min(bo.NextBackOff(), leaseEnd.Sub(now))); serr != nil {
+		if serr := sleep(base, g.clock, min(bo.NextBackOff(), leaseEnd.Sub(now))); serr != nil {
 			return nil, &notRecordedError{key: claim.Key, err: serr}
 		}
 	}
+}
+
+// completeTx records the outcome of a claim inside the function's
+// transaction and commits it: the function's writes and the completion
+// commit together or not at all. When the commit's answer is lost, the
+// record tells which: completed under the claim's token, or still held by
+// it (nothing committed, and the claim is released).
+func (g *Guard) completeTx(ctx context.Context, c *config, claim *store.Record, kind store.ResultKind, data []byte, tx store.Tx) (done *store.Record, err error) {
+	ctx, span := g.child(ctx, telemetry.SpanComplete)
+	attempts := 1
+	defer func() { g.endComplete(ctx, span, claim.Key, attempts, done, err) }()
+	base := context.WithoutCancel(ctx)
+	sctx, cancel := context.WithTimeout(base, storeCallTimeout)
+	defer cancel()
+	done = g.completed(c, claim, kind, data)
+	err = tx.Complete(sctx, done)
+	if errors.Is(err, store.ErrTooLarge) && kind != store.ResultUnavailable {
+		attempts++
+		done.ResultKind, done.Result = store.ResultUnavailable, nil
+		err = tx.Complete(sctx, done)
+	}
+	if err != nil {
+		_ = tx.Rollback(base)
+		if errors.Is(err, store.ErrTokenMismatch) {
+			return nil, fmt.Errorf("%w (key %s): the transaction was rolled back", ErrLeaseLost, claim.Key)
+		}
+		g.release(ctx, claim)
+		return nil, &StoreError{Op: "complete", Key: claim.Key, Err: err}
+	}
+	if cerr := tx.Commit(sctx); cerr != nil {
+		rec, gerr := g.store.Get(sctx, claim.Key)
+		switch {
+		case gerr == nil && rec.Token == claim.Token && rec.Status == store.StatusCompleted:
+			return rec, nil // committed; only the answer was lost
+		case gerr == nil && rec.Token == claim.Token:
+			g.release(ctx, claim)
+			return nil, &StoreError{Op: "commit", Key: claim.Key, Err: cerr}
+		case gerr != nil && !errors.Is(gerr, store.ErrNotFound):
+			return nil, &notRecordedError{key: claim.Key, err: errors.Join(cerr, gerr)}
+		}
+		return nil, fmt.Errorf("%w (key %s): the transaction did not commit: %w", ErrLeaseLost, claim.Key, cerr)
+	}
+	return done, nil
+}
+
+// endComplete ends a completion's span and logs what callers must know.
+func (g *Guard) endComplete(ctx context.Context, span trace.Span, key string, attempts int, done *store.Record, err error) {
+	if done != nil && done.ResultKind == store.ResultUnavailable {
+		g.log(ctx, slog.LevelWarn, "idemguard: result not stored (too large for the store, or not encodable); replays will get ErrResultUnavailable", key)
+	}
+	if errors.Is(err, ErrLeaseLost) {
+		g.log(ctx, slog.LevelWarn, "idemguard: lease lost to another caller; outcome not recorded", key)
+	}
+	if span.IsRecording() {
+		span.SetAttributes(telemetry.AttemptsKey.Int(attempts))
+		if done != nil {
+			span.SetAttributes(telemetry.ResultKindKey.String(done.ResultKind.String()))
+		}
+		recordErrorIf(span, err)
+	}
+	span.End()
 }
 
 // storeCallTimeout bounds each store call made outside the caller's context
@@ -269,9 +345,9 @@ func (e *notRecordedError) Unwrap() []error { return []error{ErrNotRecorded, e.e
 func (g *Guard) release(ctx context.Context, claim *store.Record) {
 	ctx, span := g.child(ctx, telemetry.SpanRelease)
 	defer span.End()
-	rctx, cancel := newStoreContext(context.WithoutCancel(ctx), storeCallTimeout)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeCallTimeout)
 	defer cancel()
-	start := g.storeStart()
+	start := time.Now()
 	err := g.store.Release(rctx, claim.Key, claim.Token)
 	g.timeStore(ctx, "release", start)
 	if err != nil && !errors.Is(err, store.ErrTokenMismatch) {
@@ -283,11 +359,8 @@ func (g *Guard) release(ctx context.Context, claim *store.Record) {
 // newToken returns a random fencing token: 128 bits, hex.
 func newToken() string {
 	var b [16]byte
-	var h [32]byte
-	binary.LittleEndian.PutUint64(b[:8], rand.Uint64())
-	binary.LittleEndian.PutUint64(b[8:], rand.Uint64())
-	hex.Encode(h[:], b[:])
-	return string(h[:])
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 // sleep pauses for d on clock, or until ctx is done.

@@ -281,7 +281,10 @@ func TestTelemetryLeaseLost(t *testing.T) {
 	}()
 	<-inside
 	zs.set(func(c *countingStore) { c.failExtend = errors.New("partition") })
-	clock.Advance(31 * time.Second)
+	for range 4 { // past the 30 s lease, in steps that let each extension fail
+		clock.Advance(8 * time.Second)
+		time.Sleep(2 * time.Millisecond)
+	}
 	waitFor(t, "a failed extension", func() bool { return zs.extends.Load() > 0 })
 	guard.Do(ctx, holder, "charge", "o", func(context.Context) (int, error) { return 2, nil })
 	close(resume)

@@ -1,5 +1,6 @@
 // Package telemetry names idemguard's OpenTelemetry spans, attributes and
-// metrics, and builds the instruments the guard records them with.
+// metrics: what to search for in a tracing backend and what to chart. The
+// guard records them; this package holds only the names.
 //
 // The library depends on the OpenTelemetry API only. Without a provider
 // given to the guard it uses the global ones (otel.GetTracerProvider,

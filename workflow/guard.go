@@ -73,8 +73,8 @@ func Register(r worker.WorkflowRegistry, original, guarded any) {
 	r.RegisterWorkflowWithOptions(guarded, tworkflow.RegisterOptions{Name: idemactivity.Name(original)})
 }
 
-func (c *config) guardOptions() []guard.Option {
-	var opts []guard.Option
+func (c *config) guardOptions() []guard.CallOption {
+	var opts []guard.CallOption
 	if c.keyPath != "" {
 		opts = append(opts, guard.WithKeyPath(c.keyPath))
 	}

@@ -32,7 +32,7 @@ func (f optionFunc) apply(c *config) { f(c) }
 
 type config struct {
 	keyPath          string
-	guardOpts        []guard.Option
+	guardOpts        []guard.CallOption
 	dc               converter.DataConverter
 	lease            time.Duration
 	rejectInProgress bool
@@ -68,7 +68,7 @@ func WithKeyPath(expr string) Option {
 // guard's own: guard.WithPayloadValidation, guard.WithTTL,
 // guard.WithRequireKey, … The claim's lease is set with [WithLease], not
 // guard.WithLease; wait mode does not apply (see [WithRejectInProgress]).
-func WithGuardOptions(opts ...guard.Option) Option {
+func WithGuardOptions(opts ...guard.CallOption) Option {
 	return optionFunc(func(c *config) { c.guardOpts = append(c.guardOpts, opts...) })
 }
 

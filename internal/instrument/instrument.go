@@ -1,0 +1,89 @@
+// Package instrument builds the OpenTelemetry instruments and the logger a
+// guard records with, under the names package telemetry exports.
+package instrument
+
+import (
+	"context"
+	"log/slog"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/idemguard/idemguard/telemetry"
+)
+
+// Set is the tracer, metric instruments and logger of one guard. Build it
+// once with [New]; it is safe for concurrent use.
+type Set struct {
+	Tracer        trace.Tracer
+	Calls         metric.Int64Counter
+	LockWait      metric.Float64Histogram
+	StoreDuration metric.Float64Histogram
+	LeaseLost     metric.Int64Counter
+	Logger        *slog.Logger
+	// StoreAttr names the guard's store (telemetry.StoreKey).
+	StoreAttr attribute.KeyValue
+}
+
+// New builds a Set from tp and mp (nil: the global providers, which do
+// nothing until the application installs an SDK) for a store named
+// storeName. A nil logger writes warnings and errors to slog.Default().
+// Errors creating instruments go to otel.Handle and leave a no-op
+// instrument in place; they never fail the caller.
+func New(tp trace.TracerProvider, mp metric.MeterProvider, logger *slog.Logger, storeName string) *Set {
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	if logger == nil {
+		logger = slog.New(warnDefault{})
+	}
+	meter := mp.Meter(telemetry.ScopeName, metric.WithInstrumentationVersion(telemetry.Version))
+	s := &Set{
+		Tracer:    tp.Tracer(telemetry.ScopeName, trace.WithInstrumentationVersion(telemetry.Version)),
+		Logger:    logger,
+		StoreAttr: telemetry.StoreKey.String(storeName),
+	}
+	var err error
+	if s.Calls, err = meter.Int64Counter(telemetry.MetricCalls,
+		metric.WithDescription("Guarded calls, by outcome and scope."),
+		metric.WithUnit("{call}")); err != nil {
+		otel.Handle(err)
+	}
+	if s.LockWait, err = meter.Float64Histogram(telemetry.MetricLockWait,
+		metric.WithDescription("Time a call waited for another holder of its key."),
+		metric.WithUnit("s")); err != nil {
+		otel.Handle(err)
+	}
+	if s.StoreDuration, err = meter.Float64Histogram(telemetry.MetricStoreDuration,
+		metric.WithDescription("Duration of store calls, by operation and store."),
+		metric.WithUnit("s")); err != nil {
+		otel.Handle(err)
+	}
+	if s.LeaseLost, err = meter.Int64Counter(telemetry.MetricLeaseLost,
+		metric.WithDescription("Claims taken over by another caller while their function ran."),
+		metric.WithUnit("{claim}")); err != nil {
+		otel.Handle(err)
+	}
+	return s
+}
+
+// Count adds n calls with outcome within scope to the calls metric.
+func (s *Set) Count(ctx context.Context, scope, outcome string, n int64) {
+	s.Calls.Add(ctx, n, metric.WithAttributes(telemetry.ScopeKey.String(scope), telemetry.OutcomeKey.String(outcome)))
+}
+
+// Operation is the measurement option of a store operation.
+func (s *Set) Operation(op string) metric.MeasurementOption {
+	return metric.WithAttributes(telemetry.OperationKey.String(op), s.StoreAttr)
+}
+
+// Scoped is the measurement option of a measurement within scope with
+// outcome.
+func Scoped(scope, outcome string) metric.MeasurementOption {
+	return metric.WithAttributes(telemetry.ScopeKey.String(scope), telemetry.OutcomeKey.String(outcome))
+}
