@@ -134,7 +134,7 @@ type running struct {
 	g     *Guard
 	c     *config
 	scope string
-	key   string
+	key   string // empty when the call runs unguarded
 }
 
 type runningKey struct{}
@@ -146,7 +146,7 @@ type runningKey struct{}
 // the side effect and before its completion is recorded.
 func KeyFromContext(ctx context.Context) (string, bool) {
 	r, ok := ctx.Value(runningKey{}).(*running)
-	if !ok {
+	if !ok || r.key == "" {
 		return "", false
 	}
 	return r.key, true
@@ -212,7 +212,7 @@ func execute[T any](ctx context.Context, g *Guard, c *config, scope string, inpu
 
 func executeTx[T any](ctx context.Context, g *Guard, c *config, scope string, input any, fn body[T], tr store.Transactor) (v T, out Outcome, err error) {
 	if g.disabled {
-		v, err := unguarded(ctx, fn, tr)
+		v, err := unguarded(context.WithValue(ctx, runningKey{}, &running{g: g, c: c, scope: scope}), fn, tr)
 		return v, OutcomeUnguarded, err
 	}
 	var d derived
@@ -228,7 +228,7 @@ func executeTx[T any](ctx context.Context, g *Guard, c *config, scope string, in
 			return v, 0, fmt.Errorf("%w (scope %s)", ErrKeyMissing, scope)
 		}
 		g.log(ctx, slog.LevelInfo, "idemguard: key selection is empty; running unguarded", scope+"#")
-		v, err = unguarded(ctx, fn, tr)
+		v, err = unguarded(context.WithValue(ctx, runningKey{}, &running{g: g, c: c, scope: scope}), fn, tr)
 		return v, OutcomeUnguarded, err
 	}
 	if g.cache != nil {

@@ -372,3 +372,64 @@ func TestTelemetryGlobalProvidersInstalledLater(t *testing.T) {
 		t.Errorf("calls{executed} after the SDK was installed = %d, want 1", n)
 	}
 }
+
+// A duplicate that shares a concurrent call's outcome in the same process
+// is labelled by what it got: a shared result, or a shared error that the
+// other call recorded (a definite error), is "replayed" — the call was kept
+// from running twice —, while a shared failure that nothing recorded (a
+// panic) is "error".
+func TestTelemetrySharedOutcomes(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		fn     func() (int, error)
+		want   string
+		leader string
+	}{
+		{"result", func() (int, error) { return 1, nil }, telemetry.OutcomeReplayed, telemetry.OutcomeExecuted},
+		{"definite error", func() (int, error) { return 0, guard.Definite(errors.New("declined")) }, telemetry.OutcomeReplayed, telemetry.OutcomeError},
+		{"panic", func() (int, error) { panic("kaboom") }, telemetry.OutcomeError, telemetry.OutcomeError},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newOtel()
+			_, cs := newMemory()
+			g := mustGuard(t, cs, append(h.opts, guard.WithWait(5*time.Second))...)
+			inside, release := make(chan struct{}), make(chan struct{})
+			var wg sync.WaitGroup
+			wg.Add(2)
+			go func() {
+				defer wg.Done()
+				defer func() { recover() }()
+				guard.Do(ctx, g, "s", "k", func(context.Context) (int, error) { close(inside); <-release; return tc.fn() })
+			}()
+			<-inside
+			var out guard.Outcome
+			go func() {
+				defer wg.Done()
+				_, out, _ = guard.Execute(ctx, g, "s", "k", func(context.Context) (int, error) { return 2, nil })
+			}()
+			waitFor(t, "the duplicate to join", func() bool { return joinedAny(g) })
+			close(release)
+			wg.Wait()
+			if tc.want == telemetry.OutcomeReplayed && out != guard.OutcomeShared {
+				t.Errorf("duplicate's outcome %v, want shared", out)
+			}
+			var got []string
+			for _, s := range h.ended() {
+				if s.Name() == telemetry.SpanExecute {
+					v, _ := attr(s, telemetry.OutcomeKey)
+					got = append(got, v.Emit())
+				}
+			}
+			if len(got) != 2 || !((got[0] == tc.leader && got[1] == tc.want) || (got[1] == tc.leader && got[0] == tc.want)) {
+				t.Errorf("execute spans' outcomes %v, want the leader's %q and the duplicate's %q", got, tc.leader, tc.want)
+			}
+			wantCounts := map[string]int64{tc.leader: 1}
+			wantCounts[tc.want]++
+			for o, n := range wantCounts {
+				if c := callCount(t, h, "s", o); c != n {
+					t.Errorf("calls{outcome=%s} = %d, want %d", o, c, n)
+				}
+			}
+		})
+	}
+}
