@@ -19,10 +19,10 @@
 // # Keys
 //
 // A key is "<scope>#<hash>": scope names what is guarded, and hash is the
-// SHA-256 of the RFC 8785 canonical JSON of the input, or of the part of it
-// a JMESPath expression selects ([WithKeyPath]; the AWS Powertools functions
-// powertools_json, powertools_base64 and powertools_base64_gzip are
-// available). The key is bound before the function runs. An empty selection
+// SHA-256 (HMAC-SHA-256 under [WithKeySecret]) of the RFC 8785 canonical
+// JSON of the input, or of the part of it a JMESPath expression selects
+// ([WithKeyPath]; the AWS Powertools functions powertools_json,
+// powertools_base64 and powertools_base64_gzip are available). The key is bound before the function runs. An empty selection
 // runs the function unguarded, or fails with [ErrKeyMissing] under
 // [WithRequireKey]. [WithPayloadValidation] stores a second hash and rejects
 // a reused key whose payload differs ([ErrPayloadMismatch]); the check runs
@@ -32,26 +32,42 @@
 //
 // For one key, while its record lives ([WithTTL]):
 //
-//   - At most one call at a time runs the function: the claim is an atomic
-//     conditional write, and concurrent duplicates in one process share one
-//     claim and one execution.
+//   - At most one call at a time runs the function, within the clock model
+//     below: the claim is an atomic conditional write, and concurrent
+//     duplicates in one process share one claim and one execution.
 //   - A call that completed is replayed, never run again, including when its
-//     result cannot be stored ([ErrResultUnavailable]) or its completion
-//     write fails transiently (retried while the lease holds).
+//     result cannot be stored ([ErrResultUnavailable]), its completion
+//     write fails transiently (retried while the lease holds), or something
+//     panics after the function returned (the key is completed without a
+//     result and the panic continues).
 //   - A claim holds for a lease, extended while the function runs. A holder
-//     that crashes blocks others only until its lease lapses; one that is
-//     paused past its lease and comes back (a zombie) cannot overwrite the
-//     new holder's record: every write is fenced by a per-claim token, and
-//     the zombie gets [ErrLeaseLost].
+//     that crashes blocks others only until its lease lapses. A holder whose
+//     lease end passes on its own clock without a successful extension has
+//     its context cancelled with cause [ErrLeaseLost]; one that goes on
+//     anyway (a zombie) cannot overwrite the new holder's record: every
+//     write is fenced by a per-claim token, and it gets ErrLeaseLost.
 //   - A function that returns an error releases the record, so the next call
 //     runs it again, unless the error is definite ([Definite],
 //     [WithDefiniteErrors]): definite errors are stored and replayed.
+//     [Step] guards each side effect of a function of several, so that a
+//     retry runs only the steps that did not complete.
+//   - Two different inputs never share a key: a selection holding a string
+//     that is not valid UTF-8 is refused with [ErrInvalidInput].
+//
+// Clock model: each guard compares its own clock with the lease end the
+// holder wrote, and takes over a lapsed lease only once it has lapsed by
+// more than [WithClockSkew] (default [DefaultClockSkew]) on its own clock.
+// Clocks that differ by less than that never let two calls run the
+// function at once; beyond it, fencing still stops the zombie's writes, but
+// the function may run twice.
 //
 // One window no store can close remains: a crash after the side effect and
 // before the completion write. The next call runs the function again. Pass
 // [KeyFromContext] to the system that performs the side effect (a payment
 // provider's Idempotency-Key header, a unique constraint, a conditional
-// write) and that system closes it.
+// write) and that system closes it; or, when the side effect is a write to
+// the store's own database, run it with [DoTx], which commits it together
+// with the completion.
 //
 // # Concurrency
 //
@@ -73,6 +89,13 @@
 // (the failed claim returns the record); a replay from the local cache
 // ([WithCache]) costs none.
 //
+// # Options
+//
+// Options have one scope each: an [Option] configures the guard in [New], a
+// [CallOption] configures calls (as a default in New, or per call), and a
+// [BatchOption] configures [DoBatch]. An option passed where it has no
+// effect does not compile.
+//
 // Setting the environment variable IDEMGUARD_DISABLED=true before guards are
-// built makes them pass-throughs.
+// built makes them pass-throughs, the claim API and [Step] included.
 package guard
