@@ -16,6 +16,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/idemguard/idemguard/internal/epoch"
 	"github.com/idemguard/idemguard/store"
 )
 
@@ -38,32 +39,6 @@ var (
 	minEpochSeconds = time.Time{}.Unix()
 	maxEpochSeconds = time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC).Unix()
 )
-
-// ceilSeconds returns t in epoch seconds, rounded up.
-func ceilSeconds(t time.Time) int64 {
-	s := t.Unix()
-	if t.Nanosecond() > 0 {
-		s++
-	}
-	return s
-}
-
-// ceilMillis returns t in epoch milliseconds, rounded up.
-func ceilMillis(t time.Time) int64 {
-	ns := int64(t.Nanosecond())
-	ms := t.Unix()*1000 + ns/1e6
-	if ns%1e6 != 0 {
-		ms++
-	}
-	return ms
-}
-
-// floorSeconds and floorMillis give now at the stored precision, rounded
-// down, so that "stored <= floor(now)" holds exactly when now ≥ the stored
-// time: the condition the store's writes use agrees with [store.Record.Live]
-// on the decoded record.
-func floorSeconds(t time.Time) int64 { return t.Unix() }
-func floorMillis(t time.Time) int64  { return t.Unix()*1000 + int64(t.Nanosecond())/1e6 }
 
 func checkTime(what string, t time.Time) error {
 	if s := t.Unix(); s < minEpochSeconds || s > maxEpochSeconds {
@@ -162,7 +137,7 @@ func (c *config) encode(rec *store.Record) (*encoded, error) {
 	}
 	e := &encoded{
 		status: strAttr(rec.Status.String()),
-		expiry: numAttr(ceilSeconds(rec.ExpiresAt)),
+		expiry: numAttr(epoch.CeilSeconds(rec.ExpiresAt)),
 		token:  strAttr(rec.Token),
 	}
 	if _, ok := store.ParseStatus(rec.Status.String()); !ok {
@@ -172,7 +147,7 @@ func (c *config) encode(rec *store.Record) (*encoded, error) {
 		if err := checkTime("LeaseExpiresAt", rec.LeaseExpiresAt); err != nil {
 			return nil, err
 		}
-		e.lease = numAttr(ceilMillis(rec.LeaseExpiresAt))
+		e.lease = numAttr(epoch.CeilMillis(rec.LeaseExpiresAt))
 	}
 	if rec.PayloadHash != "" {
 		e.validation = strAttr(rec.PayloadHash)

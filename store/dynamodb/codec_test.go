@@ -13,6 +13,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/idemguard/idemguard/internal/epoch"
 	"github.com/idemguard/idemguard/store"
 )
 
@@ -38,10 +39,10 @@ func TestConditionAgreesWithLive(t *testing.T) {
 		exp, lease, now := base.Add(jitter()), base.Add(jitter()), base.Add(jitter())
 		stored := &store.Record{
 			Status:         store.StatusInProgress,
-			ExpiresAt:      time.Unix(ceilSeconds(exp), 0),
-			LeaseExpiresAt: time.UnixMilli(ceilMillis(lease)),
+			ExpiresAt:      time.Unix(epoch.CeilSeconds(exp), 0),
+			LeaseExpiresAt: time.UnixMilli(epoch.CeilMillis(lease)),
 		}
-		replaceable := ceilSeconds(exp) <= floorSeconds(now) || ceilMillis(lease) <= floorMillis(now)
+		replaceable := epoch.CeilSeconds(exp) <= epoch.FloorSeconds(now) || epoch.CeilMillis(lease) <= epoch.FloorMillis(now)
 		if replaceable == stored.Live(now) {
 			t.Fatalf("exp %v lease %v now %v: condition says replaceable=%v, Live says %v",
 				exp, lease, now, replaceable, stored.Live(now))

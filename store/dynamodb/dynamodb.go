@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/idemguard/idemguard/internal/epoch"
 	"github.com/idemguard/idemguard/store"
 )
 
@@ -35,7 +36,7 @@ type Store struct {
 	table     string
 	tableName *string // table, for the requests
 	cfg       *config
-	x         exprCache                 // the expressions, each built once
+	x         [numExprs]*compiled       // the expressions, built in New
 	optFns    []func(*dynamodb.Options) // per-request client options (the retryer)
 }
 
@@ -59,6 +60,9 @@ func New(client API, table string, opts ...Option) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{client: client, table: table, tableName: aws.String(table), cfg: cfg}
+	if s.x, err = cfg.buildExprs(); err != nil {
+		return nil, err
+	}
 	if r := cfg.newRetryer(); r != nil {
 		s.optFns = []func(*dynamodb.Options){func(o *dynamodb.Options) { o.Retryer = r }}
 	}
@@ -90,19 +94,16 @@ func (s *Store) Acquire(ctx context.Context, rec *store.Record, now time.Time) (
 		return nil, s.opErr(op, rec.Key, err)
 	}
 	c := s.cfg
-	x, err := s.expr(exprAcquire) // see acquireExpr
-	if err != nil {
-		return nil, s.opErr(op, rec.Key, err)
-	}
+	x := s.x[exprAcquire] // see acquireExpr
 	_, err = s.client.PutItem(ctx, &dynamodb.PutItemInput{
 		TableName:                s.tableName,
 		Item:                     c.item(rec.Key, e),
 		ConditionExpression:      x.cond,
 		ExpressionAttributeNames: x.names,
 		ExpressionAttributeValues: x.fill(&slotValues{
-			slotNowSeconds: numAttr(floorSeconds(now)),
+			slotNowSeconds: numAttr(epoch.FloorSeconds(now)),
 			slotInProgress: inProgressAttr(),
-			slotNowMillis:  numAttr(floorMillis(now)),
+			slotNowMillis:  numAttr(epoch.FloorMillis(now)),
 		}),
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	}, s.optFns...)
@@ -165,7 +166,7 @@ func (s *Store) Extend(ctx context.Context, key, token string, leaseExpiresAt, e
 	// See extendExpr.
 	x := exprExtend
 	v := &slotValues{
-		slotExpiry:     numAttr(ceilSeconds(expiresAt)),
+		slotExpiry:     numAttr(epoch.CeilSeconds(expiresAt)),
 		slotToken:      strAttr(token),
 		slotInProgress: inProgressAttr(),
 	}
@@ -174,18 +175,15 @@ func (s *Store) Extend(ctx context.Context, key, token string, leaseExpiresAt, e
 			return s.opErr(op, key, err)
 		}
 		x = exprExtendLease
-		v[slotLease] = numAttr(ceilMillis(leaseExpiresAt))
+		v[slotLease] = numAttr(epoch.CeilMillis(leaseExpiresAt))
 	}
 	return s.update(ctx, op, key, x, v)
 }
 
 // update sends expression i with the values v.
 func (s *Store) update(ctx context.Context, op, key string, i int, v *slotValues) error {
-	x, err := s.expr(i)
-	if err != nil {
-		return s.opErr(op, key, err)
-	}
-	_, err = s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+	x := s.x[i]
+	_, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                 s.tableName,
 		Key:                       s.cfg.keyItem(key),
 		ConditionExpression:       x.cond,
@@ -203,11 +201,8 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 	if err := ctx.Err(); err != nil {
 		return s.opErr(op, key, err)
 	}
-	x, err := s.expr(exprRelease) // see releaseExpr
-	if err != nil {
-		return s.opErr(op, key, err)
-	}
-	_, err = s.client.DeleteItem(ctx, &dynamodb.DeleteItemInput{
+	x := s.x[exprRelease] // see releaseExpr
+	_, err := s.client.DeleteItem(ctx, &dynamodb.DeleteItemInput{
 		TableName:                 s.tableName,
 		Key:                       s.cfg.keyItem(key),
 		ConditionExpression:       x.cond,

@@ -3,7 +3,6 @@ package dynamodb
 import (
 	"fmt"
 	"strconv"
-	"sync/atomic"
 
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -19,8 +18,7 @@ import (
 // map, and, for each value placeholder the builder assigned, which request
 // value it stands for. A request then only fills a fresh
 // ExpressionAttributeValues map. Building per request was half of the
-// store's CPU time; building all 36 expressions in New would take about a
-// millisecond, for variants most stores never send.
+// store's CPU time; New builds all of them once.
 
 // slot names a value an expression takes per request.
 type slot uint8
@@ -180,7 +178,7 @@ func completeSlots(e *encoded, token types.AttributeValue) *slotValues {
 	}
 }
 
-// The expressions a store sends, by index in its exprCache.
+// The expressions a store sends, by index in Store.x.
 const (
 	exprAcquire     = iota // Acquire's condition
 	exprRelease            // Release's condition
@@ -190,21 +188,12 @@ const (
 	numExprs        = exprComplete + numCompleteVariants
 )
 
-// exprCache holds a store's expressions once they are built.
-type exprCache [numExprs]atomic.Pointer[compiled]
-
-// expr returns expression i, building it on first use. Concurrent first
-// uses may build it twice, with the same result; one is kept.
-func (s *Store) expr(i int) (*compiled, error) {
-	if x := s.x[i].Load(); x != nil {
-		return x, nil
-	}
-	x, err := compile(s.cfg.exprBuilder(i, sentinels()))
-	if err != nil {
-		return nil, err
-	}
-	if !s.x[i].CompareAndSwap(nil, x) {
-		x = s.x[i].Load()
+// buildExprs builds every expression of a store with configuration c.
+func (c *config) buildExprs() (x [numExprs]*compiled, err error) {
+	for i := range numExprs {
+		if x[i], err = compile(c.exprBuilder(i, sentinels())); err != nil {
+			return x, err
+		}
 	}
 	return x, nil
 }

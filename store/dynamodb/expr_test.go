@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/idemguard/idemguard/internal/epoch"
 	"github.com/idemguard/idemguard/store"
 )
 
@@ -71,11 +72,11 @@ func allAttrNames(t *testing.T) Option {
 
 func legacyAcquire(c *config, now time.Time) (expression.Expression, error) {
 	cond := expression.AttributeNotExists(name(c.keyAttr)).
-		Or(name(c.expiryAttr).LessThanEqual(value(numAttr(floorSeconds(now)))),
+		Or(name(c.expiryAttr).LessThanEqual(value(numAttr(epoch.FloorSeconds(now)))),
 			expression.And(
 				name(c.statusAttr).Equal(value(strAttr(store.StatusInProgress.String()))),
 				expression.AttributeExists(name(c.leaseAttr)),
-				name(c.leaseAttr).LessThanEqual(value(numAttr(floorMillis(now)))),
+				name(c.leaseAttr).LessThanEqual(value(numAttr(epoch.FloorMillis(now)))),
 			))
 	return expression.NewBuilder().WithCondition(cond).Build()
 }
@@ -96,11 +97,11 @@ func legacyComplete(c *config, e *encoded, token string) (expression.Expression,
 }
 
 func legacyExtend(c *config, token string, leaseExpiresAt, expiresAt time.Time) (expression.Expression, error) {
-	upd := expression.Set(name(c.expiryAttr), value(numAttr(ceilSeconds(expiresAt))))
+	upd := expression.Set(name(c.expiryAttr), value(numAttr(epoch.CeilSeconds(expiresAt))))
 	if leaseExpiresAt.IsZero() {
 		upd = upd.Remove(name(c.leaseAttr))
 	} else {
-		upd = upd.Set(name(c.leaseAttr), value(numAttr(ceilMillis(leaseExpiresAt))))
+		upd = upd.Set(name(c.leaseAttr), value(numAttr(epoch.CeilMillis(leaseExpiresAt))))
 	}
 	cond := name(c.tokenAttr).Equal(value(strAttr(token))).
 		And(name(c.statusAttr).Equal(value(strAttr(store.StatusInProgress.String()))))
@@ -247,10 +248,7 @@ func TestExpressionsMatchBuilder(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				x, err := s.expr(exprComplete + m)
-				if err != nil {
-					t.Fatal(err)
-				}
+				x := s.x[exprComplete+m]
 				sameExpr(t, fmt.Sprintf("compiled Complete variant %05b", m), want, x.cond, x.update, x.names, x.fill(completeSlots(e, v[slotToken])))
 			}
 
@@ -329,39 +327,3 @@ func TestItemSize(t *testing.T) {
 	}
 }
 
-// TestExprConcurrentFirstUse builds every expression of a fresh store from
-// several goroutines at once (run with -race): all get the one kept.
-func TestExprConcurrentFirstUse(t *testing.T) {
-	s, err := New(nopAPI{}, "t")
-	if err != nil {
-		t.Fatal(err)
-	}
-	const n = 4
-	var got [n][numExprs]*compiled
-	done := make(chan error, n)
-	for g := range n {
-		go func() {
-			for i := range numExprs {
-				x, err := s.expr(i)
-				if err != nil {
-					done <- err
-					return
-				}
-				got[g][i] = x
-			}
-			done <- nil
-		}()
-	}
-	for range n {
-		if err := <-done; err != nil {
-			t.Fatal(err)
-		}
-	}
-	for i := range numExprs {
-		for g := range n {
-			if got[g][i] != got[0][i] || got[g][i] != s.x[i].Load() {
-				t.Fatalf("expression %d: goroutines got different builds", i)
-			}
-		}
-	}
-}
