@@ -326,4 +326,3 @@ func TestItemSize(t *testing.T) {
 		}
 	}
 }
-
