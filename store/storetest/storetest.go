@@ -64,6 +64,8 @@ func Run(t *testing.T, newStore MakeStore, opts ...Option) {
 		{"LeaseTakeoverFencesOldHolder", testLeaseTakeover},
 		{"ZeroLeaseHoldsUntilExpiry", testZeroLease},
 		{"ClaimRace", testClaimRace},
+		{"ClaimRaceFreshKeys", testClaimRaceFreshKeys},
+		{"ClaimRaceOverExpired", testClaimRaceOverExpired},
 		{"CompleteFenced", testCompleteFenced},
 		{"ExtendFenced", testExtendFenced},
 		{"ReleaseFenced", testReleaseFenced},
@@ -325,13 +327,106 @@ func testClaimRace(t *testing.T, h *harness) {
 	if winner < 0 {
 		t.Fatalf("no claim won")
 	}
+	// Nothing deletes the winner's record during the race, so every loser
+	// gets it back with its conflict: a nil record here means the store
+	// could not read the record it lost to.
 	for i, r := range out {
-		if i != winner && r.old != nil && r.old.Token != recs[winner].Token {
+		switch {
+		case i == winner:
+		case r.old == nil:
+			t.Errorf("claim %d lost with no record; want the winner's", i)
+		case r.old.Token != recs[winner].Token:
 			t.Errorf("claim %d saw token %q, want the winner's %q", i, r.old.Token, recs[winner].Token)
 		}
 	}
 	if got := h.mustGet(t, key); got.Token != recs[winner].Token {
 		t.Errorf("stored token %q, want the winner's %q", got.Token, recs[winner].Token)
+	}
+}
+
+// raceRounds and raceClaimants size the repeated claim races: a store
+// that reads the record it lost to from a snapshot older than the
+// winner's write (PostgreSQL's INSERT … ON CONFLICT with a read in the
+// same statement) loses that record in some rounds only, so the races run
+// many times, each on its own key.
+const (
+	raceRounds    = 25
+	raceClaimants = 12
+)
+
+// race runs raceClaimants concurrent Acquires of key at now, records
+// built by mk, and checks that exactly one won and that every other one
+// got ErrConflict with the winner's record.
+func (h *harness) race(t *testing.T, key string, now time.Time, mk func() *store.Record) {
+	t.Helper()
+	recs := make([]*store.Record, raceClaimants)
+	for i := range recs {
+		recs[i] = mk()
+	}
+	olds := make([]*store.Record, len(recs))
+	errs := make([]error, len(recs))
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range recs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			olds[i], errs[i] = h.s.Acquire(h.ctx, recs[i], now)
+		}()
+	}
+	close(start)
+	wg.Wait()
+	winner := -1
+	for i, err := range errs {
+		switch {
+		case err == nil && winner >= 0:
+			t.Fatalf("%s: two winners, claims %d and %d", key, winner, i)
+		case err == nil:
+			winner = i
+		case !errors.Is(err, store.ErrConflict):
+			t.Fatalf("%s: claim %d: %v, want nil or ErrConflict", key, i, err)
+		}
+	}
+	if winner < 0 {
+		t.Fatalf("%s: no claim won", key)
+	}
+	for i, old := range olds {
+		switch {
+		case i == winner:
+		case old == nil:
+			t.Errorf("%s: claim %d lost with no record; want the winner's", key, i)
+		case old.Token != recs[winner].Token:
+			t.Errorf("%s: claim %d lost to token %q, want the winner's %q (status %v, expires t0%+v)",
+				key, i, old.Token, recs[winner].Token, old.Status, old.ExpiresAt.Sub(h.t0))
+		}
+	}
+}
+
+// testClaimRaceFreshKeys races claims on keys that have no record: the
+// losers must see the record the winner has just written.
+func testClaimRaceFreshKeys(t *testing.T, h *harness) {
+	for r := range raceRounds {
+		key := fmt.Sprintf("scope#race-fresh-%d", r)
+		h.race(t, key, h.t0, func() *store.Record { return h.claim(key, time.Minute) })
+	}
+}
+
+// testClaimRaceOverExpired races claims on keys whose record has expired:
+// one claim replaces it, and the losers must see the replacement, never
+// the expired record.
+func testClaimRaceOverExpired(t *testing.T, h *harness) {
+	for r := range raceRounds {
+		key := fmt.Sprintf("scope#race-expired-%d", r)
+		old := h.claim(key, time.Minute)
+		h.mustAcquire(t, old, h.t0)
+		h.mustComplete(t, old, []byte(`"expired"`)) // expires at t0+2h
+		at := h.t0.Add(2 * time.Hour)
+		h.race(t, key, at, func() *store.Record {
+			rec := h.claim(key, time.Minute)
+			rec.ExpiresAt, rec.LeaseExpiresAt = at.Add(time.Hour), at.Add(time.Minute)
+			return rec
+		})
 	}
 }
 
