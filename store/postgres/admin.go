@@ -116,16 +116,11 @@ func parseCursor(c string) (time.Time, string, error) {
 // Delete implements [store.Admin]: it deletes the record key whatever it
 // holds, or returns [store.ErrNotFound].
 func (s *Store) Delete(ctx context.Context, key string) error {
-	c, err := s.conn(ctx, "Delete", key)
+	n, err := s.execRC(ctx, "Delete", key, s.sql.delete, key)
 	if err != nil {
 		return err
 	}
-	defer c.Release()
-	tag, err := c.Exec(ctx, s.sql.delete, key)
-	if err != nil {
-		return s.wrap("Delete", key, err)
-	}
-	if tag.RowsAffected() == 0 {
+	if n == 0 {
 		return store.ErrNotFound
 	}
 	return nil
@@ -158,14 +153,5 @@ func (s *Store) Purge(ctx context.Context, before time.Time) (int64, error) {
 }
 
 func (s *Store) purgeBatch(ctx context.Context, before time.Time) (int64, error) {
-	c, err := s.conn(ctx, "Purge", "")
-	if err != nil {
-		return 0, err
-	}
-	defer c.Release()
-	tag, err := c.Exec(ctx, s.sql.purge, before, s.cfg.purgeBatch)
-	if err != nil {
-		return 0, s.wrap("Purge", "", err)
-	}
-	return tag.RowsAffected(), nil
+	return s.execRC(ctx, "Purge", "", s.sql.purge, before, s.cfg.purgeBatch)
 }

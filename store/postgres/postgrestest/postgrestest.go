@@ -21,6 +21,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -130,7 +131,7 @@ type Statement struct {
 	// SQL is the statement, or the batch's statements joined by "; ".
 	SQL string
 	// RowsAffected is what the statement's command tag reports (for a
-	// batch, 0).
+	// batch, the sum over its statements).
 	RowsAffected int64
 	// Err is the statement's error.
 	Err error
@@ -184,16 +185,29 @@ func (c *Counter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, data pgx.Tra
 	for i, q := range data.Batch.QueuedQueries {
 		sqls[i] = q.SQL
 	}
-	return context.WithValue(ctx, traceKey{}, strings.Join(sqls, "; "))
+	return context.WithValue(ctx, traceKey{}, &batchTrace{sql: strings.Join(sqls, "; ")})
+}
+
+// batchTrace is what a Counter gathers of a batch while it runs.
+type batchTrace struct {
+	sql  string
+	rows atomic.Int64
 }
 
 // TraceBatchQuery implements [pgx.BatchTracer].
-func (c *Counter) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+func (c *Counter) TraceBatchQuery(ctx context.Context, _ *pgx.Conn, data pgx.TraceBatchQueryData) {
+	if b, ok := ctx.Value(traceKey{}).(*batchTrace); ok {
+		b.rows.Add(data.CommandTag.RowsAffected())
+	}
+}
 
 // TraceBatchEnd implements [pgx.BatchTracer].
 func (c *Counter) TraceBatchEnd(ctx context.Context, _ *pgx.Conn, data pgx.TraceBatchEndData) {
-	sql, _ := ctx.Value(traceKey{}).(string)
-	c.add(Statement{Op: "BATCH", SQL: sql, Err: data.Err})
+	b, _ := ctx.Value(traceKey{}).(*batchTrace)
+	if b == nil {
+		b = &batchTrace{}
+	}
+	c.add(Statement{Op: "BATCH", SQL: b.sql, RowsAffected: b.rows.Load(), Err: data.Err})
 }
 
 func (c *Counter) add(s Statement) {
