@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -63,6 +64,14 @@ func TestDDL(t *testing.T) {
 		if !strings.Contains(ddl, want) {
 			t.Errorf("DDL lacks %q:\n%s", want, ddl)
 		}
+	}
+	// docs/postgres.md shows the default table's statements as they are.
+	doc, err := os.ReadFile("../../docs/postgres.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if def, _ := postgres.DDL(postgres.DefaultTable); !strings.Contains(string(doc), "```sql\n"+def+"```") {
+		t.Errorf("docs/postgres.md does not show DDL(%q) as it is:\n%s", postgres.DefaultTable, def)
 	}
 	// A name too long for "<name>_expires_at_key_idx": the index gets a
 	// shortened, hashed name that is still its own.
