@@ -162,7 +162,8 @@ start_postgres() {
 	dir="$WORK/postgres"
 	if [ "$(id -u)" -eq 0 ]; then
 		id -u "$PG_USER" >/dev/null 2>&1 ||
-			useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin "$PG_USER"
+			PATH="$PATH:/usr/sbin:/sbin" useradd --system --user-group --no-create-home \
+				--home-dir /nonexistent --shell /usr/sbin/nologin "$PG_USER"
 		chmod 711 "$WORK" # mktemp -d makes it 0700: let $PG_USER reach its own directory
 	fi
 	mkdir -p "$dir/data" "$dir/socket"
