@@ -291,58 +291,10 @@ func testZeroLease(t *testing.T, h *harness) {
 }
 
 func testClaimRace(t *testing.T, h *harness) {
-	const n = 32
 	key := "scope#race"
-	recs := make([]*store.Record, n)
-	for i := range recs {
-		recs[i] = h.claim(key, time.Minute)
-	}
-	type res struct {
-		old *store.Record
-		err error
-	}
-	out := make([]res, n)
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for i := range recs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			out[i].old, out[i].err = h.s.Acquire(h.ctx, recs[i], h.t0)
-		}()
-	}
-	close(start)
-	wg.Wait()
-	winner := -1
-	for i, r := range out {
-		switch {
-		case r.err == nil:
-			if winner >= 0 {
-				t.Fatalf("two winners: claims %d and %d both acquired %q", winner, i, key)
-			}
-			winner = i
-		case !errors.Is(r.err, store.ErrConflict):
-			t.Errorf("claim %d: %v, want nil or ErrConflict", i, r.err)
-		}
-	}
-	if winner < 0 {
-		t.Fatalf("no claim won")
-	}
-	// Nothing deletes the winner's record during the race, so every loser
-	// gets it back with its conflict: a nil record here means the store
-	// could not read the record it lost to.
-	for i, r := range out {
-		switch {
-		case i == winner:
-		case r.old == nil:
-			t.Errorf("claim %d lost with no record; want the winner's", i)
-		case r.old.Token != recs[winner].Token:
-			t.Errorf("claim %d saw token %q, want the winner's %q", i, r.old.Token, recs[winner].Token)
-		}
-	}
-	if got := h.mustGet(t, key); got.Token != recs[winner].Token {
-		t.Errorf("stored token %q, want the winner's %q", got.Token, recs[winner].Token)
+	winner := h.race(t, key, h.t0, 32, func() *store.Record { return h.claim(key, time.Minute) })
+	if got := h.mustGet(t, key); got.Token != winner.Token {
+		t.Errorf("stored token %q, want the winner's %q", got.Token, winner.Token)
 	}
 }
 
@@ -356,12 +308,14 @@ const (
 	raceClaimants = 12
 )
 
-// race runs raceClaimants concurrent Acquires of key at now, records
-// built by mk, and checks that exactly one won and that every other one
-// got ErrConflict with the winner's record.
-func (h *harness) race(t *testing.T, key string, now time.Time, mk func() *store.Record) {
+// race runs n concurrent Acquires of key at now, records built by mk,
+// checks that exactly one won and that every other one got ErrConflict
+// with the winner's record, and returns the winner's record. Nothing
+// deletes the winner's record during the race, so a loser with a nil
+// record is a store that could not read the record it lost to.
+func (h *harness) race(t *testing.T, key string, now time.Time, n int, mk func() *store.Record) *store.Record {
 	t.Helper()
-	recs := make([]*store.Record, raceClaimants)
+	recs := make([]*store.Record, n)
 	for i := range recs {
 		recs[i] = mk()
 	}
@@ -403,6 +357,7 @@ func (h *harness) race(t *testing.T, key string, now time.Time, mk func() *store
 				key, i, old.Token, recs[winner].Token, old.Status, old.ExpiresAt.Sub(h.t0))
 		}
 	}
+	return recs[winner]
 }
 
 // testClaimRaceFreshKeys races claims on keys that have no record: the
@@ -410,7 +365,7 @@ func (h *harness) race(t *testing.T, key string, now time.Time, mk func() *store
 func testClaimRaceFreshKeys(t *testing.T, h *harness) {
 	for r := range raceRounds {
 		key := fmt.Sprintf("scope#race-fresh-%d", r)
-		h.race(t, key, h.t0, func() *store.Record { return h.claim(key, time.Minute) })
+		h.race(t, key, h.t0, raceClaimants, func() *store.Record { return h.claim(key, time.Minute) })
 	}
 }
 
@@ -424,7 +379,7 @@ func testClaimRaceOverExpired(t *testing.T, h *harness) {
 		h.mustAcquire(t, old, h.t0)
 		h.mustComplete(t, old, []byte(`"expired"`)) // expires at t0+2h
 		at := h.t0.Add(2 * time.Hour)
-		h.race(t, key, at, func() *store.Record {
+		h.race(t, key, at, raceClaimants, func() *store.Record {
 			rec := h.claim(key, time.Minute)
 			rec.ExpiresAt, rec.LeaseExpiresAt = at.Add(time.Hour), at.Add(time.Minute)
 			return rec
