@@ -8,7 +8,9 @@
 // pipeline of four statements (BEGIN, a conditional upsert, a SELECT,
 // COMMIT) sent together, which returns the live record on a conflict and is
 // correct under concurrent claims at READ COMMITTED; Complete, Extend and
-// Release are single statements conditional on the fencing token.
+// Release are single statements conditional on the fencing token, each sent
+// between BEGIN ISOLATION LEVEL READ COMMITTED and COMMIT in one pipeline,
+// so the server's default isolation level does not change them.
 //
 // Time is the guard's: liveness is checked against the now the guard passes
 // to Acquire, never the database's now(), as in every store. Times are kept
