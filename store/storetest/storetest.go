@@ -10,7 +10,7 @@
 // Run also tests the optional interfaces of package store that the store
 // implements, probed with a type assertion as the guard probes them. For an
 // interface the store does not implement, the subtest named after it
-// (BatchGetter) is skipped with a message that says so.
+// (BatchGetter, Admin, Purger) is skipped with a message that says so.
 package storetest
 
 import (
@@ -64,6 +64,8 @@ func Run(t *testing.T, newStore MakeStore, opts ...Option) {
 		{"LeaseTakeoverFencesOldHolder", testLeaseTakeover},
 		{"ZeroLeaseHoldsUntilExpiry", testZeroLease},
 		{"ClaimRace", testClaimRace},
+		{"ClaimRaceFreshKeys", testClaimRaceFreshKeys},
+		{"ClaimRaceOverExpired", testClaimRaceOverExpired},
 		{"CompleteFenced", testCompleteFenced},
 		{"ExtendFenced", testExtendFenced},
 		{"ReleaseFenced", testReleaseFenced},
@@ -86,6 +88,8 @@ func Run(t *testing.T, newStore MakeStore, opts ...Option) {
 		})
 	}
 	runBatchGetter(t, newStore, cfg)
+	runAdmin(t, newStore)
+	runPurger(t, newStore)
 }
 
 type harness struct {
@@ -288,17 +292,36 @@ func testZeroLease(t *testing.T, h *harness) {
 }
 
 func testClaimRace(t *testing.T, h *harness) {
-	const n = 32
 	key := "scope#race"
+	winner := h.race(t, key, h.t0, 32, func() *store.Record { return h.claim(key, time.Minute) })
+	if got := h.mustGet(t, key); got.Token != winner.Token {
+		t.Errorf("stored token %q, want the winner's %q", got.Token, winner.Token)
+	}
+}
+
+// raceRounds and raceClaimants size the repeated claim races: a store
+// that reads the record it lost to from a snapshot older than the
+// winner's write (PostgreSQL's INSERT … ON CONFLICT with a read in the
+// same statement) loses that record in some rounds only, so the races run
+// many times, each on its own key.
+const (
+	raceRounds    = 25
+	raceClaimants = 12
+)
+
+// race runs n concurrent Acquires of key at now, records built by mk,
+// checks that exactly one won and that every other one got ErrConflict
+// with the winner's record, and returns the winner's record. Nothing
+// deletes the winner's record during the race, so a loser with a nil
+// record is a store that could not read the record it lost to.
+func (h *harness) race(t *testing.T, key string, now time.Time, n int, mk func() *store.Record) *store.Record {
+	t.Helper()
 	recs := make([]*store.Record, n)
 	for i := range recs {
-		recs[i] = h.claim(key, time.Minute)
+		recs[i] = mk()
 	}
-	type res struct {
-		old *store.Record
-		err error
-	}
-	out := make([]res, n)
+	olds := make([]*store.Record, len(recs))
+	errs := make([]error, len(recs))
 	var wg sync.WaitGroup
 	start := make(chan struct{})
 	for i := range recs {
@@ -306,33 +329,62 @@ func testClaimRace(t *testing.T, h *harness) {
 		go func() {
 			defer wg.Done()
 			<-start
-			out[i].old, out[i].err = h.s.Acquire(h.ctx, recs[i], h.t0)
+			olds[i], errs[i] = h.s.Acquire(h.ctx, recs[i], now)
 		}()
 	}
 	close(start)
 	wg.Wait()
 	winner := -1
-	for i, r := range out {
+	for i, err := range errs {
 		switch {
-		case r.err == nil:
-			if winner >= 0 {
-				t.Fatalf("two winners: claims %d and %d both acquired %q", winner, i, key)
-			}
+		case err == nil && winner >= 0:
+			t.Fatalf("%s: two winners, claims %d and %d", key, winner, i)
+		case err == nil:
 			winner = i
-		case !errors.Is(r.err, store.ErrConflict):
-			t.Errorf("claim %d: %v, want nil or ErrConflict", i, r.err)
+		case !errors.Is(err, store.ErrConflict):
+			t.Fatalf("%s: claim %d: %v, want nil or ErrConflict", key, i, err)
 		}
 	}
 	if winner < 0 {
-		t.Fatalf("no claim won")
+		t.Fatalf("%s: no claim won", key)
 	}
-	for i, r := range out {
-		if i != winner && r.old != nil && r.old.Token != recs[winner].Token {
-			t.Errorf("claim %d saw token %q, want the winner's %q", i, r.old.Token, recs[winner].Token)
+	for i, old := range olds {
+		switch {
+		case i == winner:
+		case old == nil:
+			t.Errorf("%s: claim %d lost with no record; want the winner's", key, i)
+		case old.Token != recs[winner].Token:
+			t.Errorf("%s: claim %d lost to token %q, want the winner's %q (status %v, expires t0%+v)",
+				key, i, old.Token, recs[winner].Token, old.Status, old.ExpiresAt.Sub(h.t0))
 		}
 	}
-	if got := h.mustGet(t, key); got.Token != recs[winner].Token {
-		t.Errorf("stored token %q, want the winner's %q", got.Token, recs[winner].Token)
+	return recs[winner]
+}
+
+// testClaimRaceFreshKeys races claims on keys that have no record: the
+// losers must see the record the winner has just written.
+func testClaimRaceFreshKeys(t *testing.T, h *harness) {
+	for r := range raceRounds {
+		key := fmt.Sprintf("scope#race-fresh-%d", r)
+		h.race(t, key, h.t0, raceClaimants, func() *store.Record { return h.claim(key, time.Minute) })
+	}
+}
+
+// testClaimRaceOverExpired races claims on keys whose record has expired:
+// one claim replaces it, and the losers must see the replacement, never
+// the expired record.
+func testClaimRaceOverExpired(t *testing.T, h *harness) {
+	for r := range raceRounds {
+		key := fmt.Sprintf("scope#race-expired-%d", r)
+		old := h.claim(key, time.Minute)
+		h.mustAcquire(t, old, h.t0)
+		h.mustComplete(t, old, []byte(`"expired"`)) // expires at t0+2h
+		at := h.t0.Add(2 * time.Hour)
+		h.race(t, key, at, raceClaimants, func() *store.Record {
+			rec := h.claim(key, time.Minute)
+			rec.ExpiresAt, rec.LeaseExpiresAt = at.Add(time.Hour), at.Add(time.Minute)
+			return rec
+		})
 	}
 }
 

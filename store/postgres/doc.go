@@ -1,0 +1,30 @@
+// Package postgres is a [store.Store] on PostgreSQL, through pgx v5 and a
+// [pgxpool.Pool], and the store of the transactional guard: the completion
+// of a claim can commit in the same transaction as the guarded function's
+// own writes ([Store.Begin], [Tx]).
+//
+// Each record is one row of one table (see [CreateTable] and [DDL] for its
+// columns; [WithTable] names it). Every step is one round trip: Acquire is a
+// pipeline of four statements (BEGIN, a conditional upsert, a SELECT,
+// COMMIT) sent together, which returns the live record on a conflict and is
+// correct under concurrent claims at READ COMMITTED; Complete, Extend and
+// Release are single statements conditional on the fencing token, each sent
+// between BEGIN ISOLATION LEVEL READ COMMITTED and COMMIT in one pipeline,
+// so the server's default isolation level does not change them.
+//
+// Time is the guard's: liveness is checked against the now the guard passes
+// to Acquire, never the database's now(), as in every store. Times are kept
+// to the microsecond; expiries and lease ends are rounded up, never down.
+//
+// Results are stored as given, in a bytea column that PostgreSQL's TOAST
+// compresses on its own; [WithMaxResultSize] (1 MiB by default) refuses
+// larger ones with [store.ErrTooLarge] before sending.
+//
+// Expired rows stay until [Store.Purge] deletes them, in bounded batches
+// that never wait for a locked row. [Store.List] and [Store.Delete] serve
+// operators ([store.Admin]). Errors are [*OpError] values; those that mean
+// "retry later" match [store.ErrThrottled], rows that are not records
+// [store.ErrCorrupt].
+//
+// See docs/postgres.md in the repository for the design and its reasons.
+package postgres

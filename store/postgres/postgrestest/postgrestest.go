@@ -1,0 +1,277 @@
+// Package postgrestest connects tests to a PostgreSQL server: a pool from
+// the environment, a fresh table per test, and a tracer that counts the
+// statements a pool sends.
+//
+// Tests that need the server call [NewPool], which reads a connection URL
+// from the environment variable IDEMGUARD_POSTGRES_URL (for example
+// postgres://idemguard@127.0.0.1:5432/idemguard?sslmode=disable). When it
+// is unset the test is skipped, or fails if CI=true, so that a CI run
+// without the server cannot pass silently. The repository's
+// scripts/harness.sh starts a throwaway server and sets the variable:
+//
+//	IDEMGUARD_SERVICES=postgres scripts/harness.sh run go test ./store/postgres/...
+package postgrestest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemguard/idemguard/internal/testenv"
+	"github.com/idemguard/idemguard/store/postgres"
+)
+
+// URLEnv is the environment variable that holds the server's URL.
+const URLEnv = testenv.PostgresURL
+
+// URL returns the server's URL from [URLEnv]. If it is unset, URL skips
+// the test, or fails it when the environment variable CI is "true".
+func URL(t testing.TB) string {
+	t.Helper()
+	return testenv.Require(t, URLEnv, "PostgreSQL server")
+}
+
+// NewPool returns a pool on the server (see [URL]) of at most 16
+// connections, adjusted by adjust (for example [CountStatements]), and
+// closes it when the test ends.
+func NewPool(t testing.TB, adjust ...func(*pgxpool.Config)) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(URL(t))
+	if err != nil {
+		t.Fatalf("parsing %s: %v", URLEnv, err)
+	}
+	cfg.MaxConns = 16
+	for _, a := range adjust {
+		a(cfg)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatalf("pgxpool.NewWithConfig: %v", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		t.Fatalf("PostgreSQL at %s does not answer: %v", URLEnv, err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+var unsafeChars = regexp.MustCompile(`[^a-z0-9]+`)
+
+// TableName returns a table name unique to this call, derived from the
+// test's name, short enough that its index name is not truncated.
+func TableName(t testing.TB) string {
+	name := strings.Trim(unsafeChars.ReplaceAllString(strings.ToLower(t.Name()), "_"), "_")
+	if len(name) > 24 {
+		name = name[len(name)-24:]
+	}
+	var b [6]byte
+	rand.Read(b[:])
+	return "ig_" + name + "_" + hex.EncodeToString(b[:])
+}
+
+// NewTable creates table (a fresh name from [TableName] if table is "")
+// with [postgres.CreateTable], drops it when the test ends, and returns
+// its name.
+func NewTable(t testing.TB, pool *pgxpool.Pool, table string) string {
+	t.Helper()
+	if table == "" {
+		table = TableName(t)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := postgres.CreateTable(ctx, pool, table); err != nil {
+		t.Fatalf("CreateTable: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		id := pgx.Identifier{table}
+		if schema, name, ok := strings.Cut(table, "."); ok {
+			id = pgx.Identifier{schema, name}
+		}
+		if _, err := pool.Exec(ctx, "DROP TABLE IF EXISTS "+id.Sanitize()); err != nil {
+			t.Errorf("dropping %s: %v", table, err)
+		}
+	})
+	return table
+}
+
+// NewStore returns a store on a fresh table (see [NewTable]), with opts
+// after the table's own [postgres.WithTable].
+func NewStore(t testing.TB, pool *pgxpool.Pool, opts ...postgres.Option) *postgres.Store {
+	t.Helper()
+	table := NewTable(t, pool, "")
+	s, err := postgres.New(pool, append([]postgres.Option{postgres.WithTable(table)}, opts...)...)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return s
+}
+
+// Statement is one round trip a [Counter] saw.
+type Statement struct {
+	// Op is the first word of the statement, upper case ("SELECT",
+	// "UPDATE", "BEGIN", …), or "BATCH" for a pipeline of statements sent
+	// together.
+	Op string
+	// SQL is the statement, or the batch's statements joined by "; ".
+	SQL string
+	// RowsAffected is what the statement's command tag reports (for a
+	// batch, the sum over its statements).
+	RowsAffected int64
+	// Err is the statement's error.
+	Err error
+}
+
+// Counter is a pgx tracer that counts the round trips a pool sends: each
+// Exec, Query or QueryRow is one, and so is each batch (pgx pipelines a
+// batch's statements and their results in one exchange). The statements
+// pgx's statement cache prepares the first time a connection sees them are
+// not counted. It is safe for concurrent use.
+type Counter struct {
+	mu    sync.Mutex
+	stmts []Statement // protected by mu
+}
+
+var (
+	_ pgx.QueryTracer = (*Counter)(nil)
+	_ pgx.BatchTracer = (*Counter)(nil)
+)
+
+// CountStatements installs a new Counter as the tracer of the pool's
+// connections and returns it. Use it with [NewPool]:
+//
+//	var n *postgrestest.Counter
+//	pool := postgrestest.NewPool(t, func(c *pgxpool.Config) { n = postgrestest.CountStatements(c) })
+func CountStatements(cfg *pgxpool.Config) *Counter {
+	c := &Counter{}
+	cfg.ConnConfig.Tracer = c
+	return c
+}
+
+type traceKey struct{}
+
+// maxLog bounds the statements a Counter keeps.
+const maxLog = 100_000
+
+// TraceQueryStart implements [pgx.QueryTracer].
+func (c *Counter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	return context.WithValue(ctx, traceKey{}, data.SQL)
+}
+
+// TraceQueryEnd implements [pgx.QueryTracer].
+func (c *Counter) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryEndData) {
+	sql, _ := ctx.Value(traceKey{}).(string)
+	c.add(Statement{Op: firstWord(sql), SQL: sql, RowsAffected: data.CommandTag.RowsAffected(), Err: data.Err})
+}
+
+// TraceBatchStart implements [pgx.BatchTracer].
+func (c *Counter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceBatchStartData) context.Context {
+	sqls := make([]string, len(data.Batch.QueuedQueries))
+	for i, q := range data.Batch.QueuedQueries {
+		sqls[i] = q.SQL
+	}
+	return context.WithValue(ctx, traceKey{}, &batchTrace{sql: strings.Join(sqls, "; ")})
+}
+
+// batchTrace is what a Counter gathers of a batch while it runs.
+type batchTrace struct {
+	sql  string
+	rows atomic.Int64
+}
+
+// TraceBatchQuery implements [pgx.BatchTracer].
+func (c *Counter) TraceBatchQuery(ctx context.Context, _ *pgx.Conn, data pgx.TraceBatchQueryData) {
+	if b, ok := ctx.Value(traceKey{}).(*batchTrace); ok {
+		b.rows.Add(data.CommandTag.RowsAffected())
+	}
+}
+
+// TraceBatchEnd implements [pgx.BatchTracer].
+func (c *Counter) TraceBatchEnd(ctx context.Context, _ *pgx.Conn, data pgx.TraceBatchEndData) {
+	b, _ := ctx.Value(traceKey{}).(*batchTrace)
+	if b == nil {
+		b = &batchTrace{}
+	}
+	c.add(Statement{Op: "BATCH", SQL: b.sql, RowsAffected: b.rows.Load(), Err: data.Err})
+}
+
+func (c *Counter) add(s Statement) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.stmts) < maxLog {
+		c.stmts = append(c.stmts, s)
+	}
+}
+
+func firstWord(sql string) string {
+	f := strings.Fields(sql)
+	if len(f) == 0 {
+		return ""
+	}
+	return strings.ToUpper(strings.TrimSuffix(f[0], ";"))
+}
+
+// Statements returns the round trips seen since the last [Counter.Reset].
+func (c *Counter) Statements() []Statement {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]Statement(nil), c.stmts...)
+}
+
+// Total returns the number of round trips seen.
+func (c *Counter) Total() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.stmts)
+}
+
+// Snapshot returns the round trips seen, by Op.
+func (c *Counter) Snapshot() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m := map[string]int{}
+	for _, s := range c.stmts {
+		m[s.Op]++
+	}
+	return m
+}
+
+// Reset forgets every round trip seen.
+func (c *Counter) Reset() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.stmts = nil
+}
+
+// String lists the counts by Op, for failure messages: "BATCH=1 UPDATE=1".
+func (c *Counter) String() string {
+	m := c.Snapshot()
+	ops := make([]string, 0, len(m))
+	for op := range m {
+		ops = append(ops, op)
+	}
+	sort.Strings(ops)
+	parts := make([]string, len(ops))
+	for i, op := range ops {
+		parts[i] = op + "=" + strconv.Itoa(m[op])
+	}
+	if len(parts) == 0 {
+		return "no round trips"
+	}
+	return strings.Join(parts, " ")
+}

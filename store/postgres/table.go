@@ -1,0 +1,135 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Execer runs a statement: a *pgxpool.Pool, *pgx.Conn or pgx.Tx.
+type Execer interface {
+	Exec(ctx context.Context, sql string, arguments ...any) (pgconn.CommandTag, error)
+}
+
+// DDL returns the statements that create table (see [WithTable] for the
+// name's form) and its index if they do not exist, as [CreateTable] runs
+// them. Run them through a migration tool of your own if you have one.
+func DDL(table string) (string, error) {
+	id, err := parseTable(table)
+	if err != nil {
+		return "", fmt.Errorf("postgres: DDL: %w", err)
+	}
+	return ddl(id), nil
+}
+
+// maxIdentifier is PostgreSQL's longest identifier, in bytes (NAMEDATALEN-1);
+// longer ones are truncated.
+const maxIdentifier = 63
+
+// indexName is the name of the (expires_at, key) index of table: the
+// table's name and "_expires_at_key_idx", or, where that is too long, a
+// shortened name with a hash of the table's, so that truncation can never
+// make it the table's own name (and CREATE INDEX IF NOT EXISTS skip it).
+func indexName(table string) string {
+	const suffix = "_expires_at_key_idx"
+	if len(table)+len(suffix) <= maxIdentifier {
+		return table + suffix
+	}
+	h := fnv.New32a()
+	h.Write([]byte(table))
+	tail := fmt.Sprintf("_%08x_exp_idx", h.Sum32())
+	head := table[:maxIdentifier-len(tail)]
+	for !utf8.ValidString(head) { // cut on a character boundary
+		head = head[:len(head)-1]
+	}
+	return head + tail
+}
+
+func ddl(id pgx.Identifier) string {
+	index := pgx.Identifier{indexName(id[len(id)-1])}.Sanitize()
+	return fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %[1]s (
+    key              text        PRIMARY KEY,
+    status           text        NOT NULL CHECK (status IN ('INPROGRESS', 'COMPLETED')),
+    token            text        NOT NULL,
+    payload_hash     text        NOT NULL DEFAULT '',
+    result_kind      smallint    NOT NULL DEFAULT 0,
+    result           bytea,
+    expires_at       timestamptz NOT NULL,
+    lease_expires_at timestamptz
+);
+CREATE INDEX IF NOT EXISTS %[2]s ON %[1]s (expires_at, key);
+`, id.Sanitize(), index)
+}
+
+// CreateTable creates table (see [WithTable] for the name's form) and its
+// index on (expires_at, key), which [Store.Purge] and [Store.List] use, if
+// they do not exist; a schema it names must exist. It is safe to call at
+// every start, from many processes at once: the statements run in one
+// transaction under an advisory lock derived from the name. db is a pool,
+// a connection or a transaction.
+func CreateTable(ctx context.Context, db Execer, table string) error {
+	id, err := parseTable(table)
+	if err != nil {
+		return fmt.Errorf("postgres: CreateTable: %w", err)
+	}
+	h := fnv.New64a()
+	h.Write([]byte("idemguard create table " + id.Sanitize()))
+	// One simple-protocol message: its statements run as one transaction.
+	sql := fmt.Sprintf("SELECT pg_advisory_xact_lock(%d);\n%s", int64(h.Sum64()), ddl(id))
+	if _, err := db.Exec(ctx, sql); err != nil {
+		return fmt.Errorf("postgres: CreateTable %s: %w", id.Sanitize(), err)
+	}
+	return nil
+}
+
+// columns are the record's columns, in the order scanRecord reads them.
+const columns = "key, status, token, payload_hash, result_kind, result, expires_at, lease_expires_at"
+
+// statements are the SQL the store sends, built once for its table.
+type statements struct {
+	acquire  string // the conditional upsert; RETURNING a row iff it wrote
+	get      string
+	complete string
+	extend   string
+	release  string
+	getMany  string
+	delete   string
+	purge    string
+	list     string // the head of List's query, completed per query
+}
+
+func newStatements(id pgx.Identifier) statements {
+	t := id.Sanitize()
+	r := strings.NewReplacer("$T", t, "$C", columns)
+	return statements{
+		// The row is replaced only if it is not live at $7: expired, or
+		// in progress under a lapsed lease. ON CONFLICT DO UPDATE locks the
+		// conflicting row whether or not the WHERE holds, so the SELECT
+		// that follows in the same transaction reads that very row.
+		acquire: r.Replace(`INSERT INTO $T AS t (key, status, token, payload_hash, result_kind, result, expires_at, lease_expires_at)
+VALUES ($1, 'INPROGRESS', $2, $3, 0, NULL, $4, $5)
+ON CONFLICT (key) DO UPDATE SET status = 'INPROGRESS', token = excluded.token, payload_hash = excluded.payload_hash,
+    result_kind = 0, result = NULL, expires_at = excluded.expires_at, lease_expires_at = excluded.lease_expires_at
+WHERE t.expires_at <= $6 OR (t.status = 'INPROGRESS' AND t.lease_expires_at <= $6)
+RETURNING true`),
+		get: r.Replace(`SELECT $C FROM $T WHERE key = $1`),
+		complete: r.Replace(`UPDATE $T SET status = 'COMPLETED', payload_hash = $3, result_kind = $4, result = $5,
+    expires_at = $6, lease_expires_at = $7
+WHERE key = $1 AND token = $2`),
+		extend: r.Replace(`UPDATE $T SET lease_expires_at = $3, expires_at = $4
+WHERE key = $1 AND token = $2 AND status = 'INPROGRESS'`),
+		release: r.Replace(`DELETE FROM $T WHERE key = $1 AND token = $2`),
+		getMany: r.Replace(`SELECT $C FROM $T WHERE key = ANY($1)`),
+		delete:  r.Replace(`DELETE FROM $T WHERE key = $1`),
+		// ctid = ANY(ARRAY(…)) is a TID scan; SKIP LOCKED leaves the rows a
+		// claimant is replacing (and any other locked row) to a later run.
+		purge: r.Replace(`DELETE FROM $T WHERE ctid = ANY(ARRAY(
+    SELECT ctid FROM $T WHERE expires_at <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED))`),
+		list: r.Replace(`SELECT $C FROM $T`),
+	}
+}

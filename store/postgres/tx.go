@@ -1,0 +1,102 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemguard/idemguard/store"
+)
+
+// Begin implements [store.Transactor]: it takes a connection from the
+// pool and begins a transaction at READ COMMITTED, whatever the server's
+// default_transaction_isolation. The guard's transactional entry point
+// hands it to the guarded function, completes the claim inside it with
+// [Tx.Complete] and commits.
+//
+// READ COMMITTED is what makes the fenced completion work with a lease
+// keeper: the keeper extends the claim's lease from another connection
+// while the function runs, and at READ COMMITTED the completion's UPDATE
+// reads the newest version of the row, checks the token there and succeeds;
+// under REPEATABLE READ or SERIALIZABLE it would fail with a serialization
+// error whenever the lease had been extended since the transaction's
+// snapshot. A function that needs a stricter level for its own statements
+// may run SET TRANSACTION ISOLATION LEVEL as its first statement, and
+// must then expect such failures.
+func (s *Store) Begin(ctx context.Context) (store.Tx, error) {
+	c, err := s.conn(ctx, "Begin", "")
+	if err != nil {
+		return nil, err
+	}
+	tx, err := c.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if err != nil {
+		c.Release()
+		return nil, s.wrap("Begin", "", err)
+	}
+	return &Tx{s: s, conn: c, tx: tx}, nil
+}
+
+// Tx is the transaction [Store.Begin] returns: a [store.Tx] whose Complete
+// is the store's fenced UPDATE, run inside the transaction. The guarded
+// function writes through [Tx.PgxTx]; its writes and the completion commit
+// together or not at all.
+//
+// The function must leave the transaction's end to the guard: it must not
+// commit or roll it back itself.
+type Tx struct {
+	s    *Store
+	conn *pgxpool.Conn // released when the transaction ends
+	tx   pgx.Tx
+}
+
+var _ store.Tx = (*Tx)(nil)
+
+// PgxTx returns the pgx transaction, for the guarded function's own
+// statements.
+func (t *Tx) PgxTx() pgx.Tx { return t.tx }
+
+// Complete implements [store.Tx]: [Store.Complete] inside the transaction.
+// The UPDATE locks the record's row until the transaction ends, so a
+// claimant meeting the row waits for the commit and then sees the
+// completed record (or, after a rollback, the claim as it was). A result
+// over the store's limit is refused with [store.ErrTooLarge] before
+// anything is sent, and ErrTokenMismatch leaves the transaction usable, so
+// the caller decides what to do with it (the guard rolls back).
+func (t *Tx) Complete(ctx context.Context, rec *store.Record) error {
+	return t.s.complete(ctx, "Tx.Complete", rec, func(c context.Context, sql string, args ...any) (int64, error) {
+		tag, err := t.tx.Exec(c, sql, args...)
+		return tag.RowsAffected(), err
+	})
+}
+
+// Commit implements [store.Tx]. An error may mean the transaction did not
+// commit (a statement in it had failed, or the server refused the commit)
+// or that the answer was lost; read the record to tell.
+func (t *Tx) Commit(ctx context.Context) error {
+	defer t.release()
+	if err := t.tx.Commit(ctx); err != nil {
+		return t.s.wrap("Tx.Commit", "", err)
+	}
+	return nil
+}
+
+// Rollback implements [store.Tx]. It is harmless after Commit or a
+// previous Rollback.
+func (t *Tx) Rollback(ctx context.Context) error {
+	defer t.release()
+	if err := t.tx.Rollback(ctx); err != nil && !errors.Is(err, pgx.ErrTxClosed) {
+		return t.s.wrap("Tx.Rollback", "", err)
+	}
+	return nil
+}
+
+// release returns the connection to the pool, once. The pool drops it if
+// the transaction did not end cleanly.
+func (t *Tx) release() {
+	if t.conn != nil {
+		t.conn.Release()
+		t.conn = nil
+	}
+}
