@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/idemguard/idemguard/internal/epoch"
 	"github.com/idemguard/idemguard/store"
 )
 
@@ -103,9 +104,9 @@ func (s *Store) Acquire(ctx context.Context, rec *store.Record, now time.Time) (
 		ConditionExpression:      x.cond,
 		ExpressionAttributeNames: x.names,
 		ExpressionAttributeValues: x.fill(&slotValues{
-			slotNowSeconds: numAttr(floorSeconds(now)),
+			slotNowSeconds: numAttr(epoch.FloorSeconds(now)),
 			slotInProgress: inProgressAttr(),
-			slotNowMillis:  numAttr(floorMillis(now)),
+			slotNowMillis:  numAttr(epoch.FloorMillis(now)),
 		}),
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	}, s.optFns...)
@@ -170,7 +171,7 @@ func (s *Store) Extend(ctx context.Context, key, token string, leaseExpiresAt, e
 	// See extendExpr.
 	x := exprExtend
 	v := &slotValues{
-		slotExpiry:     numAttr(ceilSeconds(expiresAt)),
+		slotExpiry:     numAttr(epoch.CeilSeconds(expiresAt)),
 		slotToken:      strAttr(token),
 		slotInProgress: inProgressAttr(),
 	}
@@ -179,7 +180,7 @@ func (s *Store) Extend(ctx context.Context, key, token string, leaseExpiresAt, e
 			return s.opErr(op, key, err)
 		}
 		x = exprExtendLease
-		v[slotLease] = numAttr(ceilMillis(leaseExpiresAt))
+		v[slotLease] = numAttr(epoch.CeilMillis(leaseExpiresAt))
 	}
 	return s.update(ctx, op, key, x, v)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/idemguard/idemguard/internal/epoch"
 	"github.com/idemguard/idemguard/store"
 )
 
@@ -71,11 +72,11 @@ func allAttrNames(t *testing.T) Option {
 
 func legacyAcquire(c *config, now time.Time) (expression.Expression, error) {
 	cond := expression.AttributeNotExists(name(c.keyAttr)).
-		Or(name(c.expiryAttr).LessThanEqual(value(numAttr(floorSeconds(now)))),
+		Or(name(c.expiryAttr).LessThanEqual(value(numAttr(epoch.FloorSeconds(now)))),
 			expression.And(
 				name(c.statusAttr).Equal(value(strAttr(store.StatusInProgress.String()))),
 				expression.AttributeExists(name(c.leaseAttr)),
-				name(c.leaseAttr).LessThanEqual(value(numAttr(floorMillis(now)))),
+				name(c.leaseAttr).LessThanEqual(value(numAttr(epoch.FloorMillis(now)))),
 			))
 	return expression.NewBuilder().WithCondition(cond).Build()
 }
@@ -96,11 +97,11 @@ func legacyComplete(c *config, e *encoded, token string) (expression.Expression,
 }
 
 func legacyExtend(c *config, token string, leaseExpiresAt, expiresAt time.Time) (expression.Expression, error) {
-	upd := expression.Set(name(c.expiryAttr), value(numAttr(ceilSeconds(expiresAt))))
+	upd := expression.Set(name(c.expiryAttr), value(numAttr(epoch.CeilSeconds(expiresAt))))
 	if leaseExpiresAt.IsZero() {
 		upd = upd.Remove(name(c.leaseAttr))
 	} else {
-		upd = upd.Set(name(c.leaseAttr), value(numAttr(ceilMillis(leaseExpiresAt))))
+		upd = upd.Set(name(c.leaseAttr), value(numAttr(epoch.CeilMillis(leaseExpiresAt))))
 	}
 	cond := name(c.tokenAttr).Equal(value(strAttr(token))).
 		And(name(c.statusAttr).Equal(value(strAttr(store.StatusInProgress.String()))))
