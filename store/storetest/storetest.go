@@ -10,7 +10,7 @@
 // Run also tests the optional interfaces of package store that the store
 // implements, probed with a type assertion as the guard probes them. For an
 // interface the store does not implement, the subtest named after it
-// (BatchGetter) is skipped with a message that says so.
+// (BatchGetter, Admin) is skipped with a message that says so.
 package storetest
 
 import (
@@ -85,6 +85,7 @@ func Run(t *testing.T, newStore MakeStore, opts ...Option) {
 		})
 	}
 	runBatchGetter(t, newStore, cfg)
+	runAdmin(t, newStore)
 }
 
 type harness struct {
