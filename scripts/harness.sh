@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # harness.sh — installs, starts and stops the servers the tests use.
 #
-#   scripts/harness.sh install          install DynamoDB Local and the Temporal CLI into the cache
-#   scripts/harness.sh run CMD [ARG...] start both servers on free loopback ports, export
-#                                       IDEMGUARD_DYNAMODB_ENDPOINT and IDEMGUARD_TEMPORAL_ADDRESS,
-#                                       run CMD, stop the servers by PID, exit with CMD's status
+#   scripts/harness.sh install          install DynamoDB Local, the Temporal CLI and redis-server
+#   scripts/harness.sh run CMD [ARG...] start the servers on free loopback ports, export
+#                                       IDEMGUARD_DYNAMODB_ENDPOINT, IDEMGUARD_TEMPORAL_ADDRESS and
+#                                       IDEMGUARD_REDIS_ADDR, run CMD, stop the servers by PID,
+#                                       exit with CMD's status
 #
-# IDEMGUARD_SERVICES (default "dynamodb temporal") picks the servers to start.
+# IDEMGUARD_SERVICES (default "dynamodb temporal redis") picks the servers to start.
 #
 # Tools are cached outside the clone, keyed by version, so a fresh clone on the
 # same machine reuses them: ${XDG_CACHE_HOME:-$HOME/.cache}/idemguard/.
@@ -51,6 +52,16 @@ ensure_temporal() {
 	mkdir -p "$(dirname "$TEMPORAL_BIN")"
 	GOBIN="$(dirname "$TEMPORAL_BIN")" GOFLAGS=-buildvcs=false \
 		go install "github.com/temporalio/cli/cmd/temporal@$TEMPORAL_CLI_VERSION"
+}
+
+# ensure_redis installs redis-server from Debian's packages when it is missing.
+ensure_redis() {
+	if command -v redis-server >/dev/null 2>&1; then return; fi
+	log "installing redis-server"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq >/dev/null
+	apt-get install -y -qq redis-server >/dev/null
+	command -v redis-server >/dev/null 2>&1 || { log "redis-server not found after install"; exit 1; }
 }
 
 # free_port prints a TCP port on 127.0.0.1 that nothing listens on.
@@ -110,22 +121,40 @@ start_temporal() {
 	log "Temporal dev server on $IDEMGUARD_TEMPORAL_ADDRESS (pid ${PIDS[-1]})"
 }
 
+# start_redis starts redis-server with persistence off in its own directory.
+# The Debian package's service is not used: this instance is the harness's
+# alone and stops with it.
+start_redis() {
+	local port
+	port=$(free_port)
+	mkdir -p "$WORK/redis"
+	redis-server --bind 127.0.0.1 --port "$port" --save '' --appendonly no --daemonize no \
+		--dir "$WORK/redis" --maxmemory-policy noeviction >"$WORK/redis.log" 2>&1 &
+	PIDS+=("$!")
+	wait_tcp "$port" "$!" "redis-server" || { cat "$WORK/redis.log" >&2; exit 1; }
+	export IDEMGUARD_REDIS_ADDR="127.0.0.1:$port"
+	log "redis-server on $IDEMGUARD_REDIS_ADDR (pid ${PIDS[-1]})"
+}
+
 cmd=${1:-}
 shift || true
 case "$cmd" in
 install)
 	ensure_dynamodb_local
 	ensure_temporal
+	ensure_redis
 	;;
 run)
-	services=" ${IDEMGUARD_SERVICES:-dynamodb temporal} "
+	services=" ${IDEMGUARD_SERVICES:-dynamodb temporal redis} "
 	case $services in *" dynamodb "*) ensure_dynamodb_local ;; esac
 	case $services in *" temporal "*) ensure_temporal ;; esac
+	case $services in *" redis "*) ensure_redis ;; esac
 	WORK=$(mktemp -d)
 	trap stop_all EXIT
 	trap 'exit 130' INT TERM
 	case $services in *" dynamodb "*) start_dynamodb_local ;; esac
 	case $services in *" temporal "*) start_temporal ;; esac
+	case $services in *" redis "*) start_redis ;; esac
 	set +e
 	"$@"
 	status=$?

@@ -11,6 +11,7 @@ import (
 const (
 	DynamoDBEndpoint = "IDEMGUARD_DYNAMODB_ENDPOINT"
 	TemporalAddress  = "IDEMGUARD_TEMPORAL_ADDRESS"
+	RedisAddr        = "IDEMGUARD_REDIS_ADDR" // host:port of a redis-server on loopback
 )
 
 // Require returns the value of the environment variable name, which locates
