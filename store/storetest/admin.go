@@ -20,10 +20,7 @@ func runAdmin(t *testing.T, newStore MakeStore) {
 			t.Skipf("%T does not implement store.Admin: List and Delete cases not run", probe)
 		}
 		t.Logf("%T implements store.Admin: running the List and Delete cases", probe)
-		tests := []struct {
-			name string
-			fn   func(t *testing.T, h *harness, a store.Admin)
-		}{
+		runCases(t, newStore, []optionalCase[store.Admin]{
 			{"ListEmpty", testListEmpty},
 			{"ListPages", testListPages},
 			{"ListAsStored", testListAsStored},
@@ -31,13 +28,7 @@ func runAdmin(t *testing.T, newStore MakeStore) {
 			{"ListStatus", testListStatus},
 			{"ListContextCancelled", testListCancelled},
 			{"Delete", testDelete},
-		}
-		for _, tc := range tests {
-			t.Run(tc.name, func(t *testing.T) {
-				s := newStore(t)
-				tc.fn(t, newHarness(t, s), s.(store.Admin))
-			})
-		}
+		})
 	})
 }
 

@@ -28,10 +28,7 @@ func runBatchGetter(t *testing.T, newStore MakeStore, cfg config) {
 			t.Skipf("%T implements store.BatchGetter but GetMany returned store.ErrSkip: batch reads unavailable at run time; GetMany cases not run", probe)
 		}
 		t.Logf("%T implements store.BatchGetter: running the GetMany cases", probe)
-		tests := []struct {
-			name string
-			fn   func(t *testing.T, h *harness, bg store.BatchGetter)
-		}{
+		runCases(t, newStore, []optionalCase[store.BatchGetter]{
 			{"Empty", testGetManyEmpty},
 			{"AsStored", testGetManyAsStored},
 			{"ManyKeys", testGetManyManyKeys},
@@ -39,14 +36,25 @@ func runBatchGetter(t *testing.T, newStore MakeStore, cfg config) {
 			{"Consistent", testGetManyConsistent},
 			{"ContextCancelled", testGetManyCancelled},
 			{"CallerOwnsRecords", testGetManyOwned},
-		}
-		for _, tc := range tests {
-			t.Run(tc.name, func(t *testing.T) {
-				s := newStore(t)
-				tc.fn(t, newHarness(t, s), s.(store.BatchGetter))
-			})
-		}
+		})
 	})
+}
+
+// optionalCase is a test of an optional interface I of package store.
+type optionalCase[I any] struct {
+	name string
+	fn   func(t *testing.T, h *harness, i I)
+}
+
+// runCases runs each case as a subtest on a fresh store, which must
+// implement I.
+func runCases[I any](t *testing.T, newStore MakeStore, cases []optionalCase[I]) {
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newStore(t)
+			tc.fn(t, newHarness(t, s), s.(I))
+		})
+	}
 }
 
 // getMany calls GetMany and fails the test on an error.
