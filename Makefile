@@ -1,9 +1,10 @@
 # The README's test command is `make test`; .ci/run calls exactly that.
 #
-# make test   vet, then the race-enabled tests, against DynamoDB Local and a
-#             Temporal dev server that scripts/harness.sh installs (cached in
-#             $${XDG_CACHE_HOME:-$$HOME/.cache}/idemguard), starts on free
-#             loopback ports and stops by PID.
+# make test   vet, then the race-enabled tests, against DynamoDB Local, a
+#             Temporal dev server and redis-server that scripts/harness.sh
+#             installs (cached in $${XDG_CACHE_HOME:-$$HOME/.cache}/idemguard;
+#             redis-server from Debian's packages), starts on free loopback
+#             ports and stops by PID.
 # make unit   the same tests without starting servers (integration tests skip
 #             unless CI=true).
 # make bench  the guard's micro-benchmarks, then the load benchmark against

@@ -123,17 +123,27 @@ start_temporal() {
 
 # start_redis starts redis-server with persistence off in its own directory.
 # The Debian package's service is not used: this instance is the harness's
-# alone and stops with it.
+# alone and stops with it. free_port only sees listeners, so a port held by
+# an outgoing connection can still fail to bind: then it tries another port.
 start_redis() {
-	local port
-	port=$(free_port)
+	local port pid
 	mkdir -p "$WORK/redis"
-	redis-server --bind 127.0.0.1 --port "$port" --save '' --appendonly no --daemonize no \
-		--dir "$WORK/redis" --maxmemory-policy noeviction >"$WORK/redis.log" 2>&1 &
-	PIDS+=("$!")
-	wait_tcp "$port" "$!" "redis-server" || { cat "$WORK/redis.log" >&2; exit 1; }
-	export IDEMGUARD_REDIS_ADDR="127.0.0.1:$port"
-	log "redis-server on $IDEMGUARD_REDIS_ADDR (pid ${PIDS[-1]})"
+	for _ in 1 2 3 4 5; do
+		port=$(free_port)
+		redis-server --bind 127.0.0.1 --port "$port" --save '' --appendonly no --daemonize no \
+			--dir "$WORK/redis" --maxmemory-policy noeviction >"$WORK/redis.log" 2>&1 &
+		pid=$!
+		if wait_tcp "$port" "$pid" "redis-server"; then
+			PIDS+=("$pid")
+			export IDEMGUARD_REDIS_ADDR="127.0.0.1:$port"
+			log "redis-server on $IDEMGUARD_REDIS_ADDR (pid $pid)"
+			return
+		fi
+		kill "$pid" 2>/dev/null || true
+		grep -q 'Address already in use' "$WORK/redis.log" || break
+	done
+	cat "$WORK/redis.log" >&2
+	exit 1
 }
 
 cmd=${1:-}
