@@ -277,7 +277,7 @@ func (s *Store) Acquire(ctx context.Context, rec *store.Record, now time.Time) (
 		if err := s.replicated(w); err != nil {
 			// Not durable: give the key back rather than hold a claim a
 			// failover could forget while this caller does not run.
-			if _, _, rerr := s.run(ctx, releaseScript, rec.Key, []any{rec.Token}); rerr != nil {
+			if rerr := releaseScript.Run(ctx, s.client, []string{s.prefix + rec.Key}, rec.Token).Err(); rerr != nil {
 				err = errors.Join(err, fmt.Errorf("releasing the claim: %w", rerr))
 			}
 			return nil, s.opErr(op, rec.Key, err)
