@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/epoch"
 )
 
 // The raw baseline sends, with the same client and per-request options, the
@@ -61,28 +62,6 @@ func strAttr(s string) *types.AttributeValueMemberS {
 	return &types.AttributeValueMemberS{Value: s}
 }
 
-// ceilSeconds and ceilMillis round up, floorSeconds and floorMillis down,
-// as the store stores times.
-func ceilSeconds(t time.Time) int64 {
-	s := t.Unix()
-	if t.Nanosecond() > 0 {
-		s++
-	}
-	return s
-}
-
-func ceilMillis(t time.Time) int64 {
-	ns := int64(t.Nanosecond())
-	ms := t.Unix()*1000 + ns/1e6
-	if ns%1e6 != 0 {
-		ms++
-	}
-	return ms
-}
-
-func floorSeconds(t time.Time) int64 { return t.Unix() }
-func floorMillis(t time.Time) int64  { return t.Unix()*1000 + int64(t.Nanosecond())/1e6 }
-
 // newToken returns a 128-bit random fencing token in hex, as the guard
 // makes them.
 func newToken() string {
@@ -99,16 +78,16 @@ func (b *bench) rawClaim(ctx context.Context, key, token string, now time.Time) 
 		Item: map[string]types.AttributeValue{
 			"id":                     strAttr(key),
 			"status":                 strAttr("INPROGRESS"),
-			"expiration":             numAttr(ceilSeconds(now.Add(max(rawTTL, rawLease)))),
-			"in_progress_expiration": numAttr(ceilMillis(now.Add(rawLease))),
+			"expiration":             numAttr(epoch.CeilSeconds(now.Add(max(rawTTL, rawLease)))),
+			"in_progress_expiration": numAttr(epoch.CeilMillis(now.Add(rawLease))),
 			"token":                  strAttr(token),
 		},
 		ConditionExpression:      aws.String(claimCondition),
 		ExpressionAttributeNames: claimNames,
 		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":0": numAttr(floorSeconds(now)),
+			":0": numAttr(epoch.FloorSeconds(now)),
 			":1": strAttr("INPROGRESS"),
-			":2": numAttr(floorMillis(now)),
+			":2": numAttr(epoch.FloorMillis(now)),
 		},
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	}, b.optFns...)
@@ -136,7 +115,7 @@ func (b *bench) rawMiss(ctx context.Context, key string, in Order) error {
 		ExpressionAttributeValues: map[string]types.AttributeValue{
 			":0": strAttr(token),
 			":1": strAttr("COMPLETED"),
-			":2": numAttr(ceilSeconds(time.Now().Add(rawTTL))),
+			":2": numAttr(epoch.CeilSeconds(time.Now().Add(rawTTL))),
 			":3": strAttr(string(data)),
 		},
 	}, b.optFns...)
