@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"testing"
 	"time"
 
@@ -99,26 +98,7 @@ func (h *harness) fillAdmin(t *testing.T, scope string, n int) map[string]*store
 // checkListed compares the listed records with want.
 func checkListed(t *testing.T, got, want map[string]*store.Record) {
 	t.Helper()
-	for k, w := range want {
-		g, ok := got[k]
-		if !ok {
-			t.Errorf("List left out %q", k)
-			continue
-		}
-		if d := sameRecord(g, w); d != "" {
-			t.Errorf("listed record %q differs from the stored one: %s", k, d)
-		}
-	}
-	var extra []string
-	for k := range got {
-		if _, ok := want[k]; !ok {
-			extra = append(extra, k)
-		}
-	}
-	sort.Strings(extra)
-	if len(extra) > 0 {
-		t.Errorf("List returned %d records that are not stored: %.5q", len(extra), extra)
-	}
+	checkRecords(t, "List", got, want)
 }
 
 // testListPages lists 95 records 10 at a time: every record comes back,

@@ -70,17 +70,25 @@ func (h *harness) getMany(t *testing.T, bg store.BatchGetter, keys []string) map
 	return got
 }
 
-// checkMany compares got with want, reporting every difference.
+// checkMany compares what GetMany returned with want, reporting every
+// difference.
 func checkMany(t *testing.T, got map[string]*store.Record, want map[string]*store.Record) {
+	t.Helper()
+	checkRecords(t, "GetMany", got, want)
+}
+
+// checkRecords compares the records op returned, by key, with the stored
+// records want, reporting every difference.
+func checkRecords(t *testing.T, op string, got, want map[string]*store.Record) {
 	t.Helper()
 	for k, w := range want {
 		g, ok := got[k]
 		if !ok {
-			t.Errorf("GetMany left out %q, which is stored", k)
+			t.Errorf("%s left out %q, which is stored", op, k)
 			continue
 		}
 		if d := sameRecord(g, w); d != "" {
-			t.Errorf("GetMany record %q differs from the stored one: %s", k, d)
+			t.Errorf("%s record %q differs from the stored one: %s", op, k, d)
 		}
 	}
 	var extra []string
@@ -91,7 +99,7 @@ func checkMany(t *testing.T, got map[string]*store.Record, want map[string]*stor
 	}
 	if len(extra) > 0 {
 		sort.Strings(extra)
-		t.Errorf("GetMany returned %d keys that have no record: %.5q", len(extra), extra)
+		t.Errorf("%s returned %d keys that have no record: %.5q", op, len(extra), extra)
 	}
 }
 
