@@ -1,10 +1,11 @@
 # The README's test command is `make test`; .ci/run calls exactly that.
 #
 # make test   vet, then the race-enabled tests, against DynamoDB Local, a
-#             Temporal dev server and PostgreSQL that scripts/harness.sh
-#             installs (the first two cached in
-#             $${XDG_CACHE_HOME:-$$HOME/.cache}/idemguard, PostgreSQL from
-#             Debian's packages), starts on free loopback ports and stops by PID.
+#             Temporal dev server, redis-server and PostgreSQL that
+#             scripts/harness.sh installs (the first two cached in
+#             $${XDG_CACHE_HOME:-$$HOME/.cache}/idemguard, redis-server and
+#             PostgreSQL from Debian's packages), starts on free loopback
+#             ports and stops by PID.
 # make unit   the same tests without starting servers (integration tests skip
 #             unless CI=true).
 # make bench  the guard's micro-benchmarks, then the load benchmark against

@@ -2,13 +2,14 @@
 # harness.sh — installs, starts and stops the servers the tests use.
 #
 #   scripts/harness.sh install          install DynamoDB Local and the Temporal CLI into the cache,
-#                                       and PostgreSQL from Debian's packages when it is missing
+#                                       and redis-server and PostgreSQL from Debian's packages when
+#                                       they are missing
 #   scripts/harness.sh run CMD [ARG...] start the servers on free loopback ports, export
-#                                       IDEMGUARD_DYNAMODB_ENDPOINT, IDEMGUARD_TEMPORAL_ADDRESS and
-#                                       IDEMGUARD_POSTGRES_URL, run CMD, stop the servers by PID,
-#                                       exit with CMD's status
+#                                       IDEMGUARD_DYNAMODB_ENDPOINT, IDEMGUARD_TEMPORAL_ADDRESS,
+#                                       IDEMGUARD_REDIS_ADDR and IDEMGUARD_POSTGRES_URL, run CMD,
+#                                       stop the servers by PID, exit with CMD's status
 #
-# IDEMGUARD_SERVICES (default "dynamodb temporal postgres") picks the servers to start.
+# IDEMGUARD_SERVICES (default "dynamodb temporal redis postgres") picks the servers to start.
 #
 # Tools are cached outside the clone, keyed by version, so a fresh clone on the
 # same machine reuses them: ${XDG_CACHE_HOME:-$HOME/.cache}/idemguard/.
@@ -83,6 +84,16 @@ ensure_temporal() {
 		go install "github.com/temporalio/cli/cmd/temporal@$TEMPORAL_CLI_VERSION"
 }
 
+# ensure_redis installs redis-server from Debian's packages when it is missing.
+ensure_redis() {
+	if command -v redis-server >/dev/null 2>&1; then return; fi
+	log "installing redis-server"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq >/dev/null
+	apt-get install -y -qq redis-server >/dev/null
+	command -v redis-server >/dev/null 2>&1 || { log "redis-server not found after install"; exit 1; }
+}
+
 # free_port prints a TCP port on 127.0.0.1 that nothing listens on.
 free_port() {
 	local p
@@ -138,6 +149,31 @@ start_temporal() {
 	wait_tcp "$port" "$!" "Temporal dev server" || { cat "$WORK/temporal.log" >&2; exit 1; }
 	export IDEMGUARD_TEMPORAL_ADDRESS="127.0.0.1:$port"
 	log "Temporal dev server on $IDEMGUARD_TEMPORAL_ADDRESS (pid ${PIDS[-1]})"
+}
+
+# start_redis starts redis-server with persistence off in its own directory.
+# The Debian package's service is not used: this instance is the harness's
+# alone and stops with it. free_port only sees listeners, so a port held by
+# an outgoing connection can still fail to bind: then it tries another port.
+start_redis() {
+	local port pid
+	mkdir -p "$WORK/redis"
+	for _ in 1 2 3 4 5; do
+		port=$(free_port)
+		redis-server --bind 127.0.0.1 --port "$port" --save '' --appendonly no --daemonize no \
+			--dir "$WORK/redis" --maxmemory-policy noeviction >"$WORK/redis.log" 2>&1 &
+		pid=$!
+		if wait_tcp "$port" "$pid" "redis-server"; then
+			PIDS+=("$pid")
+			export IDEMGUARD_REDIS_ADDR="127.0.0.1:$port"
+			log "redis-server on $IDEMGUARD_REDIS_ADDR (pid $pid)"
+			return
+		fi
+		kill "$pid" 2>/dev/null || true
+		grep -q 'Address already in use' "$WORK/redis.log" || break
+	done
+	cat "$WORK/redis.log" >&2
+	exit 1
 }
 
 # PG_USER runs initdb and the server when the harness runs as root (initdb
@@ -198,18 +234,21 @@ case "$cmd" in
 install)
 	ensure_dynamodb_local
 	ensure_temporal
+	ensure_redis
 	ensure_postgres
 	;;
 run)
-	services=" ${IDEMGUARD_SERVICES:-dynamodb temporal postgres} "
+	services=" ${IDEMGUARD_SERVICES:-dynamodb temporal redis postgres} "
 	case $services in *" dynamodb "*) ensure_dynamodb_local ;; esac
 	case $services in *" temporal "*) ensure_temporal ;; esac
+	case $services in *" redis "*) ensure_redis ;; esac
 	case $services in *" postgres "*) ensure_postgres ;; esac
 	WORK=$(mktemp -d)
 	trap stop_all EXIT
 	trap 'exit 130' INT TERM
 	case $services in *" dynamodb "*) start_dynamodb_local ;; esac
 	case $services in *" temporal "*) start_temporal ;; esac
+	case $services in *" redis "*) start_redis ;; esac
 	case $services in *" postgres "*) start_postgres ;; esac
 	set +e
 	"$@"

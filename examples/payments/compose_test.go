@@ -70,15 +70,17 @@ func TestComposeFile(t *testing.T) {
 	if err := yaml.Unmarshal(raw, &f); err != nil {
 		t.Fatalf("parsing %s: %v", composePath, err)
 	}
-	if len(f.Services) != 4 {
-		t.Errorf("services %v, want dynamodb, temporal, jaeger and postgres", f.Services)
-	}
-
 	images := map[string]string{
 		"dynamodb": "amazon/dynamodb-local:",
 		"temporal": "temporalio/temporal:",
 		"jaeger":   "jaegertracing/all-in-one:",
 		"postgres": "postgres:",
+		"redis":    "redis:",
+	}
+	for name := range f.Services {
+		if _, ok := images[name]; !ok {
+			t.Errorf("unexpected service %s: add it to this test", name)
+		}
 	}
 	for name, prefix := range images {
 		s, ok := f.Services[name]
@@ -90,6 +92,10 @@ func TestComposeFile(t *testing.T) {
 		if !strings.HasPrefix(s.Image, prefix) || tag == "" || tag == "latest" {
 			t.Errorf("%s: image %q, want %s with a pinned version", name, s.Image, prefix)
 		}
+	}
+
+	if cmd := strings.Join(f.Services["redis"].Command, " "); !strings.Contains(cmd, "--maxmemory-policy noeviction") {
+		t.Errorf("redis: command %q, want --maxmemory-policy noeviction (docs/redis.md)", cmd)
 	}
 
 	ddb, tmp, jaeger := f.Services["dynamodb"], f.Services["temporal"], f.Services["jaeger"]

@@ -14,6 +14,8 @@ const (
 	// PostgresURL is a connection URL of a database the tests may create
 	// tables in, e.g. postgres://idemguard@127.0.0.1:5432/idemguard?sslmode=disable.
 	PostgresURL = "IDEMGUARD_POSTGRES_URL"
+	// RedisAddr is the host:port of a redis-server on loopback.
+	RedisAddr = "IDEMGUARD_REDIS_ADDR"
 )
 
 // Require returns the value of the environment variable name, which locates

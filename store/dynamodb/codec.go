@@ -1,13 +1,10 @@
 package dynamodb
 
 import (
-	"bytes"
-	"compress/gzip"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"strconv"
 	"strings"
@@ -16,6 +13,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/idemguard/idemguard/internal/compress"
 	"github.com/idemguard/idemguard/internal/epoch"
 	"github.com/idemguard/idemguard/store"
 )
@@ -27,25 +25,13 @@ const MaxItemSize = 400 << 10
 const (
 	kindError       = "error"
 	kindUnavailable = "unavailable"
-	encodingGzip    = "gzip"
+	encodingGzip    = compress.Encoding
 	// maxDepth bounds the nesting of a foreign data attribute (DynamoDB
 	// itself allows 32 levels).
 	maxDepth = 64
 )
 
-// Epoch bounds for stored times: from the zero time.Time (year 1) to the end
-// of year 9999. A number outside them cannot be a time we wrote.
-var (
-	minEpochSeconds = time.Time{}.Unix()
-	maxEpochSeconds = time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC).Unix()
-)
-
-func checkTime(what string, t time.Time) error {
-	if s := t.Unix(); s < minEpochSeconds || s > maxEpochSeconds {
-		return fmt.Errorf("dynamodb: %s %v is outside the years 1–9999", what, t)
-	}
-	return nil
-}
+func checkTime(what string, t time.Time) error { return epoch.Check("dynamodb", what, t) }
 
 func numAttr(n int64) *types.AttributeValueMemberN {
 	return &types.AttributeValueMemberN{Value: strconv.FormatInt(n, 10)}
@@ -182,19 +168,12 @@ func (c *config) encode(rec *store.Record) (*encoded, error) {
 // above the compression threshold when that makes it smaller, else S when
 // the result is UTF-8 JSON text (readable by AWS Powertools), else B.
 func (c *config) encodeData(b []byte) (v types.AttributeValue, gzipped bool, err error) {
-	if c.compressAbove >= 0 && len(b) > c.compressAbove {
-		var buf bytes.Buffer
-		buf.Grow(len(b) / 2)
-		zw := gzip.NewWriter(&buf)
-		if _, err := zw.Write(b); err != nil {
-			return nil, false, err
-		}
-		if err := zw.Close(); err != nil {
-			return nil, false, err
-		}
-		if buf.Len() < len(b) {
-			return &types.AttributeValueMemberB{Value: buf.Bytes()}, true, nil
-		}
+	z, ok, err := compress.Gzip(b, c.compressAbove)
+	if err != nil {
+		return nil, false, err
+	}
+	if ok {
+		return &types.AttributeValueMemberB{Value: z}, true, nil
 	}
 	if utf8.Valid(b) && json.Valid(b) {
 		return strAttr(string(b)), false, nil
@@ -264,7 +243,7 @@ func (c *config) decode(item map[string]types.AttributeValue) (*store.Record, er
 	if rec.Status, ok = store.ParseStatus(status); !ok {
 		return nil, corrupt(c.statusAttr, "has the unknown status %.40q", status)
 	}
-	exp, ok, err := numberAttr(item, c.expiryAttr, minEpochSeconds, maxEpochSeconds)
+	exp, ok, err := numberAttr(item, c.expiryAttr, epoch.MinSeconds, epoch.MaxSeconds)
 	if err != nil {
 		return nil, err
 	}
@@ -272,7 +251,7 @@ func (c *config) decode(item map[string]types.AttributeValue) (*store.Record, er
 		return nil, corrupt(c.expiryAttr, "is missing")
 	}
 	rec.ExpiresAt = time.Unix(exp, 0).UTC()
-	lease, ok, err := numberAttr(item, c.leaseAttr, minEpochSeconds*1000, maxEpochSeconds*1000)
+	lease, ok, err := numberAttr(item, c.leaseAttr, epoch.MinSeconds*1000, epoch.MaxSeconds*1000)
 	if err != nil {
 		return nil, err
 	}
@@ -393,18 +372,11 @@ func (c *config) decodeData(v types.AttributeValue, gzipped bool) ([]byte, error
 }
 
 func gunzip(attr string, b []byte) ([]byte, error) {
-	zr, err := gzip.NewReader(bytes.NewReader(b))
-	if err != nil {
-		return nil, &DecodeError{Attr: attr, Reason: "is not valid gzip", Err: err}
-	}
-	out, err := io.ReadAll(io.LimitReader(zr, maxDecompressedSize+1))
-	if err != nil {
-		return nil, &DecodeError{Attr: attr, Reason: "is not valid gzip", Err: err}
-	}
-	if len(out) > maxDecompressedSize {
+	out, err := compress.Gunzip(b, maxDecompressedSize)
+	if errors.Is(err, compress.ErrLimit) {
 		return nil, corrupt(attr, "decompresses to more than %d bytes", maxDecompressedSize)
 	}
-	if err := zr.Close(); err != nil {
+	if err != nil {
 		return nil, &DecodeError{Attr: attr, Reason: "is not valid gzip", Err: err}
 	}
 	return out, nil

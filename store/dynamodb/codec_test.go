@@ -13,49 +13,8 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/idemguard/idemguard/internal/epoch"
 	"github.com/idemguard/idemguard/store"
 )
-
-// TestConditionAgreesWithLive checks, over random times, that the
-// comparisons Acquire's condition makes on the stored numbers (expiry in
-// whole seconds rounded up, lease in milliseconds rounded up, now rounded
-// down) give the same answer as store.Record.Live on the decoded record.
-func TestConditionAgreesWithLive(t *testing.T) {
-	rng := rand.New(rand.NewPCG(1, 2))
-	base := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-	jitter := func() time.Duration {
-		// Within a few seconds, at every precision: whole seconds, ms, ns.
-		d := time.Duration(rng.Int64N(int64(6 * time.Second)))
-		switch rng.IntN(3) {
-		case 0:
-			d = d.Truncate(time.Second)
-		case 1:
-			d = d.Truncate(time.Millisecond)
-		}
-		return d
-	}
-	for i := 0; i < 200000; i++ {
-		exp, lease, now := base.Add(jitter()), base.Add(jitter()), base.Add(jitter())
-		stored := &store.Record{
-			Status:         store.StatusInProgress,
-			ExpiresAt:      time.Unix(epoch.CeilSeconds(exp), 0),
-			LeaseExpiresAt: time.UnixMilli(epoch.CeilMillis(lease)),
-		}
-		replaceable := epoch.CeilSeconds(exp) <= epoch.FloorSeconds(now) || epoch.CeilMillis(lease) <= epoch.FloorMillis(now)
-		if replaceable == stored.Live(now) {
-			t.Fatalf("exp %v lease %v now %v: condition says replaceable=%v, Live says %v",
-				exp, lease, now, replaceable, stored.Live(now))
-		}
-		// Rounding never shortens a time, and moves it less than the unit.
-		if d := stored.ExpiresAt.Sub(exp); d < 0 || d >= time.Second {
-			t.Fatalf("expiry %v stored as %v", exp, stored.ExpiresAt)
-		}
-		if d := stored.LeaseExpiresAt.Sub(lease); d < 0 || d >= time.Millisecond {
-			t.Fatalf("lease %v stored as %v", lease, stored.LeaseExpiresAt)
-		}
-	}
-}
 
 func TestNumberSize(t *testing.T) {
 	// Sizes measured on DynamoDB Local (TestItemSizeMatchesDynamoDB

@@ -10,6 +10,8 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
+
+	"github.com/idemguard/idemguard/internal/compress"
 )
 
 // Default attribute names: those of AWS Powertools, plus the three
@@ -41,7 +43,7 @@ const (
 const (
 	// DefaultCompressAbove is the result size above which results are
 	// compressed, unless [WithCompressAbove] says otherwise.
-	DefaultCompressAbove = 16 << 10
+	DefaultCompressAbove = compress.DefaultAbove
 	// DefaultMaxAttempts is how many times the default retryer tries each
 	// request.
 	DefaultMaxAttempts = 8

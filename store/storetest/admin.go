@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"testing"
 	"time"
 
@@ -20,43 +19,45 @@ func runAdmin(t *testing.T, newStore MakeStore) {
 			t.Skipf("%T does not implement store.Admin: operators cannot list or delete its records; Admin cases not run", probe)
 		}
 		t.Logf("%T implements store.Admin: running the List and Delete cases", probe)
-		tests := []struct {
-			name string
-			fn   func(t *testing.T, h *harness, a store.Admin)
-		}{
+		runCases(t, newStore, []optionalCase[store.Admin]{
 			{"ListEmpty", testListEmpty},
 			{"ListPages", testListPages},
+			{"ListAsStored", testListAsStored},
 			{"ListFilters", testListFilters},
+			{"ListPrefix", testListPrefix},
 			{"ListAcrossDeletes", testListAcrossDeletes},
 			{"Delete", testAdminDelete},
 			{"ContextCancelled", testAdminCancelled},
-		}
-		for _, tc := range tests {
-			t.Run(tc.name, func(t *testing.T) {
-				s := newStore(t)
-				tc.fn(t, newHarness(t, s), s.(store.Admin))
-			})
-		}
+		})
 	})
 }
 
-// listAll lists every page of q (q.Limit per page), checking each page's
-// size and, when the store says so, the newest-first order across pages.
-func (h *harness) listAll(t *testing.T, a store.Admin, q store.Query) []*store.Record {
+// listAll pages through q (q.Limit a page) to the last page and returns the
+// records in the order listed. It fails the test when a page holds more
+// than the limit, a record does not match q, a store that says it lists
+// newest first does not, a page hands back its own cursor, or the listing
+// does not end within maxPages.
+func (h *harness) listAll(t *testing.T, a store.Admin, q store.Query, maxPages int) []*store.Record {
 	t.Helper()
 	var all []*store.Record
-	for pages := 0; ; pages++ {
-		if pages > 1000 {
-			t.Fatalf("List(%+v) has not ended after 1,000 pages", q)
+	for pages := 1; ; pages++ {
+		if pages > maxPages {
+			t.Fatalf("List(%+v) did not end within %d pages", q, maxPages)
 		}
 		p, err := a.List(h.ctx, q)
 		if err != nil {
-			t.Fatalf("List(%+v) = %v", q, err)
+			t.Fatalf("List(%+v) page %d = %v", q, pages, err)
 		}
 		if q.Limit > 0 && len(p.Records) > q.Limit {
-			t.Errorf("List(%+v) returned %d records, over the limit", q, len(p.Records))
+			t.Errorf("List page %d holds %d records, over the limit %d", pages, len(p.Records), q.Limit)
 		}
 		for _, r := range p.Records {
+			if len(r.Key) < len(q.Prefix) || r.Key[:len(q.Prefix)] != q.Prefix {
+				t.Errorf("List(prefix %q) returned %q", q.Prefix, r.Key)
+			}
+			if q.Status != 0 && r.Status != q.Status {
+				t.Errorf("List(status %v) returned %q with status %v", q.Status, r.Key, r.Status)
+			}
 			if p.NewestFirst && len(all) > 0 && r.ExpiresAt.After(all[len(all)-1].ExpiresAt) {
 				t.Errorf("List says newest first, but %q (expires t0%+v) follows %q (t0%+v)",
 					r.Key, r.ExpiresAt.Sub(h.t0), all[len(all)-1].Key, all[len(all)-1].ExpiresAt.Sub(h.t0))
@@ -73,35 +74,22 @@ func (h *harness) listAll(t *testing.T, a store.Admin, q store.Query) []*store.R
 	}
 }
 
-// checkListed compares the listed records with want, by key: each exactly
-// once, as stored.
+// checkListed compares the listed records with want, by key: each as
+// stored, none left out, none extra. A store may list a record more than
+// once when its own iteration does (Redis SCAN during a rehash), as long
+// as it is the same record each time.
 func checkListed(t *testing.T, what string, got []*store.Record, want map[string]*store.Record) {
 	t.Helper()
-	seen := map[string]bool{}
+	byKey := make(map[string]*store.Record, len(got))
 	for _, r := range got {
-		if seen[r.Key] {
-			t.Errorf("%s: %q listed twice", what, r.Key)
+		if prev, ok := byKey[r.Key]; ok {
+			if d := sameRecord(r, prev); d != "" {
+				t.Errorf("%s: %q listed twice, differently: %s", what, r.Key, d)
+			}
 		}
-		seen[r.Key] = true
-		w, ok := want[r.Key]
-		if !ok {
-			t.Errorf("%s: listed %q, which it should not", what, r.Key)
-			continue
-		}
-		if d := sameRecord(r, w); d != "" {
-			t.Errorf("%s: %q differs from the stored record: %s", what, r.Key, d)
-		}
+		byKey[r.Key] = r
 	}
-	var missing []string
-	for k := range want {
-		if !seen[k] {
-			missing = append(missing, k)
-		}
-	}
-	if len(missing) > 0 {
-		sort.Strings(missing)
-		t.Errorf("%s: left out %q", what, missing)
-	}
+	checkRecords(t, what, byKey, want)
 }
 
 // adminFixture stores records in every state, under two scopes and two
@@ -146,6 +134,21 @@ func (h *harness) adminFixture(t *testing.T) map[string]*store.Record {
 	return want
 }
 
+// fillAdmin stores n records under scope, every third completed, and
+// returns them by key as stored.
+func (h *harness) fillAdmin(t *testing.T, scope string, n int) map[string]*store.Record {
+	t.Helper()
+	want := make(map[string]*store.Record, n)
+	for i := range n {
+		r := h.claim(fmt.Sprintf("%s#%03d", scope, i), time.Minute)
+		h.mustAcquire(t, r, h.t0)
+		want[r.Key] = r
+		if i%3 == 0 {
+			want[r.Key] = h.mustComplete(t, r, []byte(fmt.Sprintf(`{"n":%d}`, i)))
+		}
+	}
+	return want
+}
 func testListEmpty(t *testing.T, h *harness, a store.Admin) {
 	p, err := a.List(h.ctx, store.Query{})
 	if err != nil {
@@ -156,13 +159,43 @@ func testListEmpty(t *testing.T, h *harness, a store.Admin) {
 	}
 }
 
+// testListPages lists 95 records at several page sizes: every record comes
+// back, no page is over the limit, and the listing ends.
 func testListPages(t *testing.T, h *harness, a store.Admin) {
-	want := h.adminFixture(t)
-	for _, limit := range []int{0, 1, 3, 100} {
-		checkListed(t, fmt.Sprintf("List with limit %d", limit), h.listAll(t, a, store.Query{Limit: limit}), want)
+	want := h.fillAdmin(t, "pages", 95)
+	for _, limit := range []int{0, 1, 10, 1000} {
+		checkListed(t, fmt.Sprintf("List with limit %d", limit), h.listAll(t, a, store.Query{Limit: limit}, 200), want)
 	}
 }
 
+// testListAsStored lists records in every state: in progress (with and
+// without a lease, lapsed), completed with each result kind, and one
+// released, which is gone.
+func testListAsStored(t *testing.T, h *harness, a store.Admin) {
+	want := map[string]*store.Record{}
+	lease := h.claim("stored#lease", 30*time.Second)
+	noLease := h.claim("stored#no-lease", 0)
+	lapsed := h.claim("stored#lapsed", time.Second)
+	value := h.claim("stored#value", time.Minute)
+	unavailable := h.claim("stored#unavailable", time.Minute)
+	released := h.claim("stored#released", time.Minute)
+	for _, r := range []*store.Record{lease, noLease, lapsed, value, unavailable, released} {
+		h.mustAcquire(t, r, h.t0)
+		want[r.Key] = r
+	}
+	want[value.Key] = h.mustComplete(t, value, make([]byte, 40<<10)) // compressible
+	u := *unavailable
+	u.Status, u.ResultKind, u.ExpiresAt = store.StatusCompleted, store.ResultUnavailable, h.t0.Add(2*time.Hour)
+	if err := h.s.Complete(h.ctx, &u); err != nil {
+		t.Fatalf("Complete(unavailable) = %v", err)
+	}
+	want[u.Key] = &u
+	if err := h.s.Release(h.ctx, released.Key, released.Token); err != nil {
+		t.Fatalf("Release = %v", err)
+	}
+	delete(want, released.Key)
+	checkListed(t, "List", h.listAll(t, a, store.Query{Limit: 2}, 50), want)
+}
 func testListFilters(t *testing.T, h *harness, a store.Admin) {
 	all := h.adminFixture(t)
 	for _, q := range []store.Query{
@@ -180,7 +213,32 @@ func testListFilters(t *testing.T, h *harness, a store.Admin) {
 				want[k] = r
 			}
 		}
-		checkListed(t, fmt.Sprintf("List(prefix %q, status %v)", q.Prefix, q.Status), h.listAll(t, a, q), want)
+		checkListed(t, fmt.Sprintf("List(prefix %q, status %v)", q.Prefix, q.Status), h.listAll(t, a, q, 100), want)
+	}
+}
+
+// testListPrefix keeps records whose key starts with the prefix, taken
+// literally: characters that are patterns elsewhere (*, ?, [, ], \, %, _)
+// match only themselves.
+func testListPrefix(t *testing.T, h *harness, a store.Admin) {
+	scopes := []string{"charge", "charge-refund", "ch*rge", "ch?rge", "c[h]arge", `ch\arge`, "ch%rge", "ch_rge"}
+	byScope := map[string]map[string]*store.Record{}
+	for _, s := range scopes {
+		byScope[s] = h.fillAdmin(t, s, 4)
+	}
+	for _, s := range scopes {
+		checkListed(t, "List("+s+"#)", h.listAll(t, a, store.Query{Prefix: s + "#", Limit: 3}, 50), byScope[s])
+	}
+	got := h.listAll(t, a, store.Query{Prefix: "charge"}, 50)
+	want := map[string]*store.Record{}
+	for _, s := range []string{"charge", "charge-refund"} {
+		for k, r := range byScope[s] {
+			want[k] = r
+		}
+	}
+	checkListed(t, "List(charge)", got, want)
+	if got := h.listAll(t, a, store.Query{Prefix: "nothing#"}, 50); len(got) != 0 {
+		t.Errorf("List of a prefix nothing has = %d records", len(got))
 	}
 }
 
@@ -208,10 +266,9 @@ func testListAcrossDeletes(t *testing.T, h *harness, a store.Admin) {
 		}
 	}
 	delete(want, later)
-	rest := h.listAll(t, a, store.Query{Limit: 3, Cursor: p.Next})
+	rest := h.listAll(t, a, store.Query{Limit: 3, Cursor: p.Next}, 100)
 	checkListed(t, "pages across deletes", append(listed, rest...), want)
 }
-
 func contains(recs []*store.Record, key string) bool {
 	for _, r := range recs {
 		if r.Key == key {
@@ -220,7 +277,6 @@ func contains(recs []*store.Record, key string) bool {
 	}
 	return false
 }
-
 func testAdminDelete(t *testing.T, h *harness, a store.Admin) {
 	held := h.claim("scope#delete-held", time.Hour)
 	h.mustAcquire(t, held, h.t0)
@@ -253,7 +309,6 @@ func testAdminDelete(t *testing.T, h *harness, a store.Admin) {
 		t.Errorf("the deleted claim's Release = %v, want ErrTokenMismatch", err)
 	}
 }
-
 func testAdminCancelled(t *testing.T, h *harness, a store.Admin) {
 	rec := h.claim("scope#admin-cancelled", time.Minute)
 	h.mustAcquire(t, rec, h.t0)

@@ -28,10 +28,7 @@ func runBatchGetter(t *testing.T, newStore MakeStore, cfg config) {
 			t.Skipf("%T implements store.BatchGetter but GetMany returned store.ErrSkip: batch reads unavailable at run time; GetMany cases not run", probe)
 		}
 		t.Logf("%T implements store.BatchGetter: running the GetMany cases", probe)
-		tests := []struct {
-			name string
-			fn   func(t *testing.T, h *harness, bg store.BatchGetter)
-		}{
+		runCases(t, newStore, []optionalCase[store.BatchGetter]{
 			{"Empty", testGetManyEmpty},
 			{"AsStored", testGetManyAsStored},
 			{"ManyKeys", testGetManyManyKeys},
@@ -39,14 +36,25 @@ func runBatchGetter(t *testing.T, newStore MakeStore, cfg config) {
 			{"Consistent", testGetManyConsistent},
 			{"ContextCancelled", testGetManyCancelled},
 			{"CallerOwnsRecords", testGetManyOwned},
-		}
-		for _, tc := range tests {
-			t.Run(tc.name, func(t *testing.T) {
-				s := newStore(t)
-				tc.fn(t, newHarness(t, s), s.(store.BatchGetter))
-			})
-		}
+		})
 	})
+}
+
+// optionalCase is a test of an optional interface I of package store.
+type optionalCase[I any] struct {
+	name string
+	fn   func(t *testing.T, h *harness, i I)
+}
+
+// runCases runs each case as a subtest on a fresh store, which must
+// implement I.
+func runCases[I any](t *testing.T, newStore MakeStore, cases []optionalCase[I]) {
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newStore(t)
+			tc.fn(t, newHarness(t, s), s.(I))
+		})
+	}
 }
 
 // getMany calls GetMany and fails the test on an error.
@@ -62,17 +70,25 @@ func (h *harness) getMany(t *testing.T, bg store.BatchGetter, keys []string) map
 	return got
 }
 
-// checkMany compares got with want, reporting every difference.
+// checkMany compares what GetMany returned with want, reporting every
+// difference.
 func checkMany(t *testing.T, got map[string]*store.Record, want map[string]*store.Record) {
+	t.Helper()
+	checkRecords(t, "GetMany", got, want)
+}
+
+// checkRecords compares the records op returned, by key, with the stored
+// records want, reporting every difference.
+func checkRecords(t *testing.T, op string, got, want map[string]*store.Record) {
 	t.Helper()
 	for k, w := range want {
 		g, ok := got[k]
 		if !ok {
-			t.Errorf("GetMany left out %q, which is stored", k)
+			t.Errorf("%s left out %q, which is stored", op, k)
 			continue
 		}
 		if d := sameRecord(g, w); d != "" {
-			t.Errorf("GetMany record %q differs from the stored one: %s", k, d)
+			t.Errorf("%s record %q differs from the stored one: %s", op, k, d)
 		}
 	}
 	var extra []string
@@ -83,7 +99,7 @@ func checkMany(t *testing.T, got map[string]*store.Record, want map[string]*stor
 	}
 	if len(extra) > 0 {
 		sort.Strings(extra)
-		t.Errorf("GetMany returned %d keys that have no record: %.5q", len(extra), extra)
+		t.Errorf("%s returned %d keys that have no record: %.5q", op, len(extra), extra)
 	}
 }
 

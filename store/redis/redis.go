@@ -1,0 +1,403 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/idemguard/idemguard/internal/epoch"
+	"github.com/idemguard/idemguard/store"
+)
+
+// Store is a [store.Store] that keeps each record as one hash on a Redis or
+// Valkey server. It is safe for concurrent use; create it with [New].
+type Store struct {
+	client        goredis.UniversalClient
+	prefix        string
+	log           *slog.Logger
+	replicas      int
+	replicaWait   time.Duration
+	maxResult     int
+	compressAbove int
+	expiryGrace   time.Duration
+}
+
+var (
+	_ store.Store       = (*Store)(nil)
+	_ store.BatchGetter = (*Store)(nil)
+	_ store.Admin       = (*Store)(nil)
+)
+
+// checkTimeout bounds the server check [New] makes.
+const checkTimeout = 5 * time.Second
+
+// New returns a store that sends its commands through client: a
+// *redis.Client (standalone, or Sentinel through redis.NewFailoverClient), a
+// *redis.ClusterClient, or any other redis.UniversalClient, with the TLS and
+// ACL settings it was built with.
+//
+// Unless [WithoutServerCheck] is given, New asks the server (each master of
+// a Cluster), in one pipeline bounded by five seconds:
+//
+//   - CONFIG GET maxmemory-policy, and logs a warning when it is not
+//     noeviction: under any other policy Redis may evict a record when
+//     memory runs out, and an evicted record lets a duplicate run its side
+//     effect again. When CONFIG is not permitted (an ACL user without it, a
+//     managed service that renames it) or the server does not answer, New
+//     logs that it could not check.
+//   - CONFIG GET proto-max-bulk-len, the largest value the server accepts,
+//     which caps [WithMaxResultSize].
+//   - SCRIPT LOAD of the store's scripts, so that the first calls need no
+//     EVAL fallback.
+//
+// None of these failing makes New fail: it returns an error only for a nil
+// client or invalid options.
+func New(client goredis.UniversalClient, opts ...Option) (*Store, error) {
+	if client == nil {
+		return nil, errors.New("redis: New: nil client")
+	}
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.replicas > 0 {
+		switch client.(type) {
+		case *goredis.Client, *goredis.ClusterClient:
+		default:
+			return nil, fmt.Errorf("redis: invalid options: WithReplicas needs a *redis.Client or *redis.ClusterClient, not a %T", client)
+		}
+	}
+	s := &Store{
+		client:        client,
+		prefix:        cfg.prefix,
+		log:           cfg.logger,
+		replicas:      cfg.replicas,
+		replicaWait:   cfg.replicaWait,
+		compressAbove: cfg.compressAbove,
+		expiryGrace:   cfg.expiryGrace,
+	}
+	serverMax := 0
+	if !cfg.skipCheck {
+		ctx, cancel := context.WithTimeout(context.Background(), checkTimeout)
+		serverMax = s.checkServer(ctx)
+		cancel()
+	}
+	s.maxResult = resultLimit(cfg.maxResult, serverMax)
+	return s, nil
+}
+
+// resultLimit is the largest result the store stores: the option's, capped
+// by the server's proto-max-bulk-len; either may be 0 for unknown.
+func resultLimit(option, server int) int {
+	limit := option
+	if limit == 0 {
+		limit = server
+	}
+	if limit == 0 {
+		limit = DefaultMaxResultSize
+	}
+	if server > 0 && server < limit {
+		limit = server
+	}
+	return limit
+}
+
+// Name returns "redis", the store's name in telemetry (idemguard.store).
+func (s *Store) Name() string { return "redis" }
+
+// Prefix returns the prefix of the store's keys.
+func (s *Store) Prefix() string { return s.prefix }
+
+// MaxResultSize returns the largest result, in bytes before compression,
+// that Complete stores: [WithMaxResultSize], capped by the server's
+// proto-max-bulk-len.
+func (s *Store) MaxResultSize() int { return s.maxResult }
+
+// checkServer makes New's checks on every master and returns the smallest
+// proto-max-bulk-len it read, or 0.
+func (s *Store) checkServer(ctx context.Context) int {
+	var nodes []goredis.UniversalClient
+	if cc, ok := s.client.(*goredis.ClusterClient); ok {
+		ns, err := clusterMasters(ctx, cc)
+		if err != nil {
+			s.log.Warn("idemguard/redis: could not reach the Cluster to check maxmemory-policy; make sure it is noeviction on every master",
+				slog.Any("error", err))
+			return 0
+		}
+		for _, n := range ns {
+			nodes = append(nodes, n)
+		}
+	} else {
+		nodes = []goredis.UniversalClient{s.client}
+	}
+	limit := 0
+	for _, n := range nodes {
+		if l := s.checkNode(ctx, n); l > 0 && (limit == 0 || l < limit) {
+			limit = l
+		}
+	}
+	return limit
+}
+
+// checkNode checks one server (see New) and returns its proto-max-bulk-len,
+// or 0 if it could not be read.
+func (s *Store) checkNode(ctx context.Context, c goredis.UniversalClient) int {
+	pipe := c.Pipeline()
+	policy := pipe.ConfigGet(ctx, "maxmemory-policy")
+	bulk := pipe.ConfigGet(ctx, "proto-max-bulk-len")
+	loads := make([]*goredis.StringCmd, len(allSources))
+	for i, src := range allSources {
+		loads[i] = pipe.ScriptLoad(ctx, src)
+	}
+	_, _ = pipe.Exec(ctx)
+	addr := nodeAddr(c)
+	switch p, err := policy.Result(); {
+	case err != nil:
+		s.log.Warn("idemguard/redis: could not check maxmemory-policy (CONFIG GET refused or failed); make sure it is noeviction, or Redis may evict records and let duplicates run again",
+			slog.String("server", addr), slog.Any("error", err))
+	case p["maxmemory-policy"] == "":
+		s.log.Warn("idemguard/redis: the server does not report maxmemory-policy; make sure it is noeviction, or it may evict records and let duplicates run again",
+			slog.String("server", addr))
+	case p["maxmemory-policy"] != "noeviction":
+		s.log.Warn("idemguard/redis: maxmemory-policy is not noeviction: when memory runs out the server may evict idempotency records, and an evicted record lets a duplicate run its side effect again; set maxmemory-policy noeviction",
+			slog.String("server", addr), slog.String("maxmemory-policy", p["maxmemory-policy"]))
+	}
+	for _, l := range loads {
+		if err := l.Err(); err != nil {
+			s.log.Debug("idemguard/redis: SCRIPT LOAD failed; scripts will be sent with EVAL when the server lacks them",
+				slog.String("server", addr), slog.Any("error", err))
+			break
+		}
+	}
+	if b, err := bulk.Result(); err == nil {
+		if n, err := strconv.Atoi(b["proto-max-bulk-len"]); err == nil && n > 0 {
+			return n
+		}
+	}
+	return 0
+}
+
+func nodeAddr(c goredis.UniversalClient) string {
+	if cl, ok := c.(*goredis.Client); ok {
+		return cl.Options().Addr
+	}
+	return fmt.Sprintf("%T", c)
+}
+
+// run runs script sc on the record key with args: EVALSHA, or EVAL if the
+// server lacks the script. With [WithReplicas] it sends WAIT in the same
+// pipeline and returns what WAIT answered.
+func (s *Store) run(ctx context.Context, sc *goredis.Script, key string, args []any) (any, *waitResult, error) {
+	keys := []string{s.prefix + key}
+	if s.replicas == 0 {
+		v, err := sc.Run(ctx, s.client, keys, args...).Result()
+		return v, nil, err
+	}
+	var node goredis.UniversalClient = s.client
+	if cc, ok := s.client.(*goredis.ClusterClient); ok {
+		n, err := cc.MasterForKey(ctx, keys[0])
+		if err != nil {
+			return nil, nil, err
+		}
+		node = n
+	}
+	for _, eval := range []bool{false, true} {
+		pipe := node.Pipeline()
+		var cmd *goredis.Cmd
+		if eval {
+			cmd = sc.Eval(ctx, pipe, keys, args...)
+		} else {
+			cmd = sc.EvalSha(ctx, pipe, keys, args...)
+		}
+		wait := pipe.Do(ctx, "wait", s.replicas, s.replicaWait.Milliseconds())
+		_, _ = pipe.Exec(ctx)
+		v, err := cmd.Result()
+		if !eval && goredis.HasErrorPrefix(err, "NOSCRIPT") {
+			continue
+		}
+		acked, werr := wait.Int64()
+		return v, &waitResult{acked: acked, err: werr}, err
+	}
+	panic("unreachable")
+}
+
+// waitResult is WAIT's answer.
+type waitResult struct {
+	acked int64
+	err   error
+}
+
+// replicated returns nil when the write that w follows reached enough
+// replicas (or no replicas were asked for), else a [*ReplicationError].
+func (s *Store) replicated(w *waitResult) error {
+	if w == nil || (w.err == nil && w.acked >= int64(s.replicas)) {
+		return nil
+	}
+	return &ReplicationError{Want: s.replicas, Acked: int(w.acked), Timeout: s.replicaWait, Err: w.err}
+}
+
+// wrote reports whether a fenced script's reply says it wrote.
+func wrote(v any) (bool, error) {
+	n, ok := v.(int64)
+	if !ok {
+		return false, fmt.Errorf("redis: a script returned %T, want an integer", v)
+	}
+	return n == 1, nil
+}
+
+// Acquire implements [store.Store] with one script (one round trip) that
+// checks liveness against now, writes the claim and sets the key to expire
+// (PEXPIREAT) at its ExpiresAt plus the expiry grace, or returns the live
+// record in the same reply. A key that holds another type than a hash, or a
+// hash that cannot be read as a record, gives an error matching
+// [store.ErrCorrupt] and stays in place.
+func (s *Store) Acquire(ctx context.Context, rec *store.Record, now time.Time) (*store.Record, error) {
+	const op = "Acquire"
+	if err := ctx.Err(); err != nil {
+		return nil, s.opErr(op, rec.Key, err)
+	}
+	e, err := s.encode(rec)
+	if err != nil {
+		return nil, s.opErr(op, rec.Key, err)
+	}
+	args := make([]any, 0, 3+len(e.fields))
+	args = append(args, epoch.FloorSeconds(now), epoch.FloorMillis(now), e.pexpire)
+	args = append(args, e.fields...)
+	v, w, err := s.run(ctx, acquireScript, rec.Key, args)
+	if err != nil {
+		return nil, s.opErr(op, rec.Key, err)
+	}
+	switch v := v.(type) {
+	case int64:
+		if err := s.replicated(w); err != nil {
+			// Not durable: give the key back rather than hold a claim a
+			// failover could forget while this caller does not run.
+			if rerr := releaseScript.Run(ctx, s.client, []string{s.prefix + rec.Key}, rec.Token).Err(); rerr != nil {
+				err = errors.Join(err, fmt.Errorf("releasing the claim: %w", rerr))
+			}
+			return nil, s.opErr(op, rec.Key, err)
+		}
+		return nil, nil
+	case []any:
+		h, err := flatToMap(v)
+		if err != nil {
+			return nil, s.opErr(op, rec.Key, err)
+		}
+		old, err := s.decode(rec.Key, h)
+		if err != nil {
+			return nil, s.opErr(op, rec.Key, err)
+		}
+		return old, store.ErrConflict
+	case string:
+		return nil, s.opErr(op, rec.Key, notHash(v))
+	}
+	return nil, s.opErr(op, rec.Key, fmt.Errorf("redis: the claim script returned %T", v))
+}
+
+// Complete implements [store.Store] with one script that replaces the
+// record if it is held under rec.Token. A result over [Store.MaxResultSize]
+// is refused before anything is sent.
+func (s *Store) Complete(ctx context.Context, rec *store.Record) error {
+	const op = "Complete"
+	if err := ctx.Err(); err != nil {
+		return s.opErr(op, rec.Key, err)
+	}
+	done := *rec
+	done.Status = store.StatusCompleted
+	e, err := s.encode(&done)
+	if err != nil {
+		return s.opErr(op, rec.Key, err)
+	}
+	args := make([]any, 0, 2+len(e.fields))
+	args = append(args, rec.Token, e.pexpire)
+	args = append(args, e.fields...)
+	return s.fenced(ctx, op, completeScript, rec.Key, args)
+}
+
+// Extend implements [store.Store] with one script conditional on the token
+// and on the record being in progress.
+func (s *Store) Extend(ctx context.Context, key, token string, leaseExpiresAt, expiresAt time.Time) error {
+	const op = "Extend"
+	if err := ctx.Err(); err != nil {
+		return s.opErr(op, key, err)
+	}
+	if err := epoch.Check("redis", "expiresAt", expiresAt); err != nil {
+		return s.opErr(op, key, err)
+	}
+	lease := ""
+	if !leaseExpiresAt.IsZero() {
+		if err := epoch.Check("redis", "leaseExpiresAt", leaseExpiresAt); err != nil {
+			return s.opErr(op, key, err)
+		}
+		lease = strconv.FormatInt(epoch.CeilMillis(leaseExpiresAt), 10)
+	}
+	exp := epoch.CeilSeconds(expiresAt)
+	return s.fenced(ctx, op, extendScript, key, []any{token, s.pexpireAt(exp), exp, lease})
+}
+
+// Release implements [store.Store] with one script that deletes the record
+// if it is held under token.
+func (s *Store) Release(ctx context.Context, key, token string) error {
+	const op = "Release"
+	if err := ctx.Err(); err != nil {
+		return s.opErr(op, key, err)
+	}
+	v, err := releaseScript.Run(ctx, s.client, []string{s.prefix + key}, token).Result()
+	return s.fencedResult(op, key, v, nil, err)
+}
+
+// fenced runs one of the token-fenced scripts and maps its reply.
+func (s *Store) fenced(ctx context.Context, op string, sc *goredis.Script, key string, args []any) error {
+	v, w, err := s.run(ctx, sc, key, args)
+	return s.fencedResult(op, key, v, w, err)
+}
+
+func (s *Store) fencedResult(op, key string, v any, w *waitResult, err error) error {
+	if err != nil {
+		return s.opErr(op, key, err)
+	}
+	ok, err := wrote(v)
+	if err != nil {
+		return s.opErr(op, key, err)
+	}
+	if !ok {
+		return store.ErrTokenMismatch
+	}
+	if err := s.replicated(w); err != nil {
+		return s.opErr(op, key, err)
+	}
+	return nil
+}
+
+// Get implements [store.Store] with one HGETALL. Redis reads are strongly
+// consistent on the primary the client talks to.
+func (s *Store) Get(ctx context.Context, key string) (*store.Record, error) {
+	const op = "Get"
+	if err := ctx.Err(); err != nil {
+		return nil, s.opErr(op, key, err)
+	}
+	h, err := s.client.HGetAll(ctx, s.prefix+key).Result()
+	return s.readResult(op, key, h, err)
+}
+
+// readResult maps the reply of an HGETALL of the record key.
+func (s *Store) readResult(op, key string, h map[string]string, err error) (*store.Record, error) {
+	switch {
+	case isWrongType(err):
+		return nil, s.opErr(op, key, &DecodeError{Reason: "the key is not a hash", Err: err})
+	case err != nil:
+		return nil, s.opErr(op, key, err)
+	case len(h) == 0:
+		return nil, store.ErrNotFound
+	}
+	rec, err := s.decode(key, h)
+	if err != nil {
+		return nil, s.opErr(op, key, err)
+	}
+	return rec, nil
+}

@@ -1,0 +1,123 @@
+package redis
+
+import goredis "github.com/redis/go-redis/v9"
+
+// The store's Lua scripts. Each touches one key, KEYS[1], so that each runs
+// atomically on the node that owns the key, standalone or in a Cluster. The
+// field names are those of doc.go; the scripts never read the server's
+// clock: "now" comes from the caller, in ARGV.
+//
+// A key that holds something other than a hash is never overwritten: the
+// claim script reports its type, and the fenced scripts treat it as a record
+// not held under the caller's token.
+
+// acquireScript claims KEYS[1] unless a live record holds it.
+//
+//	ARGV[1]     now, epoch seconds, rounded down
+//	ARGV[2]     now, epoch milliseconds, rounded down
+//	ARGV[3]     when the server deletes the key (PEXPIREAT), epoch ms
+//	ARGV[4...]  the new record's field, value pairs
+//
+// It returns 1 when it wrote the record; the existing hash (HGETALL) when a
+// live record holds the key, or one the script cannot read (missing or
+// non-numeric expiration, unknown status), which stays in place and which
+// the caller decodes and reports as corrupt; or, for a key of another type,
+// that type's name as a status reply.
+//
+// Live is store.Record.Live on the stored numbers: expiration (seconds,
+// rounded up when written) > now, and COMPLETED, or INPROGRESS without a
+// lease, or with a lease (milliseconds, rounded up) > now.
+const acquireLua = `
+local t = redis.call('TYPE', KEYS[1]).ok
+if t ~= 'none' then
+  if t ~= 'hash' then
+    return redis.status_reply(t)
+  end
+  local f = redis.call('HMGET', KEYS[1], 'status', 'expiration', 'in_progress_expiration')
+  local exp = tonumber(f[2])
+  if exp == nil or (f[1] ~= 'COMPLETED' and f[1] ~= 'INPROGRESS') then
+    return redis.call('HGETALL', KEYS[1])
+  end
+  local live = exp > tonumber(ARGV[1])
+  if live and f[1] == 'INPROGRESS' and f[3] then
+    local lease = tonumber(f[3])
+    if lease == nil then
+      return redis.call('HGETALL', KEYS[1])
+    end
+    live = lease > tonumber(ARGV[2])
+  end
+  if live then
+    return redis.call('HGETALL', KEYS[1])
+  end
+  redis.call('DEL', KEYS[1])
+end
+redis.call('HSET', KEYS[1], unpack(ARGV, 4))
+redis.call('PEXPIREAT', KEYS[1], ARGV[3])
+return 1
+`
+
+// heldPrelude ends a fenced script with 0 unless KEYS[1] is a hash held
+// under the token ARGV[1].
+const heldPrelude = `
+if redis.call('TYPE', KEYS[1]).ok ~= 'hash' then
+  return 0
+end
+if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then
+  return 0
+end
+`
+
+// completeScript replaces the record KEYS[1] if it is held under ARGV[1].
+//
+//	ARGV[1]     the token
+//	ARGV[2]     PEXPIREAT, epoch ms
+//	ARGV[3...]  the completed record's field, value pairs
+//
+// It returns 1 when it wrote, 0 when the key is absent, not a hash, or held
+// under another token.
+const completeLua = heldPrelude + `
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], unpack(ARGV, 3))
+redis.call('PEXPIREAT', KEYS[1], ARGV[2])
+return 1
+`
+
+// extendScript moves the lease and expiry of the in-progress record KEYS[1]
+// if it is held under ARGV[1].
+//
+//	ARGV[1]  the token
+//	ARGV[2]  PEXPIREAT, epoch ms
+//	ARGV[3]  the new expiration, epoch seconds
+//	ARGV[4]  the new in_progress_expiration, epoch ms, or "" for none
+//
+// It returns 1 when it wrote, 0 otherwise.
+const extendLua = heldPrelude + `
+if redis.call('HGET', KEYS[1], 'status') ~= 'INPROGRESS' then
+  return 0
+end
+redis.call('HSET', KEYS[1], 'expiration', ARGV[3])
+if ARGV[4] == '' then
+  redis.call('HDEL', KEYS[1], 'in_progress_expiration')
+else
+  redis.call('HSET', KEYS[1], 'in_progress_expiration', ARGV[4])
+end
+redis.call('PEXPIREAT', KEYS[1], ARGV[2])
+return 1
+`
+
+// releaseScript deletes the record KEYS[1] if it is held under ARGV[1]. It
+// returns 1 when it deleted, 0 otherwise.
+const releaseLua = heldPrelude + `
+redis.call('DEL', KEYS[1])
+return 1
+`
+
+var (
+	acquireScript  = goredis.NewScript(acquireLua)
+	completeScript = goredis.NewScript(completeLua)
+	extendScript   = goredis.NewScript(extendLua)
+	releaseScript  = goredis.NewScript(releaseLua)
+
+	// allSources are the scripts' sources, for SCRIPT LOAD.
+	allSources = []string{acquireLua, completeLua, extendLua, releaseLua}
+)
