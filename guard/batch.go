@@ -89,13 +89,7 @@ type batchConfig struct {
 	stopOnError bool
 	resume      int
 	onItem      func(index int, outcome Outcome, err error)
-	err         error // the first invalid option
-}
-
-func (b *batchConfig) fail(err error) {
-	if b.err == nil {
-		b.err = err
-	}
+	invalid
 }
 
 // batchOption is a [BatchOption] of DoBatch's own.
@@ -108,11 +102,9 @@ func (f batchOption) applyBatch(b *batchConfig) { f(b) }
 // running and their claims, not the bulk lookup.
 func WithConcurrency(n int) BatchOption {
 	return batchOption(func(b *batchConfig) {
-		if n < 1 {
-			b.fail(invalidOption("concurrency must be at least 1, got %d", n))
-			return
+		if b.check(n >= 1, "concurrency must be at least 1, got %d", n) {
+			b.concurrency = n
 		}
-		b.concurrency = n
 	})
 }
 
@@ -122,8 +114,7 @@ func WithConcurrency(n int) BatchOption {
 // batch form of [WithKey]. In must be the batch's input type.
 func WithItemKey[In any](key func(In) any) BatchOption {
 	return batchOption(func(b *batchConfig) {
-		if key == nil {
-			b.fail(invalidOption("nil item key function"))
+		if !b.check(key != nil, "nil item key function") {
 			return
 		}
 		b.itemKeyType = reflect.TypeFor[In]()
@@ -153,11 +144,9 @@ func WithStopOnError() BatchOption {
 // no record and run again.
 func WithResume(done int) BatchOption {
 	return batchOption(func(b *batchConfig) {
-		if done < 0 {
-			b.fail(invalidOption("resume point must not be negative, got %d", done))
-			return
+		if b.check(done >= 0, "resume point must not be negative, got %d", done) {
+			b.resume = done
 		}
-		b.resume = done
 	})
 }
 

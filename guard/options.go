@@ -117,13 +117,26 @@ type settings struct {
 	tracerProvider trace.TracerProvider
 	meterProvider  metric.MeterProvider
 	logger         *slog.Logger
-	err            error // the first invalid option
+	invalid
 }
 
-func (s *settings) fail(err error) {
-	if s.err == nil {
-		s.err = err
+// invalid keeps the first invalid option of a scope.
+type invalid struct{ err error }
+
+// fail records err unless an earlier option failed (or err is nil).
+func (v *invalid) fail(err error) {
+	if v.err == nil {
+		v.err = err
 	}
+}
+
+// check records an invalid option, described by format and args, unless
+// ok, and returns ok.
+func (v *invalid) check(ok bool, format string, args ...any) bool {
+	if !ok {
+		v.fail(invalidOption(format, args...))
+	}
+	return ok
 }
 
 // config holds the settings of one call.
@@ -147,7 +160,7 @@ type config struct {
 	claimToken     string               // fixed fencing token, for re-entrant claims
 	rawKeyAttr     bool                 // record the key selection on spans
 	spanAttrs      []attribute.KeyValue // added to the execute span
-	err            error                // the first invalid option
+	invalid
 }
 
 func defaultSettings() settings {
@@ -163,12 +176,6 @@ func defaultSettings() settings {
 		},
 		clock: systemClock{},
 		skew:  DefaultClockSkew,
-	}
-}
-
-func (c *config) fail(err error) {
-	if c.err == nil {
-		c.err = err
 	}
 }
 
@@ -247,11 +254,9 @@ type ReplayHook func(ctx context.Context, key string, rec *store.Record, outcome
 // payload on every hit.
 func WithCache(size int) Option {
 	return guardOption(func(s *settings) {
-		if size < 0 {
-			s.fail(invalidOption("cache size must not be negative, got %d", size))
-			return
+		if s.check(size >= 0, "cache size must not be negative, got %d", size) {
+			s.cacheSize = size
 		}
-		s.cacheSize = size
 	})
 }
 
@@ -259,11 +264,9 @@ func WithCache(size int) Option {
 // fake clock to move through leases and expiry without sleeping.
 func WithClock(clock Clock) Option {
 	return guardOption(func(s *settings) {
-		if clock == nil {
-			s.fail(invalidOption("nil clock"))
-			return
+		if s.check(clock != nil, "nil clock") {
+			s.clock = clock
 		}
-		s.clock = clock
 	})
 }
 
@@ -278,11 +281,9 @@ func WithClock(clock Clock) Option {
 // new holder's record, but the function may run twice.
 func WithClockSkew(d time.Duration) Option {
 	return guardOption(func(s *settings) {
-		if d < 0 {
-			s.fail(invalidOption("clock skew must not be negative, got %v", d))
-			return
+		if s.check(d >= 0, "clock skew must not be negative, got %v", d) {
+			s.skew = d
 		}
-		s.skew = d
 	})
 }
 
@@ -296,11 +297,9 @@ func WithClockSkew(d time.Duration) Option {
 // replay) for one TTL before the new one runs a call.
 func WithKeySecret(secret []byte) Option {
 	return guardOption(func(s *settings) {
-		if len(secret) == 0 {
-			s.fail(invalidOption("empty key secret"))
-			return
+		if s.check(len(secret) > 0, "empty key secret") {
+			s.secret = append([]byte(nil), secret...)
 		}
-		s.secret = append([]byte(nil), secret...)
 	})
 }
 
@@ -337,13 +336,7 @@ func WithLogger(l *slog.Logger) Option {
 // reported as an [*ExpressionError].
 func WithKeyPath(expr string) CallOption {
 	e, err := compile(expr)
-	return callOption(func(c *config) {
-		if err != nil {
-			c.fail(err)
-			return
-		}
-		c.keyPath = e
-	})
+	return callOption(func(c *config) { c.fail(err); c.keyPath = e })
 }
 
 // WithPayloadValidation stores a hash of the part of the input that expr
@@ -352,13 +345,7 @@ func WithKeyPath(expr string) CallOption {
 // validate the whole input.
 func WithPayloadValidation(expr string) CallOption {
 	e, err := compile(expr)
-	return callOption(func(c *config) {
-		if err != nil {
-			c.fail(err)
-			return
-		}
-		c.validationPath = e
-	})
+	return callOption(func(c *config) { c.fail(err); c.validationPath = e })
 }
 
 // WithKey derives the key from selection instead of from the input (the key
@@ -379,11 +366,9 @@ func WithRequireKey(require bool) CallOption {
 // [DefaultTTL]).
 func WithTTL(ttl time.Duration) CallOption {
 	return callOption(func(c *config) {
-		if ttl <= 0 {
-			c.fail(invalidOption("TTL must be positive, got %v", ttl))
-			return
+		if c.check(ttl > 0, "TTL must be positive, got %v", ttl) {
+			c.ttl = ttl
 		}
-		c.ttl = ttl
 	})
 }
 
@@ -396,11 +381,9 @@ func WithTTL(ttl time.Duration) CallOption {
 // function's context is cancelled with cause [ErrLeaseLost].
 func WithLease(lease time.Duration) CallOption {
 	return callOption(func(c *config) {
-		if lease < 0 {
-			c.fail(invalidOption("lease must not be negative, got %v", lease))
-			return
+		if c.check(lease >= 0, "lease must not be negative, got %v", lease) {
+			c.lease = lease
 		}
-		c.lease = lease
 	})
 }
 
@@ -413,11 +396,9 @@ func WithReject() CallOption {
 // in progress waits for up to budget before it returns [ErrInProgress].
 func WithWait(budget time.Duration) CallOption {
 	return callOption(func(c *config) {
-		if budget <= 0 {
-			c.fail(invalidOption("wait budget must be positive, got %v", budget))
-			return
+		if c.check(budget > 0, "wait budget must be positive, got %v", budget) {
+			c.mode, c.waitBudget = Wait, budget
 		}
-		c.mode, c.waitBudget = Wait, budget
 	})
 }
 
@@ -426,22 +407,18 @@ func WithWait(budget time.Duration) CallOption {
 // exponentially with jitter and never run past the holder's lease end.
 func WithWaitBackoff(initial, max time.Duration) CallOption {
 	return callOption(func(c *config) {
-		if initial <= 0 || max < initial {
-			c.fail(invalidOption("wait backoff needs 0 < initial <= max, got %v, %v", initial, max))
-			return
+		if c.check(initial > 0 && max >= initial, "wait backoff needs 0 < initial <= max, got %v, %v", initial, max) {
+			c.waitInitial, c.waitMax = initial, max
 		}
-		c.waitInitial, c.waitMax = initial, max
 	})
 }
 
 // WithCodec sets the codec for results (default [JSON]).
 func WithCodec(codec Codec) CallOption {
 	return callOption(func(c *config) {
-		if codec == nil {
-			c.fail(invalidOption("nil codec"))
-			return
+		if c.check(codec != nil, "nil codec") {
+			c.codec = codec
 		}
-		c.codec = codec
 	})
 }
 
@@ -463,11 +440,9 @@ func WithDefiniteErrors(isDefinite func(error) bool) CallOption {
 // [MessageErrors]).
 func WithErrorCodec(ec ErrorCodec) CallOption {
 	return callOption(func(c *config) {
-		if ec == nil {
-			c.fail(invalidOption("nil error codec"))
-			return
+		if c.check(ec != nil, "nil error codec") {
+			c.errorCodec = ec
 		}
-		c.errorCodec = ec
 	})
 }
 
