@@ -28,39 +28,44 @@ import (
 // to decode a stored record's result.
 type PayloadCodec = temporalglue.PayloadCodec
 
-// rawCodec is the interceptor's codec: it encodes a result once and keeps
-// the payloads it made (so the worker sends those same payloads), and
-// replays stored payloads as they are into an *any.
-type rawCodec struct {
-	PayloadCodec
-	made *commonpb.Payloads // the payloads Marshal made; one call per codec
+// interceptedResult is what an activity guarded by [NewInterceptor]
+// returns to the guard: the payloads the worker will send, or, if the
+// activity's result could not be encoded, the result itself, which
+// interceptorCodec then fails to encode again so that the guard records
+// the call without a result rather than let it run twice.
+type interceptedResult struct {
+	payloads *commonpb.Payloads
+	raw      any
 }
 
-func (c *rawCodec) Marshal(v any) ([]byte, error) {
-	if v == nil {
-		return nil, nil
+// interceptorCodec is the codec of calls guarded by [NewInterceptor]: it
+// stores an interceptedResult's payloads and replays stored payloads as
+// they are into an *interceptedResult. Other values (those of guard.Step
+// inside the activity) are encoded and decoded by the PayloadCodec.
+type interceptorCodec struct{ PayloadCodec }
+
+func (c interceptorCodec) Marshal(v any) ([]byte, error) {
+	r, ok := v.(interceptedResult)
+	switch {
+	case !ok:
+		return c.PayloadCodec.Marshal(v)
+	case r.payloads != nil:
+		return proto.Marshal(r.payloads)
 	}
-	p, ok := v.(*commonpb.Payloads)
+	return c.PayloadCodec.Marshal(r.raw)
+}
+
+func (c interceptorCodec) Unmarshal(data []byte, v any) error {
+	r, ok := v.(*interceptedResult)
 	if !ok {
-		var err error
-		if p, err = c.Converter().ToPayloads(v); err != nil {
-			return nil, err
-		}
+		return c.PayloadCodec.Unmarshal(data, v)
 	}
-	c.made = p
-	return proto.Marshal(p)
-}
-
-func (c *rawCodec) Unmarshal(data []byte, v any) error {
-	if pv, ok := v.(*any); ok {
-		var p *commonpb.Payloads
-		if err := c.PayloadCodec.Unmarshal(data, &p); err != nil {
-			return err
-		}
-		*pv = p
-		return nil
+	var p *commonpb.Payloads
+	if err := c.PayloadCodec.Unmarshal(data, &p); err != nil {
+		return err
 	}
-	return c.PayloadCodec.Unmarshal(data, v)
+	*r = interceptedResult{payloads: p}
+	return nil
 }
 
 // failureCodec is a [guard.ErrorCodec] that stores errors as Temporal
@@ -101,6 +106,6 @@ func isStoredFailure(err error) bool {
 }
 
 var (
-	_ guard.Codec      = (*rawCodec)(nil)
+	_ guard.Codec      = interceptorCodec{}
 	_ guard.ErrorCodec = failureCodec{}
 )

@@ -85,24 +85,35 @@ func (a *activityInbound) ExecuteActivity(ctx context.Context, in *interceptor.E
 	default:
 		input = in.Args
 	}
-	codec := &rawCodec{PayloadCodec: PayloadCodec{DataConverter: temporalglue.ActivityConverter(ctx, r.cfg.dc)}}
-	cl := r.prepare(ctx, codec)
+	dc := temporalglue.ActivityConverter(ctx, r.cfg.dc)
+	cl := r.prepare(ctx, interceptorCodec{PayloadCodec{DataConverter: dc}})
 	if opt, ok := r.keyOption(ctx, len(in.Args) > 0); ok {
 		cl.opts = append(cl.opts, opt)
 	}
 	ctx = withGuardedByInterceptor(ctx)
-	v, out, err := guard.Execute(ctx, r.g, cl.scope, input, func(ctx context.Context) (any, error) {
-		return a.Next.ExecuteActivity(ctx, in)
+	v, err := guard.Do(ctx, r.g, cl.scope, input, func(ctx context.Context) (interceptedResult, error) {
+		v, err := a.Next.ExecuteActivity(ctx, in)
+		if err != nil || v == nil {
+			return interceptedResult{}, err
+		}
+		// Encode the result here, once: the worker sends the payloads that
+		// were stored, not a second encoding.
+		if p, ok := v.(*commonpb.Payloads); ok {
+			return interceptedResult{payloads: p}, nil
+		}
+		p, err := dc.ToPayloads(v)
+		if err != nil {
+			// The side effect happened: let the codec fail on it again,
+			// so that the guard records the call without a result.
+			return interceptedResult{raw: v}, nil
+		}
+		return interceptedResult{payloads: p}, nil
 	}, cl.opts...)
-	if err != nil {
+	switch {
+	case err != nil:
 		return nil, temporalglue.TemporalError(err, r.cfg.maxRetryDelay)
+	case v.payloads != nil && len(v.payloads.Payloads) > 0:
+		return v.payloads, nil
 	}
-	if out == guard.OutcomeExecuted && codec.made != nil {
-		// Send the payloads that were stored, not a second encoding.
-		return codec.made, nil
-	}
-	if p, ok := v.(*commonpb.Payloads); ok && p == nil {
-		return nil, nil
-	}
-	return v, nil
+	return v.raw, nil
 }
