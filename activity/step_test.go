@@ -19,6 +19,121 @@ import (
 	"github.com/idemguard/idemguard/workflow"
 )
 
+// invoice is an activity of two side effects, rendering and e-mailing an
+// invoice, each a guard.Step (or, with plain set, run directly). The
+// e-mail fails while failEmail is set.
+type invoice struct {
+	plain     bool
+	rendered  atomic.Int32
+	emailed   atomic.Int32 // attempts, failed ones included
+	failEmail atomic.Bool
+	// failFirst fails the e-mail of the activity's first attempt.
+	failFirst bool
+
+	mu   sync.Mutex
+	docs []string // protected by mu: every rendered document
+}
+
+// step runs fn as the guard.Step called name, or directly when the
+// invoice is plain.
+func step[T any](ctx context.Context, plain bool, name string, fn func(context.Context) (T, error)) (T, error) {
+	if plain {
+		return fn(ctx)
+	}
+	return guard.Step(ctx, name, fn)
+}
+
+// Send renders the invoice (its "charge ID" is the rendered document, new
+// on every rendering) and e-mails it.
+func (v *invoice) Send(ctx context.Context, o Order) (Receipt, error) {
+	doc, err := step(ctx, v.plain, "render", func(ctx context.Context) (string, error) {
+		v.rendered.Add(1)
+		doc := "inv-" + o.OrderID + "-" + randomID()
+		v.mu.Lock()
+		v.docs = append(v.docs, doc)
+		v.mu.Unlock()
+		return doc, nil
+	})
+	if err != nil {
+		return Receipt{}, err
+	}
+	if _, err := step(ctx, v.plain, "email", func(ctx context.Context) (bool, error) {
+		v.emailed.Add(1)
+		if v.failEmail.Load() || v.failFirst && tactivity.GetInfo(ctx).Attempt == 1 {
+			return false, errors.New("mail server unavailable")
+		}
+		return true, nil
+	}); err != nil {
+		return Receipt{}, err
+	}
+	return Receipt{ChargeID: doc, Amount: o.Amount}, nil
+}
+
+// firstDoc returns the first document rendered.
+func (v *invoice) firstDoc() string {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if len(v.docs) == 0 {
+		return ""
+	}
+	return v.docs[0]
+}
+
+// Guarded both ways, an activity whose second step failed replays its
+// first step on the next attempt and runs only the second; without steps
+// the first side effect runs again, which shows the check can fail.
+func TestStepsResumeInActivity(t *testing.T) {
+	order := Order{OrderID: "o-steps", Amount: 12}
+	for _, tc := range []struct {
+		name         string
+		plain        bool
+		interceptor  bool
+		wantRendered int32
+	}{
+		{"Guard", false, false, 1},
+		{"NewInterceptor", false, true, 1},
+		{"Guard without steps", true, false, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := newGuard(t)
+			v := &invoice{plain: tc.plain}
+			var setup func(*testsuite.TestActivityEnvironment)
+			fn := any(activity.Guard(g, v.Send))
+			if tc.interceptor {
+				fn = v.Send
+				setup = func(env *testsuite.TestActivityEnvironment) {
+					env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{
+						activity.NewInterceptor(g, activity.Policy{Activity: "Charge"}),
+					}})
+				}
+			}
+			v.failEmail.Store(true)
+			if _, err := runActivity(t, setup, fn, order); err == nil || !strings.Contains(err.Error(), "mail server unavailable") {
+				t.Fatalf("first attempt: %v, want the e-mail's error", err)
+			}
+			v.failEmail.Store(false)
+			r, err := runActivity(t, setup, fn, order)
+			if err != nil {
+				t.Fatalf("retry: %v", err)
+			}
+			if got := v.rendered.Load(); got != tc.wantRendered {
+				t.Errorf("rendered %d times, want %d", got, tc.wantRendered)
+			}
+			if got := v.emailed.Load(); got != 2 {
+				t.Errorf("e-mail tried %d times, want 2 (failed, then sent)", got)
+			}
+			if !strings.HasPrefix(r.ChargeID, "inv-o-steps-") {
+				t.Errorf("result %+v, want the rendered invoice", r)
+			}
+			// The activity completed: a third call replays it whole.
+			again, err := runActivity(t, setup, fn, order)
+			if err != nil || again != r || v.emailed.Load() != 2 {
+				t.Errorf("third call: %+v, %v, e-mails %d; want the replayed %+v and no new e-mail", again, err, v.emailed.Load(), r)
+			}
+		})
+	}
+}
+
 // Under the interceptor, steps' results are theirs alone: an activity that
 // returns no result still returns none after steps that did, however many
 // of its steps run at once.
