@@ -1,17 +1,18 @@
-// Command quickstart runs a real Temporal worker and workflow whose payment
-// activity is guarded by idemguard, on a machine with nothing but Go: no
-// Docker, no servers started by hand.
+// Command quickstart runs a real Temporal worker and workflows whose
+// payment activity is guarded by idemguard, on a machine with nothing
+// but Go: no Docker, no servers started by hand.
 //
 //	go run ./examples/quickstart
 //
-// The story: a Payment workflow calls a Charge activity. Its first attempt
-// charges the card, and then the worker "crashes" before Temporal hears of
-// the success (an interceptor throws the result away and fails the attempt).
-// Temporal retries the activity; the guard finds the charge recorded and
-// replays its receipt instead of charging again. A second workflow for the
-// same order (a duplicate request) replays it too. The program prints the
-// number of charges (1), the workflow results, and the OpenTelemetry trace
-// of both workflows as a tree.
+// It tells a story and prints its OpenTelemetry trace as a tree.
+//
+// A crash after the side effect: a Payment workflow calls a Charge
+// activity. Its first attempt charges the card, and then the worker
+// "crashes" before Temporal hears of the success (an interceptor throws the
+// result away and fails the attempt). Temporal retries the activity; the
+// guard finds the charge recorded and replays its receipt instead of
+// charging again. A second workflow for the same order (a duplicate
+// request) replays it too: one charge.
 //
 // # Which Temporal
 //
@@ -59,6 +60,8 @@ import (
 	"os/signal"
 	"syscall"
 	"time"
+
+	"github.com/idemguard/idemguard/examples/internal/payment"
 )
 
 func main() {
@@ -88,11 +91,12 @@ type config struct {
 
 // result is what one run established, for the test.
 type result struct {
-	Temporal string    // which Temporal ran the workflows
-	Store    string    // which store kept the records
-	Charges  int64     // charges that reached the provider
-	Receipts []Receipt // the workflows' results, in order
-	Tree     string    // the printed trace
+	Temporal string            // which Temporal ran the workflows
+	Store    string            // which store kept the records
+	Requests int               // charge requests for the first story's order
+	Charges  int               // charges made for the first story's order
+	Receipts []payment.Receipt // the first story's workflows' results, in order
+	Tree     string            // the printed trace
 }
 
 func run(ctx context.Context, out io.Writer, cfg config) error {
@@ -109,7 +113,7 @@ func quickstart(ctx context.Context, out io.Writer, cfg config) (*result, error)
 		return nil, err
 	}
 
-	provider := &Provider{}
+	provider := &payment.Provider{}
 	w, err := newWorker(st.store, tp, provider)
 	if err != nil {
 		return nil, err
@@ -124,17 +128,20 @@ func quickstart(ctx context.Context, out io.Writer, cfg config) (*result, error)
 	fmt.Fprintf(out, "Temporal: %s\n", tc.desc)
 	fmt.Fprintf(out, "store:    %s\n\n", st.desc)
 
-	order := newOrder()
+	// A crash after the side effect.
+	fmt.Fprintln(out, "A crash after the side effect: Charge charges, then its worker dies before")
+	fmt.Fprintln(out, "reporting; Temporal retries, and a duplicate workflow asks again.")
+	order := payment.NewOrder("order-", 4200)
 	for _, id := range []string{"pay-" + order.OrderID, "pay-" + order.OrderID + "-again"} {
-		var r Receipt
-		if err := tc.execute(ctx, id, order, &r); err != nil {
+		var r payment.Receipt
+		if err := tc.execute(ctx, id, payment.Payment, order, &r); err != nil {
 			return nil, fmt.Errorf("workflow %s: %w", id, err)
 		}
 		res.Receipts = append(res.Receipts, r)
-		fmt.Fprintf(out, "workflow %-24s result: receipt %s, %d.%02d %s\n", id, r.ChargeID, r.Amount/100, r.Amount%100, r.Currency)
+		fmt.Fprintf(out, "workflow %-28s receipt %s\n", id, r)
 	}
-	res.Charges = provider.Charges()
-	fmt.Fprintf(out, "charges made: %d\n\n", res.Charges)
+	res.Requests, res.Charges = provider.Requests(order.OrderID), provider.Charges(order.OrderID)
+	fmt.Fprintf(out, "charge requests: %d, charges made: %d\n\n", res.Requests, res.Charges)
 
 	tc.close() // stop the worker, so that every span has ended
 	if err := tp.ForceFlush(ctx); err != nil {
@@ -142,14 +149,19 @@ func quickstart(ctx context.Context, out io.Writer, cfg config) (*result, error)
 	}
 	res.Tree = renderTree(spans.GetSpans())
 	fmt.Fprintf(out, "trace of the guarded calls:\n%s", res.Tree)
+	return res, res.check()
+}
 
-	if res.Charges != 1 {
-		return res, fmt.Errorf("the card was charged %d times, want 1", res.Charges)
+// check reports what a run must not show: a second charge request, or
+// different receipts for one order.
+func (res *result) check() error {
+	if res.Requests != 1 || res.Charges != 1 {
+		return fmt.Errorf("%d charge requests and %d charges, want 1 of each: the guard replays", res.Requests, res.Charges)
 	}
 	for _, r := range res.Receipts[1:] {
 		if r != res.Receipts[0] {
-			return res, errors.New("the workflows returned different receipts for one order")
+			return errors.New("the workflows returned different receipts for one order")
 		}
 	}
-	return res, nil
+	return nil
 }

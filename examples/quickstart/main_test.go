@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemguard/idemguard/examples/internal/payment"
 	"github.com/idemguard/idemguard/internal/testenv"
 )
 
@@ -35,8 +36,9 @@ func requireEnv(t *testing.T, name string) string {
 }
 
 // quickstartRun runs the quickstart's main logic and checks what every run
-// must show: one charge, the same receipt for both workflows, and the trace
-// tree of a crashed attempt that executed and a retry that replayed.
+// must show: one charge request and the same receipt for both workflows,
+// and the trace tree of a crashed attempt that executed and a retry that
+// replayed.
 func quickstartRun(t *testing.T, cfg config) *result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -48,11 +50,11 @@ func quickstartRun(t *testing.T, cfg config) *result {
 	if err != nil {
 		t.Fatalf("quickstart: %v", err)
 	}
-	if res.Charges != 1 {
-		t.Errorf("charges = %d, want 1", res.Charges)
+	if res.Requests != 1 || res.Charges != 1 {
+		t.Errorf("charge requests = %d, charges = %d; want 1 and 1", res.Requests, res.Charges)
 	}
-	if !strings.Contains(out.String(), "charges made: 1\n") {
-		t.Errorf("output lacks the charge count of 1")
+	if !strings.Contains(out.String(), "charge requests: 1, charges made: 1\n") {
+		t.Errorf("output lacks the charge counts of 1")
 	}
 	if len(res.Receipts) != 2 || res.Receipts[0] != res.Receipts[1] || res.Receipts[0].ChargeID == "" {
 		t.Errorf("receipts = %+v, want two equal ones", res.Receipts)
@@ -60,7 +62,7 @@ func quickstartRun(t *testing.T, cfg config) *result {
 	for _, want := range []string{
 		"RunWorkflow:Payment  workflow=pay-order-",
 		"StartActivity:Charge",
-		"├─ RunActivity:Charge  error: " + errCrash.Error(),
+		"├─ RunActivity:Charge  error: " + payment.ErrCrash.Error(),
 		"idemguard.execute  attempt=1  outcome=executed",
 		"├─ idemguard.acquire",
 		"└─ idemguard.complete",
