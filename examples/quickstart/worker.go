@@ -21,10 +21,12 @@ type workerSetup struct {
 	register     func(worker.Registry)
 }
 
-// newWorker sets up the worker: the Payment workflow's Charge activity,
-// guarded with activity.Guard and keyed on order_id, whose first attempt
-// crashes after charging.
-func newWorker(s store.Store, tp *sdktrace.TracerProvider, p *payment.Provider) (*workerSetup, error) {
+// newWorker sets up the worker of both stories: the Payment workflow's
+// Charge activity, whose first attempt crashes after charging, and the
+// Purchase workflow's Checkout and CheckoutInSteps activities, whose first
+// attempts fail after charging. Each activity is guarded with
+// activity.Guard and keyed on order_id.
+func newWorker(s store.Store, tp *sdktrace.TracerProvider, p *payment.Provider, m *Mailer) (*workerSetup, error) {
 	tracing, err := temporalotel.NewTracingInterceptor(temporalotel.TracerOptions{Tracer: tp.Tracer("temporal-sdk-go")})
 	if err != nil {
 		return nil, err
@@ -34,14 +36,19 @@ func newWorker(s store.Store, tp *sdktrace.TracerProvider, p *payment.Provider) 
 		return nil, err
 	}
 	a := &payment.Activities{Provider: p}
-
+	c := &Checkouts{Provider: p, Mailer: m}
+	byOrder := activity.WithKeyPath("order_id")
 	return &workerSetup{
 		tracing:      tracing,
 		interceptors: []interceptor.WorkerInterceptor{&payment.CrashAfterCharge{Once: true}},
 		register: func(r worker.Registry) {
 			r.RegisterWorkflow(payment.Payment)
-			// The guarded activity, registered under the name "Charge".
-			activity.Register(r, a.Charge, activity.Guard(g, a.Charge, activity.WithKeyPath("order_id")))
+			r.RegisterWorkflow(Purchase)
+			// The guarded activities, each registered under its own name
+			// ("Charge", "Checkout", "CheckoutInSteps").
+			activity.Register(r, a.Charge, activity.Guard(g, a.Charge, byOrder))
+			activity.Register(r, c.Checkout, activity.Guard(g, c.Checkout, byOrder))
+			activity.Register(r, c.CheckoutInSteps, activity.Guard(g, c.CheckoutInSteps, byOrder))
 		},
 	}, nil
 }
