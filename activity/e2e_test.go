@@ -291,16 +291,7 @@ func TestLongHeartbeatingActivityKeepsItsKey(t *testing.T) {
 // which shows the check can fail.
 func TestStepsResumeAfterTemporalRetry(t *testing.T) {
 	c := temporaltest.Client(t, client.Options{})
-	for _, tc := range []struct {
-		name         string
-		plain        bool
-		interceptor  bool
-		wantRendered int32
-	}{
-		{"Guard", false, false, 1},
-		{"NewInterceptor", false, true, 1},
-		{"Guard without steps", true, false, 2},
-	} {
+	for _, tc := range stepCases {
 		t.Run(tc.name, func(t *testing.T) {
 			g := newGuard(t)
 			v := &invoice{plain: tc.plain, failFirst: true}

@@ -79,21 +79,26 @@ func (v *invoice) firstDoc() string {
 	return v.docs[0]
 }
 
+// stepCases are the ways the invoice activity runs in the step tests: with
+// steps, guarded by Guard and by NewInterceptor, where the first step's
+// side effect runs once; and without steps, where it runs on every attempt.
+var stepCases = []struct {
+	name         string
+	plain        bool // no steps
+	interceptor  bool // NewInterceptor, not Guard
+	wantRendered int32
+}{
+	{"Guard", false, false, 1},
+	{"NewInterceptor", false, true, 1},
+	{"Guard without steps", true, false, 2},
+}
+
 // Guarded both ways, an activity whose second step failed replays its
 // first step on the next attempt and runs only the second; without steps
 // the first side effect runs again, which shows the check can fail.
 func TestStepsResumeInActivity(t *testing.T) {
 	order := Order{OrderID: "o-steps", Amount: 12}
-	for _, tc := range []struct {
-		name         string
-		plain        bool
-		interceptor  bool
-		wantRendered int32
-	}{
-		{"Guard", false, false, 1},
-		{"NewInterceptor", false, true, 1},
-		{"Guard without steps", true, false, 2},
-	} {
+	for _, tc := range stepCases {
 		t.Run(tc.name, func(t *testing.T) {
 			g := newGuard(t)
 			v := &invoice{plain: tc.plain}
