@@ -15,6 +15,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/temporalglue"
 	"github.com/idemguard/idemguard/store"
 )
 
@@ -85,10 +86,10 @@ func DoBatch[In, Out any](ctx context.Context, g *guard.Guard, items []In, fn fu
 			ErrorTypeInvalidOption, nil)
 	}
 	if err := cfg.validate(g); err != nil {
-		return nil, temporalError(err, 0)
+		return nil, temporalglue.TemporalError(err, 0)
 	}
 	r := &runner{g: g, cfg: cfg, fallback: Name(fn)}
-	cl := r.prepare(ctx, PayloadCodec{DataConverter: activityConverter(ctx, cfg.dc)})
+	cl := r.prepare(ctx, PayloadCodec{DataConverter: temporalglue.ActivityConverter(ctx, cfg.dc)})
 
 	p := newProgress(ctx, batchFingerprint(cl.scope, items), len(items))
 	bopts := append([]guard.BatchOption(nil), cfg.batchOpts...)
@@ -136,10 +137,10 @@ func batchError(err error, i, n int, maxDelay time.Duration) error {
 			fmt.Sprintf("batch item at index %d (of %d): %v", i, n, err), ErrorTypeStoreThrottled,
 			temporal.ApplicationErrorOptions{NextRetryDelay: throttleDelay(maxDelay), Cause: err})
 	}
-	if te := temporalError(err, maxDelay); te == err {
+	if te := temporalglue.TemporalError(err, maxDelay); te == err {
 		return err // the activity's own error, or a context error
 	}
-	return temporalError(fmt.Errorf("batch item at index %d (of %d): %w", i, n, err), maxDelay)
+	return temporalglue.TemporalError(fmt.Errorf("batch item at index %d (of %d): %w", i, n, err), maxDelay)
 }
 
 // throttleDelay is ThrottleRetryDelay with ±50% jitter, capped by maxDelay

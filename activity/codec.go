@@ -1,129 +1,71 @@
 package activity
 
 import (
-	"context"
 	"errors"
 	"fmt"
 
 	commonpb "go.temporal.io/api/common/v1"
 	failurepb "go.temporal.io/api/failure/v1"
-	tactivity "go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/temporalglue"
 )
-
-// activityConverter returns dc as the worker applies it to the activity
-// running with ctx: transfer-aware, with the activity's serialization
-// context, and bound to ctx if dc is context-aware.
-func activityConverter(ctx context.Context, dc converter.DataConverter) converter.DataConverter {
-	dc = converter.MakeTransferAware(dc)
-	if tactivity.IsActivity(ctx) {
-		info := tactivity.GetInfo(ctx)
-		wt := ""
-		if info.WorkflowType != nil {
-			wt = info.WorkflowType.Name
-		}
-		dc = converter.WithDataConverterSerializationContext(dc, converter.ActivitySerializationContext{
-			Namespace:    info.Namespace,
-			WorkflowID:   info.WorkflowExecution.ID,
-			WorkflowType: wt,
-			ActivityType: info.ActivityType.Name,
-			TaskQueue:    info.TaskQueue,
-			IsLocal:      info.IsLocalActivity,
-		})
-	}
-	if ca, ok := dc.(converter.ContextAware); ok {
-		dc = ca.WithContext(ctx)
-	}
-	return dc
-}
 
 // PayloadCodec is a [guard.Codec] that stores values as the
 // *commonpb.Payloads a Temporal data converter makes of them, in protobuf
 // binary form, so that payload codecs (encryption, compression) apply to
-// stored results. Unmarshal into a *commonpb.Payloads or **commonpb.Payloads
-// returns the stored payloads without decoding them.
-type PayloadCodec struct {
-	// DataConverter encodes and decodes values; nil means the SDK's default.
-	DataConverter converter.DataConverter
+// stored results. Its field DataConverter encodes and decodes values (nil
+// means the SDK's default). Marshal stores a nil value (an activity that
+// returns only an error) as no bytes and a *commonpb.Payloads as it is;
+// Unmarshal into a *commonpb.Payloads or **commonpb.Payloads returns the
+// stored payloads without decoding them.
+//
+// Guarded activities use it already; give it to guard.WithCodec to store a
+// guard.Do call's result inside an activity as Temporal payloads, or use it
+// to decode a stored record's result.
+type PayloadCodec = temporalglue.PayloadCodec
+
+// interceptedResult is what an activity guarded by [NewInterceptor]
+// returns to the guard: the payloads the worker will send, or, if the
+// activity's result could not be encoded, the result itself, which
+// interceptorCodec then fails to encode again so that the guard records
+// the call without a result rather than let it run twice.
+type interceptedResult struct {
+	payloads *commonpb.Payloads
+	raw      any
 }
 
-func (c PayloadCodec) converter() converter.DataConverter {
-	if c.DataConverter == nil {
-		return converter.GetDefaultDataConverter()
+// interceptorCodec is the codec of calls guarded by [NewInterceptor]: it
+// stores an interceptedResult's payloads and replays stored payloads as
+// they are into an *interceptedResult. Other values (those of guard.Step
+// inside the activity) are encoded and decoded by the PayloadCodec.
+type interceptorCodec struct{ PayloadCodec }
+
+func (c interceptorCodec) Marshal(v any) ([]byte, error) {
+	r, ok := v.(interceptedResult)
+	switch {
+	case !ok:
+		return c.PayloadCodec.Marshal(v)
+	case r.payloads != nil:
+		return proto.Marshal(r.payloads)
 	}
-	return c.DataConverter
+	return c.PayloadCodec.Marshal(r.raw)
 }
 
-// Marshal encodes v with the data converter. A nil v (an activity that
-// returns only an error) is stored as no bytes.
-func (c PayloadCodec) Marshal(v any) ([]byte, error) {
-	if v == nil {
-		return nil, nil
-	}
-	if p, ok := v.(*commonpb.Payloads); ok {
-		return proto.Marshal(p)
-	}
-	p, err := c.converter().ToPayloads(v)
-	if err != nil {
-		return nil, err
-	}
-	return proto.Marshal(p)
-}
-
-// Unmarshal decodes data into v, a pointer.
-func (c PayloadCodec) Unmarshal(data []byte, v any) error {
-	p := &commonpb.Payloads{}
-	if err := proto.Unmarshal(data, p); err != nil {
-		return fmt.Errorf("idemguard: stored result is not Temporal payloads: %w", err)
-	}
-	switch v := v.(type) {
-	case **commonpb.Payloads:
-		*v = p
-		return nil
-	case *commonpb.Payloads:
-		proto.Merge(v, p)
-		return nil
-	}
-	return c.converter().FromPayloads(p, v)
-}
-
-// rawCodec is the interceptor's codec: it encodes a result once and keeps
-// the payloads it made (so the worker sends those same payloads), and
-// replays stored payloads as they are into an *any.
-type rawCodec struct {
-	PayloadCodec
-	made *commonpb.Payloads // the payloads Marshal made; one call per codec
-}
-
-func (c *rawCodec) Marshal(v any) ([]byte, error) {
-	if v == nil {
-		return nil, nil
-	}
-	p, ok := v.(*commonpb.Payloads)
+func (c interceptorCodec) Unmarshal(data []byte, v any) error {
+	r, ok := v.(*interceptedResult)
 	if !ok {
-		var err error
-		if p, err = c.converter().ToPayloads(v); err != nil {
-			return nil, err
-		}
+		return c.PayloadCodec.Unmarshal(data, v)
 	}
-	c.made = p
-	return proto.Marshal(p)
-}
-
-func (c *rawCodec) Unmarshal(data []byte, v any) error {
-	if pv, ok := v.(*any); ok {
-		var p *commonpb.Payloads
-		if err := c.PayloadCodec.Unmarshal(data, &p); err != nil {
-			return err
-		}
-		*pv = p
-		return nil
+	var p *commonpb.Payloads
+	if err := c.PayloadCodec.Unmarshal(data, &p); err != nil {
+		return err
 	}
-	return c.PayloadCodec.Unmarshal(data, v)
+	*r = interceptedResult{payloads: p}
+	return nil
 }
 
 // failureCodec is a [guard.ErrorCodec] that stores errors as Temporal
@@ -140,7 +82,7 @@ func newFailureCodec(dc converter.DataConverter) failureCodec {
 
 func (c failureCodec) EncodeError(err error) ([]byte, error) {
 	if guard.IsDefinite(err) {
-		err = definiteError(err)
+		err = temporalglue.DefiniteError(err)
 	}
 	return proto.Marshal(c.fc.ErrorToFailure(err))
 }
@@ -164,7 +106,6 @@ func isStoredFailure(err error) bool {
 }
 
 var (
-	_ guard.Codec      = PayloadCodec{}
-	_ guard.Codec      = (*rawCodec)(nil)
+	_ guard.Codec      = interceptorCodec{}
 	_ guard.ErrorCodec = failureCodec{}
 )

@@ -1,8 +1,22 @@
 // Package activity guards Temporal activities with idempotency records, so
 // that an activity's side effect happens once however often Temporal runs
-// the activity: a retry after a failure that came after the side effect, a
-// result lost when a worker crashed or the activity timed out just after it
-// finished, or two workflows asking for the same business operation.
+// the activity: a retry after its result was lost (a worker crash or a
+// timeout just after it finished), a second workflow asking for the same
+// business operation, or a retry of an activity that failed after some of
+// its side effects, when those are guarded steps.
+//
+// What is replayed and what runs again: an attempt that finds a recorded
+// result (or a stored definite error, see [WithStoredFailures]) replays it
+// without running the activity. An activity that returns an error records
+// nothing and releases its key, so Temporal's retry runs the whole activity
+// again, side effects before the error included. Three ways keep those
+// exactly-once anyway: run each side effect as a guard.Step, whose result
+// is recorded on its own, so that the retry replays the steps that
+// completed and runs only the rest; pass guard.KeyFromContext downstream
+// (a payment provider's Idempotency-Key), so that the other system
+// deduplicates the second request; or return a definite error
+// ([WithStoredFailures]), which is recorded and replayed instead of
+// retried.
 //
 // There are two ways in. [Guard] (and [GuardNoInput], [GuardNoResult],
 // [GuardNoInputNoResult] for the other shapes Temporal users write) wraps an
@@ -28,6 +42,41 @@
 //	func SendInvoices(ctx context.Context, invoices []Invoice) ([]Receipt, error) {
 //		return activity.DoBatch(ctx, g, invoices, sendInvoice, activity.WithKeyPath("invoice_id"))
 //	}
+//
+// # Steps
+//
+// An activity of several side effects makes each one a step, so that a
+// failure in a later one does not repeat the earlier ones on Temporal's
+// retry:
+//
+//	func SendInvoice(ctx context.Context, inv Invoice) (Receipt, error) {
+//		pdf, err := guard.Step(ctx, "render", func(ctx context.Context) (string, error) { return render(ctx, inv) })
+//		if err != nil {
+//			return Receipt{}, err
+//		}
+//		return guard.Step(ctx, "email", func(ctx context.Context) (Receipt, error) { return mail(ctx, inv, pdf) })
+//	}
+//
+// A step is keyed by the activity's key and its name, and its result is
+// stored with the activity's data converter. guard.Step in an activity that
+// is not guarded returns guard.ErrNotInCall without running; the
+// interceptors of this package and of the workflow package turn it into a
+// non-retryable error of type [ErrorTypeNotInCall].
+//
+// # Options
+//
+// Guard options for one activity (payload validation, a required key, TTL,
+// lease, wait mode, …) are given with [WithGuardOptions], and DoBatch's
+// with [WithBatchOptions]:
+//
+//	activity.Guard(g, ChargeCard,
+//		activity.WithKeyPath("order_id"),
+//		activity.WithGuardOptions(guard.WithPayloadValidation("amount"), guard.WithRequireKey(true)))
+//
+// [Guard], its siblings and [NewInterceptor] check every option when they
+// are called, and panic on an invalid one (an expression that does not
+// compile, a batch option outside DoBatch), so the mistake shows when the
+// worker starts, never in a workflow.
 //
 // # Keys
 //

@@ -282,3 +282,56 @@ func TestLongHeartbeatingActivityKeepsItsKey(t *testing.T) {
 		t.Errorf("%d heartbeats, want 14", heartbeats.Load())
 	}
 }
+
+// Issue 18's case on the server: a guarded activity of two guard.Steps
+// whose second step fails on the first attempt. Temporal retries the
+// activity; the retry replays the first step (its side effect does not run
+// again, and its result is the first attempt's) and runs the second; the
+// workflow completes. Without steps the first side effect runs twice,
+// which shows the check can fail.
+func TestStepsResumeAfterTemporalRetry(t *testing.T) {
+	c := temporaltest.Client(t, client.Options{})
+	for _, tc := range stepCases {
+		t.Run(tc.name, func(t *testing.T) {
+			g := newGuard(t)
+			v := &invoice{plain: tc.plain, failFirst: true}
+			var opts worker.Options
+			fn := any(activity.Guard(g, v.Send, activity.WithKeyPath("order_id")))
+			if tc.interceptor {
+				fn = v.Send
+				opts.Interceptors = []interceptor.WorkerInterceptor{activity.NewInterceptor(g,
+					activity.Policy{Activity: "Charge", Options: []activity.Option{activity.WithKeyPath("order_id")}})}
+			}
+			tq := temporaltest.Name(t, "tq")
+			temporaltest.Worker(t, c, tq, opts, func(r worker.Registry) {
+				r.RegisterWorkflow(chargeWorkflow)
+				r.RegisterActivityWithOptions(fn, tactivity.RegisterOptions{Name: "Charge"})
+			})
+
+			id := temporaltest.Name(t, "wf")
+			var got Receipt
+			if err := temporaltest.Run(t, c, tq, id, time.Minute, &got, chargeWorkflow,
+				chargeParams{Order: Order{OrderID: "o-inv", Amount: 30}, MaxAttempts: 3}); err != nil {
+				t.Fatalf("workflow failed: %v", err)
+			}
+			if n := v.rendered.Load(); n != tc.wantRendered {
+				t.Errorf("the first step's side effect ran %d times, want %d", n, tc.wantRendered)
+			}
+			if n := v.emailed.Load(); n != 2 {
+				t.Errorf("the second step ran %d times, want 2 (failed, then sent)", n)
+			}
+			if first := v.firstDoc(); (got.ChargeID == first) != (tc.wantRendered == 1) {
+				t.Errorf("result %q, first rendering %q: equal = %v, want %v", got.ChargeID, first, got.ChargeID == first, tc.wantRendered == 1)
+			}
+			h := temporaltest.History(t, c, id, "")
+			if n := temporaltest.Count(h, enumspb.EVENT_TYPE_ACTIVITY_TASK_COMPLETED); n != 1 {
+				t.Errorf("%d ActivityTaskCompleted events, want 1", n)
+			}
+			for _, e := range h.Events {
+				if a := e.GetActivityTaskStartedEventAttributes(); a != nil && a.Attempt != 2 {
+					t.Errorf("the activity completed on attempt %d, want 2 (Temporal's retry)", a.Attempt)
+				}
+			}
+		})
+	}
+}

@@ -1,68 +1,73 @@
 package activity
 
 import (
-	"context"
-	"errors"
-	"time"
-
-	tactivity "go.temporal.io/sdk/activity"
-	"go.temporal.io/sdk/temporal"
-
-	"github.com/idemguard/idemguard/guard"
-	"github.com/idemguard/idemguard/store"
+	"github.com/idemguard/idemguard/internal/temporalglue"
 )
 
 // Application error types of guard errors, as a workflow sees them in
 // temporal.ApplicationError.Type(). They are stable: workflows may match on
-// them, and retry policies may list them in NonRetryableErrorTypes.
+// them, and retry policies may list them in NonRetryableErrorTypes. The
+// guarded workflows of idemguard's workflow package fail with the same
+// types.
+//
+// Which reach a workflow: every type below can be the error of a guarded
+// activity (inside the workflow's *temporal.ActivityError), except that
+// the retryable ones reach it only when the activity's retry policy gives
+// up (attempts or schedule-to-close timeout exhausted); until then
+// Temporal retries them. An invalid option never reaches a workflow from
+// [Guard] or [NewInterceptor]: they panic when the worker is built.
 const (
 	// ErrorTypeInProgress: another attempt or workflow holds the key and is
 	// running the activity now. Retryable, with a next-retry delay that
 	// ends just after the holder's lease: the retry then replays the
 	// holder's result, or runs the activity if the holder failed or died.
-	ErrorTypeInProgress = "IdempotencyInProgress"
+	ErrorTypeInProgress = temporalglue.ErrorTypeInProgress
 	// ErrorTypePayloadMismatch: the key was used before with a different
 	// payload (see guard.WithPayloadValidation). Non-retryable: the
-	// workflow reused a key for a different request.
-	ErrorTypePayloadMismatch = "IdempotencyPayloadMismatch"
+	// workflow reused a key for a different request. Nothing ran.
+	ErrorTypePayloadMismatch = temporalglue.ErrorTypePayloadMismatch
 	// ErrorTypeKeyMissing: the key selection of the input is empty and the
-	// guard requires a key (guard.WithRequireKey). Non-retryable.
-	ErrorTypeKeyMissing = "IdempotencyKeyMissing"
+	// guard requires a key (guard.WithRequireKey). Non-retryable. Nothing
+	// ran.
+	ErrorTypeKeyMissing = temporalglue.ErrorTypeKeyMissing
 	// ErrorTypeResultUnavailable: the activity completed once, but its
 	// result could not be stored or can no longer be decoded. The side
 	// effect will not run again. Non-retryable.
-	ErrorTypeResultUnavailable = "IdempotencyResultUnavailable"
+	ErrorTypeResultUnavailable = temporalglue.ErrorTypeResultUnavailable
 	// ErrorTypeInvalidInput: the input cannot be turned into a key (not
-	// JSON-serialisable, or a JMESPath function failed). Non-retryable.
-	ErrorTypeInvalidInput = "IdempotencyInvalidInput"
+	// JSON-serialisable, a string that is not valid UTF-8, or a JMESPath
+	// function failed), or the key header is malformed. Non-retryable.
+	// Nothing ran.
+	ErrorTypeInvalidInput = temporalglue.ErrorTypeInvalidInput
 	// ErrorTypeInvalidOption: a guard option is invalid. Non-retryable.
-	ErrorTypeInvalidOption = "IdempotencyInvalidOption"
+	// [Guard] and [NewInterceptor] panic on invalid options instead, when
+	// the worker is built; this type comes from [DoBatch], [TemporalError]
+	// and guard.Step options.
+	ErrorTypeInvalidOption = temporalglue.ErrorTypeInvalidOption
+	// ErrorTypeNotInCall: the activity called guard.Step, but it is not
+	// guarded ([Guard], [NewInterceptor]), so there is no call to derive
+	// the step's key from. The step did not run. Non-retryable: a
+	// programming error that no retry mends.
+	ErrorTypeNotInCall = temporalglue.ErrorTypeNotInCall
 	// ErrorTypeLeaseLost: the activity ran, but its claim was taken over
-	// before it could record the result (it ran past its lease, for example
-	// while paused). Retryable: the retry replays the new holder's result.
-	ErrorTypeLeaseLost = "IdempotencyLeaseLost"
+	// before it could record the outcome (it ran past its lease, for
+	// example while paused). Nothing was recorded. Retryable: the retry
+	// replays the new holder's result.
+	ErrorTypeLeaseLost = temporalglue.ErrorTypeLeaseLost
 	// ErrorTypeNotRecorded: the activity ran, but the store kept failing
 	// while the guard recorded the result. The side effect may have
 	// happened. Retryable; the retry may run the activity again.
-	ErrorTypeNotRecorded = "IdempotencyNotRecorded"
+	ErrorTypeNotRecorded = temporalglue.ErrorTypeNotRecorded
 	// ErrorTypeStore: the store failed before the activity ran. Retryable.
-	ErrorTypeStore = "IdempotencyStoreError"
+	ErrorTypeStore = temporalglue.ErrorTypeStore
 	// ErrorTypeStoreThrottled: the store throttled the guard before the
 	// activity ran. Retryable.
-	ErrorTypeStoreThrottled = "IdempotencyStoreThrottled"
+	ErrorTypeStoreThrottled = temporalglue.ErrorTypeStoreThrottled
 	// ErrorTypeDefinite: the activity returned an error marked with
 	// guard.Definite that is not a non-retryable Temporal application
 	// error. It was stored; it and its replays are returned as
 	// non-retryable application errors with its message.
-	ErrorTypeDefinite = "IdempotencyDefiniteError"
-)
-
-// minRetryDelay is the shortest next-retry delay given for
-// [ErrorTypeInProgress]; retryMargin is added to the holder's lease end so
-// that the retry finds the lease lapsed despite clock skew and rounding.
-const (
-	minRetryDelay = 100 * time.Millisecond
-	retryMargin   = 250 * time.Millisecond
+	ErrorTypeDefinite = temporalglue.ErrorTypeDefinite
 )
 
 // TemporalError converts an error returned by a guard (guard.Do, Claim, …)
@@ -76,6 +81,7 @@ const (
 //	guard.ErrResultUnavailable     IdempotencyResultUnavailable   no
 //	guard.ErrInvalidInput          IdempotencyInvalidInput        no
 //	guard.ErrInvalidOption         IdempotencyInvalidOption       no
+//	guard.ErrNotInCall             IdempotencyNotInCall           no
 //	guard.ErrLeaseLost             IdempotencyLeaseLost           yes
 //	guard.ErrNotRecorded           IdempotencyNotRecorded         yes
 //	guard.ErrStore, throttled      IdempotencyStoreThrottled      yes
@@ -84,76 +90,15 @@ const (
 //	                               application error, else
 //	                               IdempotencyDefiniteError
 //
-// The message is the guard error's. Nil, [go.temporal.io/sdk/activity.ErrResultPending], context errors, and
-// every other error (the activity's own) are returned untouched.
+// A lost lease wins over every other condition: the guard reports
+// guard.ErrLeaseLost whenever the call's claim was taken over, whatever
+// the function returned. The message is the guard error's. Nil,
+// [go.temporal.io/sdk/activity.ErrResultPending], context errors, and every
+// other error (the activity's own) are returned untouched.
+//
+// Guarded activities return their errors through TemporalError already,
+// including errors of guard.Step inside them; call it in activities that
+// call guard.Do themselves.
 func TemporalError(err error) error {
-	return temporalError(err, 0)
-}
-
-// temporalError is TemporalError with a cap on the next-retry delay of
-// ErrorTypeInProgress (0: none).
-func temporalError(err error, maxDelay time.Duration) error {
-	if err == nil || errors.Is(err, tactivity.ErrResultPending) {
-		return err
-	}
-	var ae *temporal.ApplicationError
-	if errors.As(err, &ae) && error(ae) == err {
-		return err
-	}
-	var ip *guard.InProgressError
-	switch {
-	case errors.Is(err, guard.ErrLeaseLost):
-		return temporal.NewApplicationError(err.Error(), ErrorTypeLeaseLost)
-	case errors.Is(err, guard.ErrNotRecorded):
-		return temporal.NewApplicationError(err.Error(), ErrorTypeNotRecorded)
-	case errors.As(err, &ip):
-		return temporal.NewApplicationErrorWithOptions(err.Error(), ErrorTypeInProgress, temporal.ApplicationErrorOptions{
-			NextRetryDelay: retryDelay(ip.LeaseExpiresAt, maxDelay),
-		})
-	case errors.Is(err, guard.ErrPayloadMismatch):
-		return temporal.NewNonRetryableApplicationError(err.Error(), ErrorTypePayloadMismatch, nil)
-	case errors.Is(err, guard.ErrKeyMissing):
-		return temporal.NewNonRetryableApplicationError(err.Error(), ErrorTypeKeyMissing, nil)
-	case errors.Is(err, guard.ErrResultUnavailable):
-		return temporal.NewNonRetryableApplicationError(err.Error(), ErrorTypeResultUnavailable, nil)
-	case errors.Is(err, guard.ErrInvalidInput):
-		return temporal.NewNonRetryableApplicationError(err.Error(), ErrorTypeInvalidInput, nil)
-	case errors.Is(err, guard.ErrInvalidOption):
-		return temporal.NewNonRetryableApplicationError(err.Error(), ErrorTypeInvalidOption, nil)
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		// The activity was cancelled or timed out while the guard talked
-		// to the store; Temporal reports that itself.
-		return err
-	case errors.Is(err, store.ErrThrottled):
-		return temporal.NewApplicationError(err.Error(), ErrorTypeStoreThrottled)
-	case errors.Is(err, guard.ErrStore):
-		return temporal.NewApplicationError(err.Error(), ErrorTypeStore)
-	case guard.IsDefinite(err):
-		return definiteError(err)
-	}
-	return err
-}
-
-// definiteError returns the non-retryable application error a definite
-// error is returned and stored as.
-func definiteError(err error) error {
-	var ae *temporal.ApplicationError
-	if errors.As(err, &ae) && ae.NonRetryable() {
-		return ae
-	}
-	return temporal.NewNonRetryableApplicationError(err.Error(), ErrorTypeDefinite, nil)
-}
-
-// retryDelay is the next-retry delay for a holder whose lease ends at
-// leaseEnd: just after it, at least minRetryDelay, at most maxDelay (if
-// positive). Zero (unknown lease end) leaves the retry policy in charge.
-func retryDelay(leaseEnd time.Time, maxDelay time.Duration) time.Duration {
-	if leaseEnd.IsZero() {
-		return maxDelay
-	}
-	d := max(time.Until(leaseEnd)+retryMargin, minRetryDelay)
-	if maxDelay > 0 {
-		d = min(d, maxDelay)
-	}
-	return d
+	return temporalglue.TemporalError(err, 0)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -41,7 +42,9 @@ func TestTemporalError(t *testing.T) {
 		{"result unavailable", fmt.Errorf("%w (key k)", guard.ErrResultUnavailable), activity.ErrorTypeResultUnavailable, false, [2]time.Duration{}},
 		{"invalid input", fmt.Errorf("%w: not JSON", guard.ErrInvalidInput), activity.ErrorTypeInvalidInput, false, [2]time.Duration{}},
 		{"invalid option", fmt.Errorf("%w: nil codec", guard.ErrInvalidOption), activity.ErrorTypeInvalidOption, false, [2]time.Duration{}},
+		{"step outside a call", guard.ErrNotInCall, activity.ErrorTypeNotInCall, false, [2]time.Duration{}},
 		{"lease lost", fmt.Errorf("%w (key k)", guard.ErrLeaseLost), activity.ErrorTypeLeaseLost, true, [2]time.Duration{}},
+		{"lease lost, then a non-retryable error", fmt.Errorf("%w: %w", guard.ErrLeaseLost, temporal.NewNonRetryableApplicationError("card declined", "CardDeclined", nil)), activity.ErrorTypeLeaseLost, true, [2]time.Duration{}},
 		{"not recorded", errors.Join(guard.ErrNotRecorded, &guard.StoreError{Op: "complete", Key: "k", Err: errors.New("timeout")}), activity.ErrorTypeNotRecorded, true, [2]time.Duration{}},
 		{"store throttled", &guard.StoreError{Op: "acquire", Key: "k", Err: fmt.Errorf("slow down: %w", store.ErrThrottled)}, activity.ErrorTypeStoreThrottled, true, [2]time.Duration{}},
 		{"store", &guard.StoreError{Op: "acquire", Key: "k", Err: errors.New("connection refused")}, activity.ErrorTypeStore, true, [2]time.Duration{}},
@@ -231,15 +234,23 @@ func TestStoredFailures(t *testing.T) {
 }
 
 // A key stamped into the activity's header wins over the input, and reaches
-// an activity guarded with Guard through NewInterceptor.
+// an activity guarded with Guard through NewInterceptor. Inside, it is the
+// explicit key; the idempotency key derived from it is another string.
 func TestHeaderKeyWins(t *testing.T) {
 	g := newGuard(t)
+	const stamped = `step "charge" of order-workflow-1`
 	var runs atomic.Int32
+	explicitKeys := make(chan string, 2) // each run's explicit key
 	guarded := activity.Guard(g, func(ctx context.Context, o Order) (Receipt, error) {
 		runs.Add(1)
+		explicit, _ := activity.ExplicitKeyFromContext(ctx)
+		explicitKeys <- explicit
+		if key, _ := guard.KeyFromContext(ctx); !strings.HasPrefix(key, "Charge#") || explicit != "" && strings.Contains(key, explicit) {
+			t.Errorf("idempotency key %q, want Charge#<hash>", key)
+		}
 		return newReceipt(ctx, o), nil
 	})
-	p, err := activity.EncodeKeyHeader(`step "charge" of order-workflow-1`)
+	p, err := activity.EncodeKeyHeader(stamped)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -258,8 +269,14 @@ func TestHeaderKeyWins(t *testing.T) {
 	if runs.Load() != 1 || first != second {
 		t.Errorf("two inputs under one header key: %d runs, results %+v and %+v; want 1 run, equal results", runs.Load(), first, second)
 	}
+	if k := <-explicitKeys; k != stamped {
+		t.Errorf("explicit key under the header %q, want %q", k, stamped)
+	}
 	if _, err := runActivity(t, nil, guarded, Order{OrderID: "o-2", Amount: 20}); err != nil || runs.Load() != 2 {
 		t.Errorf("without the header: err %v, %d runs; want a second run", err, runs.Load())
+	}
+	if k := <-explicitKeys; k != "" {
+		t.Errorf("explicit key without the header %q, want none", k)
 	}
 }
 

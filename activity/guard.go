@@ -3,15 +3,13 @@ package activity
 import (
 	"context"
 	"fmt"
-	"reflect"
-	"runtime"
-	"strings"
 
 	"go.opentelemetry.io/otel/attribute"
 	tactivity "go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/worker"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/temporalglue"
 	"github.com/idemguard/idemguard/telemetry"
 )
 
@@ -71,14 +69,9 @@ func Register(r worker.ActivityRegistry, original, guarded any) {
 
 // Name returns the activity type name Temporal derives from the function fn
 // by reflection: the function's name without its package, or a method's
-// name without its receiver.
+// name without its receiver. Given a string, it returns the string.
 func Name(fn any) string {
-	if s, ok := fn.(string); ok {
-		return s
-	}
-	full := runtime.FuncForPC(reflect.ValueOf(fn).Pointer()).Name()
-	short := full[strings.LastIndexByte(full, '.')+1:]
-	return strings.TrimSuffix(short, "-fm")
+	return temporalglue.Name(fn)
 }
 
 // runner holds what a guarded function needs on every call.
@@ -143,7 +136,7 @@ func (r *runner) prepare(ctx context.Context, codec guard.Codec) call {
 			cl.opts = append(cl.opts, guard.WithLease(info.HeartbeatTimeout))
 		}
 	}
-	cl.opts = append(cl.opts, guard.WithErrorCodec(newFailureCodec(activityConverter(ctx, c.dc))))
+	cl.opts = append(cl.opts, guard.WithErrorCodec(newFailureCodec(temporalglue.ActivityConverter(ctx, c.dc))))
 	if c.storeFailures {
 		cl.opts = append(cl.opts, guard.WithDefiniteErrors(isStoredFailure))
 	}
@@ -154,7 +147,7 @@ func (r *runner) prepare(ctx context.Context, codec guard.Codec) call {
 // keyOption returns the explicit key of a call, if it has one: the key the
 // workflow stamped, or the execution scope.
 func (r *runner) keyOption(ctx context.Context, hasInput bool) (guard.CallOption, bool) {
-	if k, ok := KeyFromContext(ctx); ok {
+	if k, ok := temporalglue.ExplicitKey(ctx); ok {
 		return guard.WithKey(k), true
 	}
 	if (r.cfg.executionScope || !hasInput) && tactivity.IsActivity(ctx) {
@@ -179,12 +172,12 @@ func run[Out any](ctx context.Context, r *runner, input any, hasInput bool, fn f
 		// the same key would find the first one in progress.
 		return fn(ctx)
 	}
-	cl := r.prepare(ctx, PayloadCodec{DataConverter: activityConverter(ctx, r.cfg.dc)})
+	cl := r.prepare(ctx, PayloadCodec{DataConverter: temporalglue.ActivityConverter(ctx, r.cfg.dc)})
 	if opt, ok := r.keyOption(ctx, hasInput); ok {
 		cl.opts = append(cl.opts, opt)
 	}
 	v, err := guard.Do(ctx, r.g, cl.scope, input, fn, cl.opts...)
-	return v, temporalError(err, r.cfg.maxRetryDelay)
+	return v, temporalglue.TemporalError(err, r.cfg.maxRetryDelay)
 }
 
 // spanAttributes are the Temporal attributes of the call's

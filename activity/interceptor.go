@@ -2,14 +2,13 @@ package activity
 
 import (
 	"context"
-	"fmt"
 
 	commonpb "go.temporal.io/api/common/v1"
 	tactivity "go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/interceptor"
-	"go.temporal.io/sdk/temporal"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/temporalglue"
 )
 
 // Policy says how [NewInterceptor] guards one activity type.
@@ -30,7 +29,10 @@ type Policy struct {
 //
 // For every activity, guarded or not, it also passes a key the workflow
 // stamped into the activity's header on to activities guarded with [Guard]
-// (see [ContextWithKey]); workflow.NewInterceptor does the same.
+// (see [ContextWithExplicitKey]), and turns guard.ErrNotInCall returned by
+// an activity it does not guard (guard.Step in an unguarded activity) into
+// a non-retryable error of type [ErrorTypeNotInCall];
+// workflow.NewInterceptor does the same.
 //
 // An activity guarded both ways is guarded once, by the interceptor.
 // NewInterceptor panics on invalid options, an empty activity name or two
@@ -66,13 +68,14 @@ type activityInbound struct {
 }
 
 func (a *activityInbound) ExecuteActivity(ctx context.Context, in *interceptor.ExecuteActivityInput) (any, error) {
-	ctx, err := KeyHeaderToContext(ctx)
+	ctx, err := temporalglue.KeyHeaderToContext(ctx)
 	if err != nil {
 		return nil, err
 	}
 	r, ok := a.policies[tactivity.GetInfo(ctx).ActivityType.Name]
 	if !ok {
-		return a.Next.ExecuteActivity(ctx, in)
+		v, err := a.Next.ExecuteActivity(ctx, in)
+		return v, temporalglue.UnguardedError(err)
 	}
 	var input any
 	switch len(in.Args) {
@@ -82,41 +85,35 @@ func (a *activityInbound) ExecuteActivity(ctx context.Context, in *interceptor.E
 	default:
 		input = in.Args
 	}
-	codec := &rawCodec{PayloadCodec: PayloadCodec{DataConverter: activityConverter(ctx, r.cfg.dc)}}
-	cl := r.prepare(ctx, codec)
+	dc := temporalglue.ActivityConverter(ctx, r.cfg.dc)
+	cl := r.prepare(ctx, interceptorCodec{PayloadCodec{DataConverter: dc}})
 	if opt, ok := r.keyOption(ctx, len(in.Args) > 0); ok {
 		cl.opts = append(cl.opts, opt)
 	}
 	ctx = withGuardedByInterceptor(ctx)
-	v, out, err := guard.Execute(ctx, r.g, cl.scope, input, func(ctx context.Context) (any, error) {
-		return a.Next.ExecuteActivity(ctx, in)
+	v, err := guard.Do(ctx, r.g, cl.scope, input, func(ctx context.Context) (interceptedResult, error) {
+		v, err := a.Next.ExecuteActivity(ctx, in)
+		if err != nil || v == nil {
+			return interceptedResult{}, err
+		}
+		// Encode the result here, once: the worker sends the payloads that
+		// were stored, not a second encoding.
+		if p, ok := v.(*commonpb.Payloads); ok {
+			return interceptedResult{payloads: p}, nil
+		}
+		p, err := dc.ToPayloads(v)
+		if err != nil {
+			// The side effect happened: let the codec fail on it again,
+			// so that the guard records the call without a result.
+			return interceptedResult{raw: v}, nil
+		}
+		return interceptedResult{payloads: p}, nil
 	}, cl.opts...)
-	if err != nil {
-		return nil, temporalError(err, r.cfg.maxRetryDelay)
+	switch {
+	case err != nil:
+		return nil, temporalglue.TemporalError(err, r.cfg.maxRetryDelay)
+	case v.payloads != nil && len(v.payloads.Payloads) > 0:
+		return v.payloads, nil
 	}
-	if out == guard.OutcomeExecuted && codec.made != nil {
-		// Send the payloads that were stored, not a second encoding.
-		return codec.made, nil
-	}
-	if p, ok := v.(*commonpb.Payloads); ok && p == nil {
-		return nil, nil
-	}
-	return v, nil
-}
-
-// KeyHeaderToContext moves a key stamped into the activity's header by the
-// workflow side into ctx (see [ContextWithKey]). It works inside an
-// activity inbound interceptor's ExecuteActivity, where the header is
-// readable; interceptors other than this package's and workflow's may call
-// it. A malformed key header is a non-retryable error.
-func KeyHeaderToContext(ctx context.Context) (context.Context, error) {
-	key, ok, err := DecodeKeyHeader(interceptor.Header(ctx))
-	if err != nil {
-		return ctx, temporal.NewNonRetryableApplicationError(
-			fmt.Sprintf("idemguard: malformed %s header: %v", KeyHeader, err), ErrorTypeInvalidInput, err)
-	}
-	if ok {
-		ctx = ContextWithKey(ctx, key)
-	}
-	return ctx, nil
+	return v.raw, nil
 }

@@ -2,6 +2,7 @@ package activity_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	tactivity "go.temporal.io/sdk/activity"
@@ -99,4 +100,56 @@ func ExampleNewInterceptor() {
 	// refunded 300 cents for o-2
 	// refunded 300 cents for o-2
 	// refunds: 1
+}
+
+// mailUp says whether the example's mail server works.
+var mailUp bool
+
+// SendInvoice renders an invoice and e-mails it, each side effect a
+// guard.Step of the guarded activity.
+func SendInvoice(ctx context.Context, p Payment) (string, error) {
+	pdf, err := guard.Step(ctx, "render", func(ctx context.Context) (string, error) {
+		fmt.Println("rendering the invoice for", p.OrderID)
+		return p.OrderID + ".pdf", nil
+	})
+	if err != nil {
+		return "", err
+	}
+	return guard.Step(ctx, "email", func(ctx context.Context) (string, error) {
+		if !mailUp {
+			return "", errors.New("mail server unavailable")
+		}
+		fmt.Println("e-mailing", pdf)
+		return "sent " + pdf, nil
+	})
+}
+
+// An activity of two side effects fails in the second. The activity's error
+// releases its key, so Temporal's retry runs it again; its first step
+// replays from its record, and only the second runs.
+func Example_steps() {
+	mailUp = false
+	g, _ := guard.New(memory.New())
+	guarded := activity.Guard(g, SendInvoice, activity.WithKeyPath("order_id"))
+
+	var s testsuite.WorkflowTestSuite
+	s.SetLogger(temporaltest.Logger())
+	env := s.NewTestActivityEnvironment()
+	activity.Register(env, SendInvoice, guarded)
+
+	_, err := env.ExecuteActivity(SendInvoice, Payment{OrderID: "o-3", Cents: 700})
+	fmt.Println("attempt 1:", err != nil)
+
+	mailUp = true // Temporal retries the activity
+	v, err := env.ExecuteActivity(SendInvoice, Payment{OrderID: "o-3", Cents: 700})
+	var res string
+	if err == nil {
+		err = v.Get(&res)
+	}
+	fmt.Println("attempt 2:", res, err)
+	// Output:
+	// rendering the invoice for o-3
+	// attempt 1: true
+	// e-mailing o-3.pdf
+	// attempt 2: sent o-3.pdf <nil>
 }

@@ -97,7 +97,7 @@ func TestReadmeBlockLanguages(t *testing.T) {
 // runnable are the examples cheap enough to run as written, with a line
 // their output must contain.
 var runnable = map[string]string{
-	"./examples/quickstart": "charges made: 1\n",
+	"./examples/quickstart": "with guard.Step     charge requests: 1, charges made: 1, receipts e-mailed: 1\n",
 	"./examples/workerpool": "effects = unique messages = ",
 }
 

@@ -6,14 +6,12 @@ import (
 	"fmt"
 	"time"
 
-	tactivity "go.temporal.io/sdk/activity"
-	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/worker"
 	tworkflow "go.temporal.io/sdk/workflow"
 
-	idemactivity "github.com/idemguard/idemguard/activity"
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/temporalglue"
 	"github.com/idemguard/idemguard/store"
 )
 
@@ -56,7 +54,7 @@ func Guard[In, Out any](g *guard.Guard, wf func(tworkflow.Context, In) (Out, err
 	}
 	c := newConfig(opts)
 	if err := g.Check(c.guardOptions()...); err != nil {
-		panic(fmt.Sprintf("idemguard/workflow: guarding %s: %v", idemactivity.Name(wf), err))
+		panic(fmt.Sprintf("idemguard/workflow: guarding %s: %v", temporalglue.Name(wf), err))
 	}
 	la := localActivities{g: g, c: c, decode: func(rec *store.Record, codec guard.Codec) (any, error) {
 		return guard.Decode[Out](g, rec, guard.WithCodec(codec))
@@ -67,10 +65,11 @@ func Guard[In, Out any](g *guard.Guard, wf func(tworkflow.Context, In) (Out, err
 }
 
 // Register registers guarded, the result of [Guard], with r under the
-// workflow type name Temporal derives from original (see activity.Name), so
-// that clients keep starting it by that name or function.
+// workflow type name Temporal derives from original (the function's name
+// without its package, as activity.Name gives it), so that clients keep
+// starting it by that name or function.
 func Register(r worker.WorkflowRegistry, original, guarded any) {
-	r.RegisterWorkflowWithOptions(guarded, tworkflow.RegisterOptions{Name: idemactivity.Name(original)})
+	r.RegisterWorkflowWithOptions(guarded, tworkflow.RegisterOptions{Name: temporalglue.Name(original)})
 }
 
 func (c *config) guardOptions() []guard.CallOption {
@@ -112,7 +111,7 @@ func guarded[In, Out any](ctx tworkflow.Context, la localActivities, wf func(two
 		untilLapse := res.HolderLeaseEnd.Sub(tworkflow.Now(ctx)) + time.Second
 		if c.rejectInProgress {
 			return zero, temporal.NewApplicationErrorWithOptions(
-				fmt.Sprintf("%v (key %s)", guard.ErrInProgress, res.Key), idemactivity.ErrorTypeInProgress,
+				fmt.Sprintf("%v (key %s)", guard.ErrInProgress, res.Key), temporalglue.ErrorTypeInProgress,
 				temporal.ApplicationErrorOptions{NextRetryDelay: max(untilLapse, time.Second)})
 		}
 		wait := pause
@@ -171,7 +170,7 @@ func keepLease(ctx tworkflow.Context, la localActivities, done tworkflow.Receive
 		if err := tworkflow.ExecuteLocalActivity(lctx, la.IdempotencyExtend, extendRequest{Claim: *held, Lease: la.c.lease}).Get(lctx, &next); err != nil {
 			tworkflow.GetLogger(ctx).Warn("idemguard: extending the workflow's claim failed", "Key", held.Key, "Error", err)
 			var ae *temporal.ApplicationError
-			if errors.As(err, &ae) && ae.Type() == idemactivity.ErrorTypeLeaseLost {
+			if errors.As(err, &ae) && ae.Type() == temporalglue.ErrorTypeLeaseLost {
 				return
 			}
 			continue
@@ -250,11 +249,11 @@ func (la localActivities) IdempotencyClaim(ctx context.Context, req claimRequest
 		res.Key, res.HolderLeaseEnd = busy.Key, busy.LeaseExpiresAt
 		return res, nil
 	case err != nil:
-		return res, idemactivity.TemporalError(err)
+		return res, temporalglue.TemporalError(err, 0)
 	case rec != nil:
 		v, err := la.decode(rec, la.codec(ctx))
 		if err != nil {
-			return res, idemactivity.TemporalError(err)
+			return res, temporalglue.TemporalError(err, 0)
 		}
 		res.Done, res.Value = true, v
 		return res, nil
@@ -286,31 +285,20 @@ func (la localActivities) IdempotencyRelease(ctx context.Context, cl guard.Claim
 	if errors.Is(err, guard.ErrLeaseLost) {
 		return nil // someone else holds the key now: nothing to release
 	}
-	return idemactivity.TemporalError(err)
+	return temporalglue.TemporalError(err, 0)
 }
 
 // finalError is TemporalError, except that a lost claim is not retryable:
 // retrying the local activity cannot win it back.
 func finalError(err error) error {
 	if errors.Is(err, guard.ErrLeaseLost) {
-		return temporal.NewNonRetryableApplicationError(err.Error(), idemactivity.ErrorTypeLeaseLost, err)
+		return temporal.NewNonRetryableApplicationError(err.Error(), temporalglue.ErrorTypeLeaseLost, err)
 	}
-	return idemactivity.TemporalError(err)
+	return temporalglue.TemporalError(err, 0)
 }
 
 // codec encodes workflow results as the worker encodes them: with the data
 // converter under the workflow's serialization context.
-func (la localActivities) codec(ctx context.Context) idemactivity.PayloadCodec {
-	dc := converter.MakeTransferAware(la.c.dc)
-	if tactivity.IsActivity(ctx) {
-		info := tactivity.GetInfo(ctx)
-		dc = converter.WithDataConverterSerializationContext(dc, converter.WorkflowSerializationContext{
-			Namespace:  info.Namespace,
-			WorkflowID: info.WorkflowExecution.ID,
-		})
-	}
-	if ca, ok := dc.(converter.ContextAware); ok {
-		dc = ca.WithContext(ctx)
-	}
-	return idemactivity.PayloadCodec{DataConverter: dc}
+func (la localActivities) codec(ctx context.Context) temporalglue.PayloadCodec {
+	return temporalglue.PayloadCodec{DataConverter: temporalglue.WorkflowConverter(ctx, la.c.dc)}
 }

@@ -7,7 +7,7 @@ import (
 	"go.temporal.io/sdk/interceptor"
 	tworkflow "go.temporal.io/sdk/workflow"
 
-	idemactivity "github.com/idemguard/idemguard/activity"
+	"github.com/idemguard/idemguard/internal/temporalglue"
 )
 
 type keyCtxKey struct{}
@@ -63,7 +63,11 @@ func StepKey(ctx tworkflow.Context, step string) string {
 //	worker.Options{Interceptors: []interceptor.WorkerInterceptor{workflow.NewInterceptor()}}
 //
 // (activity.NewInterceptor also hands keys on, so a worker that has it needs
-// this one only for its workflows.)
+// this one only for its workflows.) Like activity.NewInterceptor, it turns
+// guard.ErrNotInCall returned by an unguarded activity (guard.Step outside
+// a guarded call) into a non-retryable application error of type
+// activity.ErrorTypeNotInCall, so that Temporal does not retry a
+// programming error.
 func NewInterceptor() interceptor.WorkerInterceptor {
 	return &workerInterceptor{}
 }
@@ -131,11 +135,11 @@ func stamp(ctx tworkflow.Context) error {
 	if header == nil {
 		return nil
 	}
-	p, err := idemactivity.EncodeKeyHeader(key)
+	p, err := temporalglue.EncodeKeyHeader(key)
 	if err != nil {
 		return err
 	}
-	header[idemactivity.KeyHeader] = p
+	header[temporalglue.KeyHeader] = p
 	return nil
 }
 
@@ -150,9 +154,10 @@ type activityInbound struct {
 }
 
 func (a *activityInbound) ExecuteActivity(ctx context.Context, in *interceptor.ExecuteActivityInput) (any, error) {
-	ctx, err := idemactivity.KeyHeaderToContext(ctx)
+	ctx, err := temporalglue.KeyHeaderToContext(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return a.Next.ExecuteActivity(ctx, in)
+	v, err := a.Next.ExecuteActivity(ctx, in)
+	return v, temporalglue.UnguardedError(err)
 }

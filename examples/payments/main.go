@@ -59,6 +59,7 @@ import (
 	"go.temporal.io/sdk/worker"
 
 	"github.com/idemguard/idemguard/activity"
+	"github.com/idemguard/idemguard/examples/internal/payment"
 	"github.com/idemguard/idemguard/guard"
 	idemddb "github.com/idemguard/idemguard/store/dynamodb"
 )
@@ -141,8 +142,9 @@ func main() {
 
 // Summary is what a run did: the charges per order it submitted.
 type Summary struct {
-	Charges  map[string]int       // order ID -> charges that reached the provider
-	Receipts map[string][]Receipt // order ID -> the results of its workflows
+	Requests map[string]int               // order ID -> charge requests that reached the provider
+	Charges  map[string]int               // order ID -> charges the provider made
+	Receipts map[string][]payment.Receipt // order ID -> the results of its workflows
 }
 
 // run starts the worker, submits cfg.Orders orders (each twice) and waits
@@ -185,12 +187,13 @@ func run(ctx context.Context, cfg Config, exp sdktrace.SpanExporter, out io.Writ
 
 	var opts worker.Options
 	if cfg.Crash {
-		opts.Interceptors = append(opts.Interceptors, &crashFirstAttempt{})
+		// Every first attempt of Charge loses its result after charging.
+		opts.Interceptors = append(opts.Interceptors, &payment.CrashAfterCharge{})
 	}
 	w := worker.New(c, cfg.TaskQueue, opts)
-	provider := &Provider{}
-	a := &Activities{Provider: provider}
-	w.RegisterWorkflow(Payment)
+	provider := &payment.Provider{}
+	a := &payment.Activities{Provider: provider}
+	w.RegisterWorkflow(payment.Payment)
 	activity.Register(w, a.Charge, activity.Guard(g, a.Charge,
 		activity.WithKeyPath("order_id"), // the business key: one charge per order
 		// A duplicate that finds the charge in progress waits for its receipt
@@ -236,6 +239,9 @@ func openStore(ctx context.Context, cfg Config) (*idemddb.Store, error) {
 			Region:       cfg.Region,
 			BaseEndpoint: aws.String(cfg.DynamoDBEndpoint),
 			Credentials:  aws.NewCredentialsCache(localCredentials{}),
+			// DynamoDB Local's error responses (every replay) lack the CRC32
+			// header the SDK checks: see docs/dynamodb.md.
+			DisableValidateResponseChecksum: true,
 		})
 	}
 	cctx, cancel := context.WithTimeout(ctx, time.Minute)
@@ -256,22 +262,22 @@ func (localCredentials) Retrieve(context.Context) (aws.Credentials, error) {
 // submit runs cfg.Orders orders, each as two workflows at once (the second
 // one a client retrying its request under another workflow ID), and
 // reports the charges per order.
-func submit(ctx context.Context, c client.Client, cfg Config, p *Provider, out io.Writer) (*Summary, error) {
+func submit(ctx context.Context, c client.Client, cfg Config, p *payment.Provider, out io.Writer) (*Summary, error) {
 	var b [3]byte
 	rand.Read(b[:])
 	batch := hex.EncodeToString(b[:]) // order IDs unique to this run
 
-	sum := &Summary{Charges: map[string]int{}, Receipts: map[string][]Receipt{}}
+	sum := &Summary{Requests: map[string]int{}, Charges: map[string]int{}, Receipts: map[string][]payment.Receipt{}}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	errs := make(chan error, 2*cfg.Orders)
-	orders := make([]Order, cfg.Orders)
+	orders := make([]payment.Order, cfg.Orders)
 	for i := range orders {
-		orders[i] = Order{OrderID: fmt.Sprintf("order-%s-%d", batch, i+1), Amount: 1000 * (i + 1), Currency: "EUR"}
+		orders[i] = payment.Order{OrderID: fmt.Sprintf("order-%s-%d", batch, i+1), Amount: 1000 * (i + 1), Currency: "EUR"}
 		for _, id := range []string{"payment-" + orders[i].OrderID, "payment-" + orders[i].OrderID + "-resubmitted"} {
 			wg.Go(func() {
-				run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: cfg.TaskQueue}, Payment, orders[i])
-				var r Receipt
+				run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: cfg.TaskQueue}, payment.Payment, orders[i])
+				var r payment.Receipt
 				if err == nil {
 					err = run.Get(ctx, &r)
 				}
@@ -292,13 +298,15 @@ func submit(ctx context.Context, c client.Client, cfg Config, p *Provider, out i
 		all = append(all, err)
 	}
 	for _, o := range orders {
+		sum.Requests[o.OrderID] = p.Requests(o.OrderID)
 		sum.Charges[o.OrderID] = p.Charges(o.OrderID)
 		rs := sum.Receipts[o.OrderID]
 		id := ""
 		if len(rs) > 0 {
 			id = rs[0].ChargeID
 		}
-		fmt.Fprintf(out, "%s: %d workflows, charges: %d, receipt %s\n", o.OrderID, len(rs), sum.Charges[o.OrderID], id)
+		fmt.Fprintf(out, "%s: %d workflows, charge requests: %d, charges: %d, receipt %s\n",
+			o.OrderID, len(rs), sum.Requests[o.OrderID], sum.Charges[o.OrderID], id)
 	}
 	return sum, errors.Join(all...)
 }

@@ -1,17 +1,30 @@
-// Command quickstart runs a real Temporal worker and workflow whose payment
-// activity is guarded by idemguard, on a machine with nothing but Go: no
-// Docker, no servers started by hand.
+// Command quickstart runs a real Temporal worker and workflows whose
+// payment activities are guarded by idemguard, on a machine with nothing
+// but Go: no Docker, no servers started by hand.
 //
 //	go run ./examples/quickstart
 //
-// The story: a Payment workflow calls a Charge activity. Its first attempt
-// charges the card, and then the worker "crashes" before Temporal hears of
-// the success (an interceptor throws the result away and fails the attempt).
-// Temporal retries the activity; the guard finds the charge recorded and
-// replays its receipt instead of charging again. A second workflow for the
-// same order (a duplicate request) replays it too. The program prints the
-// number of charges (1), the workflow results, and the OpenTelemetry trace
-// of both workflows as a tree.
+// It tells two stories and prints the OpenTelemetry trace of both as a
+// tree.
+//
+// A crash after the side effect: a Payment workflow calls a Charge
+// activity. Its first attempt charges the card, and then the worker
+// "crashes" before Temporal hears of the success (an interceptor throws the
+// result away and fails the attempt). Temporal retries the activity; the
+// guard finds the charge recorded and replays its receipt instead of
+// charging again. A second workflow for the same order (a duplicate
+// request) replays it too: one charge.
+//
+// An error after the side effect: a Purchase workflow calls a Checkout
+// activity that charges the card and then e-mails the receipt, and the mail
+// server is down for the first attempt. The activity returns the error,
+// which releases its key (nothing was recorded), so Temporal's retry runs
+// the whole activity again, charge included. Once plainly (Checkout): the
+// provider gets a second charge request and deduplicates it only because it
+// carries the same idempotency key, guard.KeyFromContext. Once with each
+// side effect a guard.Step (CheckoutInSteps): the retry replays the
+// recorded charge step and runs only the e-mail, and the provider gets one
+// request.
 //
 // # Which Temporal
 //
@@ -59,6 +72,8 @@ import (
 	"os/signal"
 	"syscall"
 	"time"
+
+	"github.com/idemguard/idemguard/examples/internal/payment"
 )
 
 func main() {
@@ -88,11 +103,22 @@ type config struct {
 
 // result is what one run established, for the test.
 type result struct {
-	Temporal string    // which Temporal ran the workflows
-	Store    string    // which store kept the records
-	Charges  int64     // charges that reached the provider
-	Receipts []Receipt // the workflows' results, in order
-	Tree     string    // the printed trace
+	Temporal string            // which Temporal ran the workflows
+	Store    string            // which store kept the records
+	Requests int               // charge requests for the first story's order
+	Charges  int               // charges made for the first story's order
+	Receipts []payment.Receipt // the first story's workflows' results, in order
+	Plain    checkoutResult    // the second story without guard.Step
+	Steps    checkoutResult    // the second story with guard.Step
+	Tree     string            // the printed trace
+}
+
+// checkoutResult is what one checkout of the second story established.
+type checkoutResult struct {
+	Receipt  payment.Receipt
+	Requests int // charge requests that reached the provider
+	Charges  int // charges the provider made
+	Emails   int // receipts e-mailed
 }
 
 func run(ctx context.Context, out io.Writer, cfg config) error {
@@ -109,8 +135,8 @@ func quickstart(ctx context.Context, out io.Writer, cfg config) (*result, error)
 		return nil, err
 	}
 
-	provider := &Provider{}
-	w, err := newWorker(st.store, tp, provider)
+	provider, mailer := &payment.Provider{}, &Mailer{}
+	w, err := newWorker(st.store, tp, provider, mailer)
 	if err != nil {
 		return nil, err
 	}
@@ -124,17 +150,39 @@ func quickstart(ctx context.Context, out io.Writer, cfg config) (*result, error)
 	fmt.Fprintf(out, "Temporal: %s\n", tc.desc)
 	fmt.Fprintf(out, "store:    %s\n\n", st.desc)
 
-	order := newOrder()
+	// A crash after the side effect.
+	fmt.Fprintln(out, "A crash after the side effect: Charge charges, then its worker dies before")
+	fmt.Fprintln(out, "reporting; Temporal retries, and a duplicate workflow asks again.")
+	order := payment.NewOrder("order-", 4200)
 	for _, id := range []string{"pay-" + order.OrderID, "pay-" + order.OrderID + "-again"} {
-		var r Receipt
-		if err := tc.execute(ctx, id, order, &r); err != nil {
+		var r payment.Receipt
+		if err := tc.execute(ctx, id, payment.Payment, order, &r); err != nil {
 			return nil, fmt.Errorf("workflow %s: %w", id, err)
 		}
 		res.Receipts = append(res.Receipts, r)
-		fmt.Fprintf(out, "workflow %-24s result: receipt %s, %d.%02d %s\n", id, r.ChargeID, r.Amount/100, r.Amount%100, r.Currency)
+		fmt.Fprintf(out, "workflow %-28s receipt %s\n", id, r)
 	}
-	res.Charges = provider.Charges()
-	fmt.Fprintf(out, "charges made: %d\n\n", res.Charges)
+	res.Requests, res.Charges = provider.Requests(order.OrderID), provider.Charges(order.OrderID)
+	fmt.Fprintf(out, "charge requests: %d, charges made: %d\n\n", res.Requests, res.Charges)
+
+	// An error after the side effect.
+	fmt.Fprintln(out, "An error after the side effect: Checkout charges, then e-mailing the receipt")
+	fmt.Fprintln(out, "fails; the error releases the key, and Temporal's retry runs Checkout again.")
+	for _, steps := range []bool{false, true} {
+		o := payment.NewOrder("order-", 1900)
+		id, how, cr := "checkout-"+o.OrderID, "without guard.Step", &res.Plain
+		if steps {
+			id, how, cr = id+"-steps", "with guard.Step", &res.Steps
+		}
+		if err := tc.execute(ctx, id, Purchase, PurchaseRequest{Order: o, Steps: steps}, &cr.Receipt); err != nil {
+			return nil, fmt.Errorf("workflow %s: %w", id, err)
+		}
+		cr.Requests, cr.Charges, cr.Emails = provider.Requests(o.OrderID), provider.Charges(o.OrderID), mailer.Sent(o.OrderID)
+		fmt.Fprintf(out, "workflow %-28s %-18s  charge requests: %d, charges made: %d, receipts e-mailed: %d\n",
+			id, how, cr.Requests, cr.Charges, cr.Emails)
+	}
+	fmt.Fprintf(out, "without guard.Step the retry charged again, and only the idempotency key kept\n"+
+		"the provider from charging twice; with guard.Step it replayed the charge step.\n\n")
 
 	tc.close() // stop the worker, so that every span has ended
 	if err := tp.ForceFlush(ctx); err != nil {
@@ -142,14 +190,29 @@ func quickstart(ctx context.Context, out io.Writer, cfg config) (*result, error)
 	}
 	res.Tree = renderTree(spans.GetSpans())
 	fmt.Fprintf(out, "trace of the guarded calls:\n%s", res.Tree)
+	return res, res.check()
+}
 
-	if res.Charges != 1 {
-		return res, fmt.Errorf("the card was charged %d times, want 1", res.Charges)
+// check reports what a run must not show: a second charge, different
+// receipts for one order, or a checkout that did not go as its story says.
+func (res *result) check() error {
+	if res.Requests != 1 || res.Charges != 1 {
+		return fmt.Errorf("%d charge requests and %d charges, want 1 of each: the guard replays", res.Requests, res.Charges)
 	}
 	for _, r := range res.Receipts[1:] {
 		if r != res.Receipts[0] {
-			return res, errors.New("the workflows returned different receipts for one order")
+			return errors.New("the workflows returned different receipts for one order")
 		}
 	}
-	return res, nil
+	for _, c := range []struct {
+		name     string
+		got      checkoutResult
+		requests int
+	}{{"Checkout", res.Plain, 2}, {"CheckoutInSteps", res.Steps, 1}} {
+		if c.got.Requests != c.requests || c.got.Charges != 1 || c.got.Emails != 1 {
+			return fmt.Errorf("%s: %d charge requests, %d charges, %d e-mails; want %d, 1, 1",
+				c.name, c.got.Requests, c.got.Charges, c.got.Emails, c.requests)
+		}
+	}
+	return nil
 }

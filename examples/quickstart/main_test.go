@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemguard/idemguard/examples/internal/payment"
 	"github.com/idemguard/idemguard/internal/testenv"
 )
 
@@ -35,8 +36,10 @@ func requireEnv(t *testing.T, name string) string {
 }
 
 // quickstartRun runs the quickstart's main logic and checks what every run
-// must show: one charge, the same receipt for both workflows, and the trace
-// tree of a crashed attempt that executed and a retry that replayed.
+// must show: one charge and the same receipt for both workflows of the
+// crash story; a second charge request without guard.Step and one with it
+// in the error story; and the trace tree of attempts that executed, failed
+// and replayed.
 func quickstartRun(t *testing.T, cfg config) *result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -48,23 +51,47 @@ func quickstartRun(t *testing.T, cfg config) *result {
 	if err != nil {
 		t.Fatalf("quickstart: %v", err)
 	}
-	if res.Charges != 1 {
-		t.Errorf("charges = %d, want 1", res.Charges)
+	if res.Requests != 1 || res.Charges != 1 {
+		t.Errorf("charge requests = %d, charges = %d; want 1 and 1", res.Requests, res.Charges)
 	}
-	if !strings.Contains(out.String(), "charges made: 1\n") {
-		t.Errorf("output lacks the charge count of 1")
+	if !strings.Contains(out.String(), "charge requests: 1, charges made: 1\n") {
+		t.Errorf("output lacks the charge counts of 1")
 	}
 	if len(res.Receipts) != 2 || res.Receipts[0] != res.Receipts[1] || res.Receipts[0].ChargeID == "" {
 		t.Errorf("receipts = %+v, want two equal ones", res.Receipts)
 	}
+	for name, c := range map[string]struct {
+		got      checkoutResult
+		requests int
+	}{"without steps": {res.Plain, 2}, "with steps": {res.Steps, 1}} {
+		if c.got.Requests != c.requests || c.got.Charges != 1 || c.got.Emails != 1 || c.got.Receipt.ChargeID == "" {
+			t.Errorf("checkout %s: %+v; want %d charge requests, 1 charge, 1 e-mail and a receipt", name, c.got, c.requests)
+		}
+	}
+	for _, want := range []string{
+		"without guard.Step  charge requests: 2, charges made: 1, receipts e-mailed: 1\n",
+		"with guard.Step     charge requests: 1, charges made: 1, receipts e-mailed: 1\n",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
 	for _, want := range []string{
 		"RunWorkflow:Payment  workflow=pay-order-",
 		"StartActivity:Charge",
-		"├─ RunActivity:Charge  error: " + errCrash.Error(),
+		"├─ RunActivity:Charge  error: " + payment.ErrCrash.Error(),
 		"idemguard.execute  attempt=1  outcome=executed",
 		"├─ idemguard.acquire",
 		"└─ idemguard.complete",
 		"idemguard.execute  attempt=2  outcome=replayed",
+		"RunWorkflow:Purchase  workflow=checkout-order-",
+		"├─ RunActivity:Checkout  error: " + errMailDown.Error(),
+		"idemguard.execute  attempt=1  outcome=error  error: " + errMailDown.Error(),
+		"└─ idemguard.release",
+		"idemguard.execute  step=charge  attempt=1  outcome=executed",
+		"idemguard.execute  step=email  attempt=1  outcome=error",
+		"idemguard.execute  step=charge  attempt=2  outcome=replayed",
+		"idemguard.execute  step=email  attempt=2  outcome=executed",
 	} {
 		if !strings.Contains(res.Tree, want) {
 			t.Errorf("trace tree lacks %q:\n%s", want, res.Tree)

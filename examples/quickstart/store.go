@@ -45,14 +45,10 @@ func openStore(ctx context.Context, getenv func(string) string) (*storeChoice, e
 	var client *dynamodb.Client
 	var where string
 	if endpoint != "" {
-		// DynamoDB Local: any region and credentials will do. The SDK's
-		// credential chain is not consulted, so that nothing tries the EC2
-		// metadata endpoint.
-		client = dynamodb.New(dynamodb.Options{
-			Region:       "us-east-1",
-			BaseEndpoint: aws.String(endpoint),
-			Credentials:  aws.NewCredentialsCache(staticCredentials{}),
-		})
+		var err error
+		if client, err = dynamoDBLocal(ctx, endpoint); err != nil {
+			return nil, err
+		}
 		where = endpoint + " (" + endpointEnv + ")"
 	} else {
 		cfg, err := awsconfig.LoadDefaultConfig(ctx)
@@ -78,6 +74,30 @@ func openStore(ctx context.Context, getenv func(string) string) (*storeChoice, e
 	return &storeChoice{desc: fmt.Sprintf("DynamoDB table %s at %s", table, where), store: s}, nil
 }
 
+// dynamoDBLocal returns a client for DynamoDB Local at endpoint, made the
+// way docs/dynamodb.md shows for an application's own client: from
+// config.LoadDefaultConfig (opts added), with any region and static
+// credentials (DynamoDB Local accepts any, and the SDK's credential chain
+// then tries nothing, the EC2 metadata endpoint included), the endpoint,
+// and response checksum validation off. DynamoDB Local sends error
+// responses without the CRC32 header that the SDK checks (aws-sdk-go-v2
+// issue 3545), and every replay is an error response, a failed condition:
+// with validation on, each one logs "failed to close HTTP response body".
+func dynamoDBLocal(ctx context.Context, endpoint string, opts ...func(*awsconfig.LoadOptions) error) (*dynamodb.Client, error) {
+	cfg, err := awsconfig.LoadDefaultConfig(ctx, append([]func(*awsconfig.LoadOptions) error{
+		awsconfig.WithRegion("us-east-1"),
+		awsconfig.WithCredentialsProvider(aws.NewCredentialsCache(staticCredentials{})),
+	}, opts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("loading the AWS configuration: %w", err)
+	}
+	return dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) {
+		o.BaseEndpoint = aws.String(endpoint)
+		o.DisableValidateResponseChecksum = true
+	}), nil
+}
+
+// staticCredentials are what DynamoDB Local is given: it accepts any.
 type staticCredentials struct{}
 
 func (staticCredentials) Retrieve(context.Context) (aws.Credentials, error) {

@@ -32,8 +32,10 @@ const cliVersion = "v1.5.1"
 
 // temporalRun runs workflows on one kind of Temporal.
 type temporalRun struct {
-	desc    string
-	execute func(ctx context.Context, workflowID string, o Order, r *Receipt) error
+	desc string
+	// execute runs workflow wf with arg under workflowID and decodes its
+	// result into result.
+	execute func(ctx context.Context, workflowID string, wf, arg, result any) error
 
 	closeOnce sync.Once
 	closers   []func() // run in reverse order by close
@@ -103,13 +105,13 @@ func findCLI(getenv func(string) string) string {
 	return ""
 }
 
-// quietLogger keeps the SDK's logs to errors, to stderr: the first
-// attempt's failure is expected and is shown in the trace instead.
 func isExecutable(path string) bool {
 	fi, err := os.Stat(path)
 	return err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0
 }
 
+// quietLogger silences the SDK's logs (it logs nothing above error): the
+// first attempts' failures are expected and are shown in the trace instead.
 func quietLogger() tlog.Logger {
 	return tlog.NewStructuredLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError + 1})))
 }
@@ -149,12 +151,12 @@ func startWorker(t *temporalRun, c client.Client, w *workerSetup) error {
 		return fmt.Errorf("starting the worker: %w", err)
 	}
 	t.closers = append(t.closers, wk.Stop)
-	t.execute = func(ctx context.Context, id string, o Order, r *Receipt) error {
-		run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: queue}, Payment, o)
+	t.execute = func(ctx context.Context, id string, wf, arg, result any) error {
+		run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: queue}, wf, arg)
 		if err != nil {
 			return err
 		}
-		return run.Get(ctx, r)
+		return run.Get(ctx, result)
 	}
 	return nil
 }
@@ -238,16 +240,16 @@ func inProcess(w *workerSetup, desc string) *temporalRun {
 	suite.SetLogger(quietLogger())
 	return &temporalRun{
 		desc: desc,
-		execute: func(ctx context.Context, id string, o Order, r *Receipt) error {
+		execute: func(ctx context.Context, id string, wf, arg, result any) error {
 			env := suite.NewTestWorkflowEnvironment()
 			env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: id})
 			env.SetWorkerOptions(worker.Options{Interceptors: append([]interceptor.WorkerInterceptor{w.tracing}, w.interceptors...)})
 			w.register(env)
-			env.ExecuteWorkflow(Payment, o)
+			env.ExecuteWorkflow(wf, arg)
 			if err := env.GetWorkflowError(); err != nil {
 				return err
 			}
-			return env.GetWorkflowResult(r)
+			return env.GetWorkflowResult(result)
 		},
 	}
 }

@@ -87,6 +87,9 @@ func label(s *tracetest.SpanStub) string {
 		l += "  workflow=" + id
 	}
 	if s.Name == telemetry.SpanExecute {
+		if _, step, ok := strings.Cut(attrs[string(telemetry.ScopeKey)], "/"); ok {
+			l += "  step=" + step // guard.Step's scope: the activity's, "/", the step's name
+		}
 		if v, ok := attrs[string(telemetry.TemporalAttemptKey)]; ok {
 			l += "  attempt=" + v
 		}

@@ -12,10 +12,10 @@ import (
 	"github.com/idemguard/idemguard/guard"
 )
 
-// These tests hold the guard to DESIGN.md's round-trip floor on a real
-// DynamoDB, counting the HTTP requests its client sends: first call 2
-// writes; replay 1; replay with the local cache 0; N concurrent duplicates
-// in one process the same as one call.
+// These tests hold the guard to its round-trip floor (the README's DynamoDB
+// costs) on a real DynamoDB, counting the HTTP requests its client sends:
+// first call 2 writes; replay 1; replay with the local cache 0; N
+// concurrent duplicates in one process the same as one call.
 
 func TestGuardRequestCounts(t *testing.T) {
 	f := newFixture(t)
