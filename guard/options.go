@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/idemguard/idemguard/internal/callopts"
 	"github.com/idemguard/idemguard/store"
 )
 
@@ -483,4 +484,16 @@ func WithSpanAttributes(attrs ...attribute.KeyValue) CallOption {
 // one would both hold the key. It names one call: [New] refuses it.
 func WithClaimToken(token string) CallOption {
 	return callOption(func(c *config) { c.claimToken = token })
+}
+
+func init() {
+	callopts.Sets = func(opts []any) (lease, mode bool) {
+		c := config{lease: -1, mode: Mode(255)}
+		for _, o := range opts {
+			if co, ok := o.(CallOption); ok {
+				co.applyCall(&c)
+			}
+		}
+		return c.lease != -1, c.mode != Mode(255)
+	}
 }

@@ -14,7 +14,8 @@ var ErrNotInCall = errors.New("idemguard: guard.Step called outside a guarded ca
 // running with ctx: the function of a [Do], [Execute], [Wrap] or guarded
 // activity that does several side effects in turn. The step is guarded like
 // a call of its own, under a key derived from the enclosing call's key and
-// name, with the enclosing call's settings (TTL, lease, codec, mode…)
+// name, with the enclosing call's settings (TTL, lease, codec, mode…; not
+// its key path, payload validation, result filter or replay hook)
 // overridden by opts.
 //
 // It makes a function of several side effects resumable, as Stripe's
@@ -45,7 +46,9 @@ func Step[T any](ctx context.Context, name string, fn func(context.Context) (T, 
 		return fn(ctx)
 	}
 	c := *r.c
-	c.keyPath, c.validationPath, c.claimToken = nil, nil, ""
+	// What selects, filters or observes the enclosing call's own input and
+	// result does not apply to a step's.
+	c.keyPath, c.validationPath, c.claimToken, c.keepResult, c.onReplay = nil, nil, "", nil, nil
 	for _, o := range opts {
 		o.applyCall(&c)
 	}

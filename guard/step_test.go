@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/store/memory"
 )
 
@@ -129,4 +130,37 @@ func ExampleStep() {
 	// attempt 1: ledger unavailable
 	// posting inv-7
 	// attempt 2: posted <nil>
+}
+
+// A step does not inherit what observes the enclosing call's own result:
+// its result filter and replay hook.
+func TestStepDoesNotInheritResultFilterOrHook(t *testing.T) {
+	_, cs := newMemory()
+	g := mustGuard(t, cs)
+	var filtered, hooked int
+	call := func(ctx context.Context) (string, error) {
+		n, err := guard.Step(ctx, "count", func(context.Context) (int, error) { return 7, nil })
+		return fmt.Sprint(n), err
+	}
+	opts := []guard.CallOption{
+		guard.WithResultFilter(func(v any) bool {
+			if _, ok := v.(string); !ok {
+				filtered++ // a step's result reached the call's filter
+			}
+			return true
+		}),
+		guard.WithReplayHook(func(_ context.Context, key string, _ *store.Record, _ guard.Outcome) { hooked++ }),
+	}
+	for i := range 2 {
+		if _, err := guard.Do(ctx, g, "job", fmt.Sprint("k", i), call, opts...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if filtered != 0 {
+		t.Errorf("the call's result filter saw %d step results", filtered)
+	}
+	// Replaying the call runs its hook once; its steps are not consulted.
+	if _, err := guard.Do(ctx, g, "job", "k0", call, opts...); err != nil || hooked != 1 {
+		t.Errorf("replay: %v, hook ran %d times; want once", err, hooked)
+	}
 }

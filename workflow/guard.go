@@ -11,6 +11,7 @@ import (
 	tworkflow "go.temporal.io/sdk/workflow"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/callopts"
 	"github.com/idemguard/idemguard/internal/temporalglue"
 	"github.com/idemguard/idemguard/store"
 )
@@ -53,7 +54,11 @@ func Guard[In, Out any](g *guard.Guard, wf func(tworkflow.Context, In) (Out, err
 		panic("idemguard/workflow: nil guard")
 	}
 	c := newConfig(opts)
-	if err := g.Check(c.guardOptions()...); err != nil {
+	err := g.Check(c.guardOptions()...)
+	if lease, mode := callopts.Sets(anys(c.guardOpts)); err == nil && (lease || mode) {
+		err = fmt.Errorf("%w: the workflow guard sets the claim's lease and mode itself: use workflow.WithLease and workflow.WithRejectInProgress, not guard.WithLease, guard.WithWait or guard.WithReject", guard.ErrInvalidOption)
+	}
+	if err != nil {
 		panic(fmt.Sprintf("idemguard/workflow: guarding %s: %v", temporalglue.Name(wf), err))
 	}
 	la := localActivities{g: g, c: c, decode: func(rec *store.Record, codec guard.Codec) (any, error) {
@@ -70,6 +75,14 @@ func Guard[In, Out any](g *guard.Guard, wf func(tworkflow.Context, In) (Out, err
 // starting it by that name or function.
 func Register(r worker.WorkflowRegistry, original, guarded any) {
 	r.RegisterWorkflowWithOptions(guarded, tworkflow.RegisterOptions{Name: temporalglue.Name(original)})
+}
+
+func anys(opts []guard.CallOption) []any {
+	out := make([]any, len(opts))
+	for i, o := range opts {
+		out[i] = o
+	}
+	return out
 }
 
 func (c *config) guardOptions() []guard.CallOption {

@@ -66,8 +66,10 @@ func WithKeyPath(expr string) Option {
 
 // WithGuardOptions adds guard options for this workflow, overriding the
 // guard's own: guard.WithPayloadValidation, guard.WithTTL,
-// guard.WithRequireKey, … The claim's lease is set with [WithLease], not
-// guard.WithLease; wait mode does not apply (see [WithRejectInProgress]).
+// guard.WithRequireKey, … The claim's lease is set with [WithLease] and
+// waiting with [WithRejectInProgress]: [Guard] refuses guard.WithLease,
+// guard.WithWait and guard.WithReject here, by panicking when the worker
+// is built, rather than override them silently.
 func WithGuardOptions(opts ...guard.CallOption) Option {
 	return optionFunc(func(c *config) { c.guardOpts = append(c.guardOpts, opts...) })
 }
