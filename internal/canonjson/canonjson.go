@@ -43,8 +43,10 @@
 // different outputs; and utf8.Valid is false for any part of the output
 // that contains such a string (as a value or a member name), true for any
 // part that does not. (A string is taken as the bytes it stands for: the
-// text "\ud800" and the raw bytes ED A0 80 are the same string.) Member
-// names that are not valid sort after the others, in byte order.
+// text "\ud800" and the raw bytes ED A0 80 are the same string.) Members
+// are sorted by comparing their names' bytes, but with the lead bytes EE
+// and EF after F0..F4: for valid UTF-8 that is the order of UTF-16 code
+// units, and it orders invalid names too.
 //
 // # Errors
 //

@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strconv"
 	"sync"
-	"unicode/utf8"
 )
 
 // The encoder writes the canonical form of a Go value's encoding/json
@@ -189,7 +188,6 @@ type encoder struct {
 // map[string]any.
 type entry struct {
 	name string
-	ok   bool // the name is valid UTF-8
 	val  reflect.Value
 }
 
@@ -244,7 +242,7 @@ func (e *encoder) any(x any) error {
 		}
 		base := len(e.members)
 		for k := range x {
-			e.members = append(e.members, entry{name: k, ok: utf8.ValidString(k)})
+			e.members = append(e.members, entry{name: k})
 		}
 		return e.object(base, func(m *entry) error { return e.any(x[m.name]) })
 	case []any:
@@ -282,7 +280,7 @@ func (e *encoder) object(base int, val func(*entry) error) error {
 		return err
 	}
 	ms := e.members[base:]
-	slices.SortFunc(ms, func(a, b entry) int { return compareNames(a.name, a.ok, b.name, b.ok) })
+	slices.SortFunc(ms, func(a, b entry) int { return compareNames(a.name, b.name) })
 	for i := range ms {
 		if i > 0 {
 			if ms[i].name == ms[i-1].name {
@@ -533,7 +531,7 @@ func (e *encoder) mapValue(v reflect.Value, p *plan) error {
 			}
 			name = string(b)
 		}
-		e.members = append(e.members, entry{name: name, ok: utf8.ValidString(name), val: it.Value()})
+		e.members = append(e.members, entry{name: name, val: it.Value()})
 	}
 	return e.object(base, func(m *entry) error { return e.value(m.val, p.elem, false) })
 }

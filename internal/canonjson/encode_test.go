@@ -169,7 +169,7 @@ func TestInvalidStringsStayApart(t *testing.T) {
 		{`"\ud800"`, "\"\xed\xa0\x80\""},
 		{"\"\xed\xa0\x80\"", "\"\xed\xa0\x80\""},
 		{`"\udbff\udfff"`, "\"\U0010FFFF\""},
-		{`{"\ud800":1,"a":2,"\u00e9":3}`, "{\"a\":2,\"\u00e9\":3,\"\xed\xa0\x80\":1}"}, // invalid names last
+		{`{"\ud800":1,"a":2,"\u00e9":3,"\uffff":4}`, "{\"a\":2,\"\u00e9\":3,\"\xed\xa0\x80\":1,\"\uffff\":4}"}, // by bytes, EF after ED
 	} {
 		if out, _, err := AppendText(nil, []byte(tc.in)); err != nil || string(out) != tc.want {
 			t.Errorf("AppendText(%q) = %q, %v; want %q", tc.in, out, err, tc.want)

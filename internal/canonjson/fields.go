@@ -136,7 +136,7 @@ func structFields(t reflect.Type) []field {
 		}
 		i = j
 	}
-	slices.SortFunc(out, func(a, b field) int { return compareUTF16(a.name, b.name) })
+	slices.SortFunc(out, func(a, b field) int { return compareNames(a.name, b.name) })
 	for i := range out {
 		out[i].member, _ = appendString([]byte{','}, out[i].name) // valid: see validName
 		out[i].member = append(out[i].member, ':')

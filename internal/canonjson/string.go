@@ -111,34 +111,14 @@ func appendQuoted[T string | []byte](out []byte, s T, html bool) ([]byte, bool) 
 	}
 }
 
-// compareNames orders member names as RFC 8785 sorts them: by their UTF-16
-// code units. Names that are not valid UTF-8 (ok false), which RFC 8785
-// cannot sort, come after the others, in byte order. The order is total:
-// only equal names compare equal.
-func compareNames[T string | []byte](a T, aok bool, b T, bok bool) int {
-	switch {
-	case aok && bok:
-		return compareUTF16(a, b)
-	case aok != bok:
-		if aok {
-			return -1
-		}
-		return 1
-	}
-	return compareBytes(a, b)
-}
-
-func compareBytes[T string | []byte](a, b T) int {
-	for i := range min(len(a), len(b)) {
-		if a[i] != b[i] {
-			return int(a[i]) - int(b[i])
-		}
-	}
-	return len(a) - len(b)
-}
-
-// compareUTF16 orders valid UTF-8 strings by their UTF-16 code units.
-func compareUTF16[T string | []byte](a, b T) int {
+// compareNames orders member names as RFC 8785 sorts them, by their
+// UTF-16 code units. For valid UTF-8 that is the order of the bytes, except
+// that the lead bytes EE and EF (of U+E000..U+FFFF) come after F0..F4 (of
+// the characters above U+FFFF, which UTF-16 writes as surrogates,
+// D800..DFFF). Compared byte by byte with that one change, names that are
+// not valid UTF-8 have a place in the order too: only equal names compare
+// equal.
+func compareNames[T string | []byte](a, b T) int {
 	n := min(len(a), len(b))
 	i := 0
 	for i < n && a[i] == b[i] {
@@ -147,25 +127,12 @@ func compareUTF16[T string | []byte](a, b T) int {
 	if i == n {
 		return len(a) - len(b)
 	}
-	if a[i] < utf8.RuneSelf || b[i] < utf8.RuneSelf {
-		return int(a[i]) - int(b[i])
-	}
-	// Two different non-ASCII characters with a common prefix: byte order
-	// is code point order, which is UTF-16 order except that U+E000..U+FFFF
-	// sort after the surrogate pairs of U+10000 and above.
-	s := i
-	for s > 0 && a[s]&0xC0 == 0x80 {
-		s--
-	}
-	var ra, rb [utf8.UTFMax]byte
-	x, _ := utf8.DecodeRune(ra[:copy(ra[:], a[s:])])
-	y, _ := utf8.DecodeRune(rb[:copy(rb[:], b[s:])])
-	return int(utf16Order(x)) - int(utf16Order(y))
+	return utf16Weight(a[i]) - utf16Weight(b[i])
 }
 
-func utf16Order(r rune) rune {
-	if r >= 0xE000 && r <= 0xFFFF {
-		return r + 0x200000
+func utf16Weight(b byte) int {
+	if b == 0xEE || b == 0xEF {
+		return int(b) + 0x100
 	}
-	return r
+	return int(b)
 }

@@ -30,7 +30,8 @@ const (
 // node is a parsed value; for an object member, also its name.
 type node struct {
 	kind       byte
-	nameOK     bool // the name is valid UTF-8
+	esc        bool // nString: the string holds characters to escape
+	nameEsc    bool // the name does
 	start, end int
 	ns, ne     int // the name, decoded in strs[ns:ne]
 }
@@ -40,6 +41,7 @@ type parser struct {
 	in    []byte
 	pos   int
 	depth int
+	valid bool   // all strings so far are valid
 	nums  []byte // canonical numbers
 	strs  []byte // decoded strings and names
 	stack []node // the values of the open arrays and objects
@@ -49,7 +51,7 @@ type parser struct {
 // canonical parses the JSON text in, nested depth deep, and appends its
 // canonical form to out, reporting whether all its strings were valid.
 func (p *parser) canonical(out, in []byte, depth int) ([]byte, bool, error) {
-	p.in, p.pos, p.depth = in, 0, depth
+	p.in, p.pos, p.depth, p.valid = in, 0, depth, true
 	p.nums, p.strs, p.stack, p.nodes = p.nums[:0], p.strs[:0], p.stack[:0], p.nodes[:0]
 	defer func() { p.in = nil }()
 	if err := p.value(); err != nil {
@@ -58,8 +60,7 @@ func (p *parser) canonical(out, in []byte, depth int) ([]byte, bool, error) {
 	if p.skipSpace(); p.pos < len(p.in) {
 		return out, false, p.syntaxError("after the top-level value")
 	}
-	valid := true
-	return p.write(out, p.stack[0], &valid), valid, nil
+	return p.write(out, p.stack[0]), p.valid, nil
 }
 
 func (p *parser) syntaxError(context string) error {
@@ -105,7 +106,7 @@ func (p *parser) value() error {
 		p.pos++
 		var err error
 		n.kind = nString
-		if n.start, n.end, _, err = p.str(); err != nil {
+		if n.start, n.end, n.esc, err = p.str(); err != nil {
 			return err
 		}
 	case 't', 'f', 'n':
@@ -156,7 +157,7 @@ func (p *parser) container(open byte) error {
 					return p.syntaxError("looking for a member name")
 				}
 				var err error
-				if name.ns, name.ne, name.nameOK, err = p.str(); err != nil {
+				if name.ns, name.ne, name.nameEsc, err = p.str(); err != nil {
 					return err
 				}
 				if !p.next(':') {
@@ -168,7 +169,7 @@ func (p *parser) container(open byte) error {
 			}
 			if kind == nObject {
 				m := &p.stack[len(p.stack)-1]
-				m.ns, m.ne, m.nameOK = name.ns, name.ne, name.nameOK
+				m.ns, m.ne, m.nameEsc = name.ns, name.ne, name.nameEsc
 			}
 			if p.next(close) {
 				break
@@ -196,15 +197,16 @@ func (p *parser) container(open byte) error {
 }
 
 func (p *parser) compareMembers(a, b node) int {
-	return compareNames(p.strs[a.ns:a.ne], a.nameOK, p.strs[b.ns:b.ne], b.nameOK)
+	return compareNames(p.strs[a.ns:a.ne], p.strs[b.ns:b.ne])
 }
 
 // str decodes the string after its opening quote into strs[start:end] and
-// reports whether it is valid: valid UTF-8 with escaped surrogates in
-// pairs. Invalid bytes are kept as they are, and a lone surrogate as the
-// three bytes that would encode it in UTF-8 (WTF-8).
-func (p *parser) str() (start, end int, ok bool, err error) {
-	start, ok = len(p.strs), true
+// reports whether it holds characters that RFC 8785 escapes. Bytes that are
+// not UTF-8 are kept as they are, and an escaped surrogate that is not half
+// of a pair becomes the three bytes that would encode it in UTF-8 (WTF-8),
+// which are not UTF-8 either; either clears p.valid.
+func (p *parser) str() (start, end int, esc bool, err error) {
+	start = len(p.strs)
 	in := p.in
 	for {
 		i := skipPlain(in, p.pos)
@@ -216,15 +218,16 @@ func (p *parser) str() (start, end int, ok bool, err error) {
 		switch c := in[i]; {
 		case c == '"':
 			p.pos++
-			return start, len(p.strs), ok, nil
+			return start, len(p.strs), esc, nil
 		case c == '\\':
 			r, n := unescape(in[i:])
 			if n == 0 {
 				return 0, 0, false, p.syntaxError("in a string escape")
 			}
 			p.pos += n
+			esc = esc || r < 0x20 || r == '"' || r == '\\'
 			if utf16.IsSurrogate(r) {
-				ok = false
+				p.valid = false
 				p.strs = append(p.strs, 0xE0|byte(r>>12), 0x80|byte(r>>6)&0x3F, 0x80|byte(r)&0x3F)
 			} else {
 				p.strs = utf8.AppendRune(p.strs, r)
@@ -233,7 +236,7 @@ func (p *parser) str() (start, end int, ok bool, err error) {
 			return 0, 0, false, p.syntaxError("in a string")
 		default:
 			r, size := utf8.DecodeRune(in[i:])
-			ok = ok && (r != utf8.RuneError || size > 1)
+			p.valid = p.valid && (r != utf8.RuneError || size > 1)
 			p.strs = append(p.strs, in[i:i+size]...)
 			p.pos += size
 		}
@@ -298,10 +301,8 @@ func hex4(b []byte) rune {
 	return r
 }
 
-// write appends the canonical text of n, clearing *valid if a string in it
-// is not valid UTF-8.
-func (p *parser) write(out []byte, n node, valid *bool) []byte {
-	var ok bool
+// write appends the canonical text of n.
+func (p *parser) write(out []byte, n node) []byte {
 	switch n.kind {
 	case nNull:
 		return append(out, "null"...)
@@ -312,9 +313,7 @@ func (p *parser) write(out []byte, n node, valid *bool) []byte {
 	case nNumber:
 		return append(out, p.nums[n.start:n.end]...)
 	case nString:
-		out, ok = appendString(out, p.strs[n.start:n.end])
-		*valid = *valid && ok
-		return out
+		return p.writeString(out, n.start, n.end, n.esc)
 	}
 	open, close := byte('['), byte(']')
 	if n.kind == nObject {
@@ -326,11 +325,21 @@ func (p *parser) write(out []byte, n node, valid *bool) []byte {
 			out = append(out, ',')
 		}
 		if n.kind == nObject {
-			out, ok = appendString(out, p.strs[m.ns:m.ne])
-			*valid = *valid && ok
-			out = append(out, ':')
+			out = append(p.writeString(out, m.ns, m.ne, m.nameEsc), ':')
 		}
-		out = p.write(out, m, valid)
+		out = p.write(out, m)
 	}
 	return append(out, close)
+}
+
+// writeString appends the string strs[start:end], which holds characters
+// to escape if esc.
+func (p *parser) writeString(out []byte, start, end int, esc bool) []byte {
+	if esc {
+		out, _ = appendString(out, p.strs[start:end])
+		return out
+	}
+	out = append(out, '"')
+	out = append(out, p.strs[start:end]...)
+	return append(out, '"')
 }

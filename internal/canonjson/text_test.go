@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -268,14 +269,37 @@ func TestSelect(t *testing.T) {
 	}
 }
 
-func TestCompareUTF16(t *testing.T) {
+func TestCompareNames(t *testing.T) {
 	strs := []string{"", "a", "b", "ab", "\u007f", "\u0080", "\u00ff", "\u0100", "\u07ff", "\u0800", "\ud7ff",
 		"\ue000", "\uffff", "\U00010000", "\U0001F600", "\U0010FFFF", "a\U00010000", "a\uffff", "\ufffd"}
-	for _, a := range strs {
-		for _, b := range strs {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 2000 { // random strings from the ranges where the orders differ
+		var r []rune
+		for range 1 + rng.IntN(3) {
+			r = append(r, []rune{'a', 0x7ff, 0xd7ff, 0xe000 + rng.Int32N(0x2000), 0xfffd, 0x10000 + rng.Int32N(0x100000)}[rng.IntN(6)])
+		}
+		strs = append(strs, string(r))
+	}
+	for i, a := range strs {
+		for _, b := range strs[max(0, i-40):min(len(strs), i+40)] {
 			want := compareUnits(utf16.Encode([]rune(a)), utf16.Encode([]rune(b)))
-			if got := compareUTF16(a, b); sign(got) != want {
-				t.Errorf("compareUTF16(%q, %q) = %d, want sign %d", a, b, got, want)
+			if got := compareNames(a, b); sign(got) != want {
+				t.Fatalf("compareNames(%q, %q) = %d, want sign %d", a, b, got, want)
+			}
+		}
+	}
+	// With names that are not UTF-8 too, the order is total.
+	names := []string{"", "a", "\xff", "\xee", "\xef\xbf", "\xf0", "\xed\xa0\x80", "\uffff", "\U00010000", "\x80", "a\xc3", "\xc3\xa9", "\u00e9"}
+	for _, a := range names {
+		for _, b := range names {
+			ab, ba := sign(compareNames(a, b)), sign(compareNames(b, a))
+			if ab != -ba || (ab == 0) != (a == b) {
+				t.Errorf("compareNames(%q, %q) = %d, but reversed %d", a, b, ab, ba)
+			}
+			for _, c := range names {
+				if ab < 0 && sign(compareNames(b, c)) < 0 && sign(compareNames(a, c)) >= 0 {
+					t.Errorf("compareNames: %q < %q < %q but not %q < %q", a, b, c, a, c)
+				}
 			}
 		}
 	}
