@@ -467,18 +467,14 @@ func (e *encoder) structValue(v reflect.Value, p *plan) error {
 		return err
 	}
 	first := len(e.out) // where the first member goes, without its comma
-fields:
 	for i := range p.fields {
 		f := &p.fields[i]
 		fv := v.Field(f.index[0])
-		for _, j := range f.index[1:] { // through embedded structs
-			if fv.Kind() == reflect.Pointer {
-				if fv.IsNil() {
-					continue fields
-				}
-				fv = fv.Elem()
+		if len(f.index) > 1 {
+			var ok bool
+			if fv, ok = promoted(fv, f.index[1:]); !ok {
+				continue
 			}
-			fv = fv.Field(j)
 		}
 		if f.omitEmpty && isEmpty(fv) || f.omitZero && f.isZero(fv) {
 			continue
@@ -494,6 +490,21 @@ fields:
 	}
 	e.close('}')
 	return nil
+}
+
+// promoted returns the field of the embedded struct v that index leads
+// to, or false if it is behind a nil pointer.
+func promoted(v reflect.Value, index []int) (reflect.Value, bool) {
+	for _, i := range index {
+		if v.Kind() == reflect.Pointer {
+			if v.IsNil() {
+				return v, false
+			}
+			v = v.Elem()
+		}
+		v = v.Field(i)
+	}
+	return v, true
 }
 
 func (e *encoder) mapValue(v reflect.Value, p *plan) error {
