@@ -15,7 +15,12 @@
 // and field promotion, omitempty and omitzero, the ",string" option,
 // MarshalJSON and MarshalText methods and their precedence, []byte as
 // base64, map keys of string and integer kinds or with MarshalText). The
-// output of a MarshalJSON method is canonicalised as JSON text.
+// output of a MarshalJSON method is canonicalised as JSON text. The rules
+// are those of encoding/json's classic implementation, the default; they
+// hold in every build, so that keys do not depend on it, also where
+// GOEXPERIMENT=jsonv2 changes encoding/json (which then names string-kind
+// map keys by their MarshalText, reads tag names with quotes or
+// backslashes, and accepts map keys of other kinds).
 //
 // # Numbers
 //

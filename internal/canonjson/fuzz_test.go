@@ -413,7 +413,7 @@ var fuzzTypes = []reflect.Type{
 	reflect.TypeFor[Bytes](), reflect.TypeFor[Ties](), reflect.TypeFor[Diamond](), reflect.TypeFor[Base](),
 	reflect.TypeFor[map[strKey]any](), reflect.TypeFor[map[intKey]string](), reflect.TypeFor[map[uintKey]float32](),
 	reflect.TypeFor[map[textKey]int](), reflect.TypeFor[map[lossyKey]int](), reflect.TypeFor[map[textIntKey]textOf](),
-	reflect.TypeFor[map[textStrKey][]byte](), reflect.TypeFor[map[*textKey]bool](), reflect.TypeFor[[]byteText](),
+	reflect.TypeFor[map[*textKey]bool](), reflect.TypeFor[[]byteText](),
 	reflect.TypeFor[[2]ptrJSON](), reflect.TypeFor[map[string]ptrJSON](), reflect.TypeFor[[]*Base](), reflect.TypeFor[jsonOf](),
 	reflect.TypeFor[quotedOf](), reflect.TypeFor[*bytePtr](), reflect.TypeFor[map[string]string](), reflect.TypeFor[benchOrder](),
 }
