@@ -82,7 +82,7 @@ func get(dst []byte) *encoder {
 func put(e *encoder) {
 	e.out = nil
 	p := &e.text
-	if cap(e.members) > 1024 || cap(e.scratch) > maxPooled || cap(p.nums) > maxPooled ||
+	if cap(e.members) > 1024 || cap(e.scratch) > maxPooled || cap(p.lits) > maxPooled ||
 		cap(p.strs) > maxPooled || cap(p.stack) > 1024 || cap(p.nodes) > 4096 {
 		return
 	}

@@ -44,7 +44,7 @@ const (
 // plan is how to encode a type.
 type plan struct {
 	kind   kind
-	slice  bool  // kArray: a slice
+	null   bool  // a nil value is null
 	key    kind  // kMap: how names come from keys: kString, kInt, kUint or kMarshalText
 	elem   *plan // kArray, kMap, kPointer: the elements; kAddr*: the plan without the method
 	fields []field
@@ -85,6 +85,12 @@ func makePlan(t reflect.Type, making map[reflect.Type]*plan) *plan {
 	p := &plan{}
 	making[t] = p
 	*p = *methodPlan(t, true, making)
+	switch t.Kind() {
+	case reflect.Pointer, reflect.Interface:
+		p.null = true
+	case reflect.Slice, reflect.Map: // unless a method encodes nil
+		p.null = p.kind == kArray || p.kind == kBytes || p.kind == kMap || p.kind == kRaw
+	}
 	return p
 }
 
@@ -112,9 +118,8 @@ func methodPlan(t reflect.Type, addr bool, making map[reflect.Type]*plan) *plan 
 			p.kind = kNumber
 		}
 	case kArray:
-		p.slice = t.Kind() == reflect.Slice
 		e := t.Elem()
-		if pe := reflect.PointerTo(e); p.slice && e.Kind() == reflect.Uint8 && !pe.Implements(marshaler) && !pe.Implements(texter) {
+		if pe := reflect.PointerTo(e); t.Kind() == reflect.Slice && e.Kind() == reflect.Uint8 && !pe.Implements(marshaler) && !pe.Implements(texter) {
 			p.kind = kBytes
 			break
 		}
@@ -221,61 +226,24 @@ func (e *encoder) jsonText(b []byte, t reflect.Type) error {
 	return nil
 }
 
-// any encodes x, with shortcuts for the types encoding/json decodes to.
+// any encodes x; strings, the most common values, without reflection.
 func (e *encoder) any(x any) error {
 	switch x := x.(type) {
 	case nil:
 		e.out = append(e.out, "null"...)
+		return nil
 	case string:
 		e.str(x)
-	case float64:
-		if math.IsNaN(x) || math.IsInf(x, 0) {
-			return &json.UnsupportedValueError{Value: reflect.ValueOf(x), Str: strconv.FormatFloat(x, 'g', -1, 64)}
-		}
-		e.out = appendNumber(e.out, x)
-	case bool:
-		e.out = strconv.AppendBool(e.out, x)
-	case map[string]any:
-		if x == nil {
-			e.out = append(e.out, "null"...)
-			return nil
-		}
-		base := len(e.members)
-		for k := range x {
-			e.members = append(e.members, entry{name: k})
-		}
-		return e.object(base, func(m *entry) error { return e.any(x[m.name]) })
-	case []any:
-		if x == nil {
-			e.out = append(e.out, "null"...)
-			return nil
-		}
-		if err := e.open('['); err != nil {
-			return err
-		}
-		for i, v := range x {
-			if i > 0 {
-				e.out = append(e.out, ',')
-			}
-			if err := e.any(v); err != nil {
-				return err
-			}
-		}
-		e.close(']')
-	default:
-		v := reflect.ValueOf(x)
-		return e.value(v, planFor(v.Type()), false)
+		return nil
 	}
-	return nil
+	v := reflect.ValueOf(x)
+	return e.value(v, planFor(v.Type()), false)
 }
 
 // object writes the map members from members[base:], sorted, with val
 // writing a member's value, and pops them.
 func (e *encoder) object(base int, val func(*entry) error) error {
-	defer func() {
-		clear(e.members[base:]) // let the pool not keep them
-		e.members = e.members[:base]
-	}()
+	defer e.drop(base)
 	if err := e.open('{'); err != nil {
 		return err
 	}
@@ -298,9 +266,19 @@ func (e *encoder) object(base int, val func(*entry) error) error {
 	return nil
 }
 
+// drop pops the map members from members[base:].
+func (e *encoder) drop(base int) {
+	clear(e.members[base:]) // let the pool not keep them
+	e.members = e.members[:base]
+}
+
 // value encodes v as encoding/json would with plan p; quoted is the
 // ",string" option of the field v is.
 func (e *encoder) value(v reflect.Value, p *plan, quoted bool) error {
+	if p.null && v.IsNil() {
+		e.out = append(e.out, "null"...)
+		return nil
+	}
 	switch p.kind {
 	case kBool:
 		e.quote(quoted)
@@ -359,22 +337,10 @@ func (e *encoder) value(v reflect.Value, p *plan, quoted bool) error {
 		e.out, err = appendNumberText(e.out, s, intDigits)
 		return err
 	case kRaw:
-		if v.IsNil() {
-			e.out = append(e.out, "null"...)
-			return nil
-		}
 		return e.jsonText(v.Bytes(), v.Type())
 	case kBytes:
-		if v.IsNil() {
-			e.out = append(e.out, "null"...)
-			return nil
-		}
 		e.out = append(base64.StdEncoding.AppendEncode(append(e.out, '"'), v.Bytes()), '"')
 	case kArray:
-		if p.slice && v.IsNil() {
-			e.out = append(e.out, "null"...)
-			return nil
-		}
 		if err := e.open('['); err != nil {
 			return err
 		}
@@ -392,10 +358,6 @@ func (e *encoder) value(v reflect.Value, p *plan, quoted bool) error {
 	case kStruct:
 		return e.structValue(v, p)
 	case kPointer, kInterface:
-		if v.IsNil() {
-			e.out = append(e.out, "null"...)
-			return nil
-		}
 		if e.hops++; e.hops > maxHops {
 			return &json.UnsupportedValueError{Value: v, Str: fmt.Sprintf("more than %d pointers and interfaces deep (a cycle?)", maxHops)}
 		}
@@ -410,10 +372,6 @@ func (e *encoder) value(v reflect.Value, p *plan, quoted bool) error {
 		e.hops--
 		return err
 	case kMarshalJSON, kMarshalText:
-		if v.Kind() == reflect.Pointer && v.IsNil() {
-			e.out = append(e.out, "null"...)
-			return nil
-		}
 		return e.method(v, p.kind == kMarshalJSON)
 	case kAddrJSON, kAddrText:
 		if !v.CanAddr() {
@@ -508,14 +466,13 @@ func promoted(v reflect.Value, index []int) (reflect.Value, bool) {
 }
 
 func (e *encoder) mapValue(v reflect.Value, p *plan) error {
-	if v.IsNil() {
-		e.out = append(e.out, "null"...)
-		return nil
-	}
-	if m, ok := reflect.TypeAssert[map[string]any](v); ok {
-		return e.any(m)
-	}
 	base := len(e.members)
+	if m, ok := reflect.TypeAssert[map[string]any](v); ok { // without reflect
+		for k := range m {
+			e.members = append(e.members, entry{name: k})
+		}
+		return e.object(base, func(me *entry) error { return e.any(m[me.name]) })
+	}
 	for it := v.MapRange(); it.Next(); {
 		k := it.Key()
 		var name string
@@ -527,22 +484,18 @@ func (e *encoder) mapValue(v reflect.Value, p *plan) error {
 		case kUint:
 			name = strconv.FormatUint(k.Uint(), 10)
 		default:
-			if k.Kind() == reflect.Pointer && k.IsNil() {
-				break // encoding/json's name for a nil key
+			if (k.Kind() == reflect.Pointer || k.Kind() == reflect.Interface) && k.IsNil() {
+				break // named ""
 			}
-			m, ok := reflect.TypeAssert[encoding.TextMarshaler](k)
-			if !ok {
-				e.members = e.members[:base]
-				return &json.UnsupportedValueError{Value: k, Str: "nil map key"}
-			}
+			m, _ := reflect.TypeAssert[encoding.TextMarshaler](k)
 			b, err := m.MarshalText()
 			if err != nil {
-				e.members = e.members[:base]
+				e.drop(base)
 				return fmt.Errorf("canonjson: calling MarshalText for map key of type %v: %w", k.Type(), err)
 			}
 			name = string(b)
 		}
 		e.members = append(e.members, entry{name: name, val: it.Value()})
 	}
-	return e.object(base, func(m *entry) error { return e.value(m.val, p.elem, false) })
+	return e.object(base, func(me *entry) error { return e.value(me.val, p.elem, false) })
 }

@@ -18,13 +18,10 @@ const maxDepth = 10000
 
 // Node kinds.
 const (
-	nNull byte = iota
-	nTrue
-	nFalse
-	nNumber // canonical text in nums[start:end]
-	nString // decoded in strs[start:end]
-	nArray  // elements in nodes[start:end]
-	nObject // members in nodes[start:end], sorted
+	nLiteral byte = iota // a literal or number: canonical text in lits[start:end]
+	nString              // decoded in strs[start:end]
+	nArray               // elements in nodes[start:end]
+	nObject              // members in nodes[start:end], sorted
 )
 
 // node is a parsed value; for an object member, also its name.
@@ -42,7 +39,7 @@ type parser struct {
 	pos   int
 	depth int
 	valid bool   // all strings so far are valid
-	nums  []byte // canonical numbers
+	lits  []byte // canonical literals and numbers
 	strs  []byte // decoded strings and names
 	stack []node // the values of the open arrays and objects
 	nodes []node // the values of the closed ones, in blocks
@@ -52,7 +49,7 @@ type parser struct {
 // canonical form to out, reporting whether all its strings were valid.
 func (p *parser) canonical(out, in []byte, depth int) ([]byte, bool, error) {
 	p.in, p.pos, p.depth, p.valid = in, 0, depth, true
-	p.nums, p.strs, p.stack, p.nodes = p.nums[:0], p.strs[:0], p.stack[:0], p.nodes[:0]
+	p.lits, p.strs, p.stack, p.nodes = p.lits[:0], p.strs[:0], p.stack[:0], p.nodes[:0]
 	defer func() { p.in = nil }()
 	if err := p.value(); err != nil {
 		return out, false, err
@@ -92,6 +89,9 @@ func (p *parser) next(c byte) bool {
 	return false
 }
 
+// literals are the literals by their first byte.
+var literals = [256]string{'t': "true", 'f': "false", 'n': "null"}
+
 // value parses a value and pushes its node.
 func (p *parser) value() error {
 	p.skipSpace()
@@ -109,29 +109,21 @@ func (p *parser) value() error {
 		if n.start, n.end, n.esc, err = p.str(); err != nil {
 			return err
 		}
-	case 't', 'f', 'n':
-		lit, kind := "null", nNull
-		if c == 't' {
-			lit, kind = "true", nTrue
-		} else if c == 'f' {
-			lit, kind = "false", nFalse
-		}
-		if len(p.in)-p.pos < len(lit) || string(p.in[p.pos:p.pos+len(lit)]) != lit {
-			return p.syntaxError("in a literal")
-		}
-		p.pos += len(lit)
-		n.kind = kind
 	default:
-		end, intDigits := scanNumber(p.in, p.pos)
-		if end < 0 {
+		n.start = len(p.lits)
+		if lit := literals[c]; lit != "" && len(p.in)-p.pos >= len(lit) && string(p.in[p.pos:p.pos+len(lit)]) == lit {
+			p.lits = append(p.lits, lit...)
+			p.pos += len(lit)
+		} else if end, intDigits := scanNumber(p.in, p.pos); end >= 0 {
+			var err error
+			if p.lits, err = appendNumberText(p.lits, p.in[p.pos:end], intDigits); err != nil {
+				return err
+			}
+			p.pos = end
+		} else {
 			return p.syntaxError("looking for a value")
 		}
-		n.kind, n.start = nNumber, len(p.nums)
-		var err error
-		if p.nums, err = appendNumberText(p.nums, p.in[p.pos:end], intDigits); err != nil {
-			return err
-		}
-		n.end, p.pos = len(p.nums), end
+		n.end = len(p.lits)
 	}
 	p.stack = append(p.stack, n)
 	return nil
@@ -304,14 +296,8 @@ func hex4(b []byte) rune {
 // write appends the canonical text of n.
 func (p *parser) write(out []byte, n node) []byte {
 	switch n.kind {
-	case nNull:
-		return append(out, "null"...)
-	case nTrue:
-		return append(out, "true"...)
-	case nFalse:
-		return append(out, "false"...)
-	case nNumber:
-		return append(out, p.nums[n.start:n.end]...)
+	case nLiteral:
+		return append(out, p.lits[n.start:n.end]...)
 	case nString:
 		return p.writeString(out, n.start, n.end, n.esc)
 	}
