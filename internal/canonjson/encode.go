@@ -85,6 +85,29 @@ func makePlan(t reflect.Type, making map[reflect.Type]*plan) *plan {
 	p := &plan{}
 	making[t] = p
 	*p = *methodPlan(t, true, making)
+	return p
+}
+
+// methodPlan follows encoding/json's precedence: MarshalJSON, through the
+// value's address if addr allows and it is addressable, then MarshalText
+// likewise, then t's kind.
+func methodPlan(t reflect.Type, addr bool, making map[reflect.Type]*plan) *plan {
+	addr = addr && t.Kind() != reflect.Pointer
+	var p *plan
+	switch {
+	case t == rawType:
+		p = &plan{kind: kRaw} // its MarshalJSON, without an allocation
+	case addr && reflect.PointerTo(t).Implements(marshaler):
+		p = &plan{kind: kAddrJSON, elem: methodPlan(t, false, making)}
+	case t.Implements(marshaler):
+		p = &plan{kind: kMarshalJSON}
+	case addr && reflect.PointerTo(t).Implements(texter):
+		p = &plan{kind: kAddrText, elem: methodPlan(t, false, making)}
+	case t.Implements(texter):
+		p = &plan{kind: kMarshalText}
+	default:
+		p = kindPlan(t, making)
+	}
 	switch t.Kind() {
 	case reflect.Pointer, reflect.Interface:
 		p.null = true
@@ -94,23 +117,8 @@ func makePlan(t reflect.Type, making map[reflect.Type]*plan) *plan {
 	return p
 }
 
-// methodPlan follows encoding/json's precedence: MarshalJSON, through the
-// value's address if addr allows and it is addressable, then MarshalText
-// likewise, then t's kind.
-func methodPlan(t reflect.Type, addr bool, making map[reflect.Type]*plan) *plan {
-	addr = addr && t.Kind() != reflect.Pointer
-	switch {
-	case t == rawType:
-		return &plan{kind: kRaw} // its MarshalJSON, without an allocation
-	case addr && reflect.PointerTo(t).Implements(marshaler):
-		return &plan{kind: kAddrJSON, elem: methodPlan(t, false, making)}
-	case t.Implements(marshaler):
-		return &plan{kind: kMarshalJSON}
-	case addr && reflect.PointerTo(t).Implements(texter):
-		return &plan{kind: kAddrText, elem: methodPlan(t, false, making)}
-	case t.Implements(texter):
-		return &plan{kind: kMarshalText}
-	}
+// kindPlan is the plan for t's kind, ignoring its methods.
+func kindPlan(t reflect.Type, making map[reflect.Type]*plan) *plan {
 	p := &plan{kind: kindOf(t)}
 	switch p.kind {
 	case kString:

@@ -230,7 +230,9 @@ type (
 	byteText   byte   // MarshalText: []byteText is an array of strings
 	bytePtr    byte   // (*T).MarshalJSON
 	namedBytes []byte
-	bytesJSON  []byte // MarshalJSON
+	bytesJSON  []byte         // MarshalJSON
+	ptrSlice   []int          // (*T).MarshalJSON: a nil one is null unless addressable
+	ptrMap     map[string]int // (*T).MarshalText
 	zeroer     struct{ N int }
 	ptrZero    struct{ N int }
 	ifaceZ     interface{ IsZero() bool }
@@ -249,6 +251,8 @@ func (s badJSON) MarshalJSON() ([]byte, error)   { return []byte(s), nil }
 func (b byteText) MarshalText() ([]byte, error)  { return fmt.Appendf(nil, "b%d", b), nil }
 func (b *bytePtr) MarshalJSON() ([]byte, error)  { return fmt.Appendf(nil, "%d0", *b), nil }
 func (b bytesJSON) MarshalJSON() ([]byte, error) { return []byte(`"own"`), nil }
+func (s *ptrSlice) MarshalJSON() ([]byte, error) { return fmt.Appendf(nil, "%d", len(*s)), nil }
+func (m *ptrMap) MarshalText() ([]byte, error)   { return fmt.Appendf(nil, "%d", len(*m)), nil }
 func (z zeroer) IsZero() bool                    { return z.N < 0 }
 func (z *ptrZero) IsZero() bool                  { return z == nil || z.N < 0 }
 
@@ -361,6 +365,8 @@ type (
 		Ti  time.Time
 		Raw json.RawMessage
 		Num json.Number
+		PS  ptrSlice
+		PM  ptrMap
 	}
 	Bytes struct {
 		B   []byte
@@ -402,6 +408,7 @@ func TestMatchesEncodingJSON(t *testing.T) {
 		Bytes{B: []byte("hello\xff"), E: []byte{}, NB: namedBytes("nb"), BT: []byteText{1, 2}, BP: []bytePtr{3},
 			Arr: [3]byte{1, 2, 3}, Own: bytesJSON("x"), PB: &[]byte{0xfb, 0xff}},
 		[]byteText{1}, []bytePtr{1}, // addressable as slice elements
+		ptrSlice(nil), ptrSlice{1}, ptrMap(nil), ptrMap{"a": 1}, []ptrSlice{nil, {1}}, []ptrMap{nil},
 		json.Number("0"), json.Number("-1.5e-7"), json.Number(""), json.Number("1e5000"), json.Number("01"), json.Number("x"),
 		json.RawMessage(nil), json.RawMessage("null"), json.RawMessage(" \n[ 1e2 ]\t"), json.RawMessage("{"), json.RawMessage(""),
 		json.RawMessage(`{"a":1,"a":2}`), badJSON(`{"b":2,"a":1}`), badJSON(""), badJSON("1 2"), badJSON(`"\u00e9\u2028<"`),
