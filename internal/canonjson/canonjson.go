@@ -45,9 +45,9 @@
 // as the three bytes of its generalised UTF-8 (WTF-8) encoding, the rest as
 // usual; and the result reports valid false. Such output is not RFC 8785
 // and not UTF-8, but two inputs that differ in such strings still give
-// different outputs; and utf8.Valid is false for any part of the output
+// different outputs; and utf8.Valid is false for any value in the output
 // that contains such a string (as a value or a member name), true for any
-// part that does not. (A string is taken as the bytes it stands for: the
+// value that does not. (A string is taken as the bytes it stands for: the
 // text "\ud800" and the raw bytes ED A0 80 are the same string.) Members
 // are sorted by comparing their names' bytes, but with the lead bytes EE
 // and EF after F0..F4: for valid UTF-8 that is the order of UTF-16 code
@@ -91,7 +91,8 @@ func put(e *encoder) {
 
 // Append appends the RFC 8785 canonical form of v's encoding/json encoding
 // to dst and returns the extended buffer. valid is false if a string in it
-// was not valid UTF-8 and was written verbatim (see the package
+// was not Unicode (invalid UTF-8, or a lone surrogate in JSON text from a
+// MarshalJSON method) and was written verbatim (see the package
 // documentation). On error out is dst.
 func Append(dst []byte, v any) (out []byte, valid bool, err error) {
 	e := get(dst)
