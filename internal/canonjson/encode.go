@@ -256,7 +256,15 @@ func (e *encoder) object(base int, val func(*entry) error) error {
 		return err
 	}
 	ms := e.members[base:]
-	slices.SortFunc(ms, func(a, b entry) int { return compareNames(a.name, b.name) })
+	if len(ms) <= smallObject {
+		for i := 1; i < len(ms); i++ {
+			for j := i; j > 0 && compareNames(ms[j-1].name, ms[j].name) > 0; j-- {
+				ms[j-1], ms[j] = ms[j], ms[j-1]
+			}
+		}
+	} else {
+		slices.SortFunc(ms, func(a, b entry) int { return compareNames(a.name, b.name) })
+	}
 	for i := range ms {
 		if i > 0 {
 			if ms[i].name == ms[i-1].name {
