@@ -1,9 +1,6 @@
 package canonjson
 
-import (
-	"math/bits"
-	"unicode/utf8"
-)
+import "unicode/utf8"
 
 // plain marks the bytes an RFC 8785 string copies unchanged wherever they
 // are: printable ASCII other than '"' and '\'.
@@ -15,21 +12,8 @@ var plain = func() (t [256]bool) {
 }()
 
 // skipPlain returns the index of the first byte of s at or after i that is
-// not plain, or len(s). It tests eight bytes at a time: strings are most of
-// a key's bytes.
+// not plain, or len(s).
 func skipPlain[T string | []byte](s T, i int) int {
-	const ones, tops = 0x0101010101010101, 0x8080808080808080
-	for ; i+8 <= len(s); i += 8 {
-		t := s[i : i+8] // one bounds check; the compiler makes this one load
-		x := uint64(t[0]) | uint64(t[1])<<8 | uint64(t[2])<<16 | uint64(t[3])<<24 |
-			uint64(t[4])<<32 | uint64(t[5])<<40 | uint64(t[6])<<48 | uint64(t[7])<<56
-		q, b := x^(ones*'"'), x^(ones*'\\')
-		// The top bit of each byte that is < 0x20, '"', '\' or >= 0x80; the
-		// lowest one set is exact.
-		if m := ((x-ones*0x20)&^x | (q-ones)&^q | (b-ones)&^b | x) & tops; m != 0 {
-			return i + bits.TrailingZeros64(m)/8
-		}
-	}
 	for i < len(s) && plain[s[i]] {
 		i++
 	}
