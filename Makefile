@@ -8,7 +8,8 @@
 #             ports and stops by PID.
 # make unit   the same tests without starting servers (integration tests skip
 #             unless CI=true).
-# make bench  the guard's micro-benchmarks, then the load benchmark against
+# make bench  the micro-benchmarks of the guard and of the key canonicaliser
+#             (internal/canonjson), then the load benchmark against
 #             DynamoDB Local (bench/load; see docs/benchmarks.md); pass flags
 #             to it with BENCHFLAGS, e.g. BENCHFLAGS='-ops 4000'.
 # make fuzz   every fuzz target for $$(FUZZTIME) (default 60s) each.
@@ -22,7 +23,7 @@ PKGS = ./... ./examples/... ./bench/... ./chaos/...
 
 test: vet
 	scripts/harness.sh run $(GO) test -race -count=1 $(PKGS)
-	$(MAKE) --no-print-directory fuzz FUZZTIME=20000x FUZZTARGETS='./guard:FuzzCanonicalize ./guard:FuzzDeriveKey ./guard:FuzzEncodeMatchesMarshal ./guard:FuzzDecodeJSON'
+	$(MAKE) --no-print-directory fuzz FUZZTIME=20000x FUZZTARGETS='./guard:FuzzCanonicalize ./guard:FuzzDeriveKey ./guard:FuzzEncodeMatchesMarshal ./guard:FuzzDecodeJSON $(CANONFUZZ)'
 
 unit: vet
 	$(GO) test -race $(PKGS)
@@ -32,7 +33,7 @@ vet:
 	$(GO) vet $(PKGS)
 
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem ./guard/
+	$(GO) test -run '^$$' -bench . -benchmem ./guard/ ./internal/canonjson/
 	IDEMGUARD_SERVICES=dynamodb scripts/harness.sh run $(GO) run ./bench/load $(BENCHFLAGS)
 
 # One run per fuzz target (PKG:Name), FUZZTIME each. `go test -fuzz` passes
@@ -45,9 +46,11 @@ bench:
 # is a finding.
 .PHONY: fuzz
 FUZZTIME ?= 60s
+# The key canonicaliser's differential fuzzers, in make test too.
+CANONFUZZ = ./internal/canonjson:FuzzAppendText ./internal/canonjson:FuzzAppendMatchesJCS ./internal/canonjson:FuzzNumber
 FUZZTARGETS ?= ./guard:FuzzDeriveKey ./guard:FuzzCanonicalize ./guard:FuzzEncodeMatchesMarshal \
 	./guard:FuzzDecodeJSON ./guard:FuzzCanonMatchesJCS ./guard:FuzzDeriveMatchesReference ./guard:FuzzES6Number \
-	./store/dynamodb:FuzzDecodeItem
+	./store/dynamodb:FuzzDecodeItem $(CANONFUZZ)
 fuzz:
 	@set -e; for t in $(FUZZTARGETS); do \
 		pkg=$${t%%:*}; name=$${t#*:}; \
