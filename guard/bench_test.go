@@ -2,7 +2,6 @@ package guard_test
 
 import (
 	"context"
-	"encoding/json"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -139,46 +138,3 @@ func benchReplayParallel(b *testing.B, opts ...guard.Option) {
 func BenchmarkReplayParallel(b *testing.B) { benchReplayParallel(b) }
 
 func BenchmarkReplayCachedParallel(b *testing.B) { benchReplayParallel(b, guard.WithCache(1024)) }
-
-// BenchmarkCanonicalize1KB: RFC 8785 canonicalisation of a 1 KB document
-// through the public API (part of key derivation).
-func BenchmarkCanonicalize1KB(b *testing.B) {
-	doc, err := json.Marshal(benchOrder1KB())
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.SetBytes(int64(len(doc)))
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		if _, err := guard.Canonicalize(doc); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
-// benchOrder1KB returns a realistic order that marshals to about 1 KB, as
-// a generic tree (the same shape as the internal benchmark's struct).
-func benchOrder1KB() map[string]any {
-	lines := make([]any, 0, 4)
-	for i, sku := range []string{"SKU-10001-RED-M", "SKU-20417-BLUE-L", "SKU-31120-BLACK-S", "SKU-44012-WHITE-XL"} {
-		lines = append(lines, map[string]any{
-			"sku": sku, "description": "Organic cotton t-shirt, regular fit", "quantity": i + 1,
-			"unit_price": 1999 + i*250, "currency": "EUR", "tax_rate": 0.19,
-		})
-	}
-	return map[string]any{
-		"order_id":    "ord_01HZX3K9Q4W8V7B6N5M2C1D0EF",
-		"customer_id": "cus_9f8e7d6c5b4a3210",
-		"email":       "jane.doe@example.com",
-		"created_at":  "2026-11-21T12:00:00Z",
-		"shipping": map[string]any{
-			"name": "Jane Doe", "line1": "Hauptstraße 12", "line2": "3. OG", "city": "Berlin",
-			"postal_code": "10115", "country": "DE",
-		},
-		"lines":    lines,
-		"total":    13246,
-		"currency": "EUR",
-		"metadata": map[string]any{"channel": "web", "campaign": "black-friday-2026", "ab_bucket": 7, "gift": false},
-	}
-}

@@ -1,12 +1,11 @@
 package guard_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
-	"reflect"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/store/memory"
@@ -23,38 +22,10 @@ var fuzzJSONSeeds = []string{
 	`0`, `false`, `null`, `""`, `{}`, `[]`,
 	`{"order":{"id":"o-1","amount":5},"body":"{\"order_id\":42}","data":"b3JkZXItNzc="}`,
 	`{"a":1,"a":2}`, `[1,]`, `{"a":1e400}`, "\"\xff\"",
+	"{\"id\":\"\x8a\x01\x02\",\"ok\":1}", `{"id":"\ud800"}`, `{"id":"\udbff\u0041"}`, "{\"\xfe\":1}",
 }
 
-// FuzzCanonicalize: whatever Canonicalize accepts, it turns into valid JSON
-// that is its own canonical form and means the same as the input.
-func FuzzCanonicalize(f *testing.F) {
-	for _, s := range fuzzJSONSeeds {
-		f.Add([]byte(s))
-	}
-	f.Fuzz(func(t *testing.T, in []byte) {
-		out, err := guard.Canonicalize(in)
-		if err != nil {
-			return
-		}
-		if !json.Valid(out) {
-			t.Fatalf("Canonicalize(%q) = %q: not valid JSON", in, out)
-		}
-		again, err := guard.Canonicalize(out)
-		if err != nil || !bytes.Equal(again, out) {
-			t.Fatalf("Canonicalize(%q) = %q, but Canonicalize of that = %q, %v", in, out, again, err)
-		}
-		var vin, vout any
-		if err := json.Unmarshal(in, &vin); err != nil {
-			t.Fatalf("Canonicalize accepted %q, which encoding/json rejects: %v", in, err)
-		}
-		if err := json.Unmarshal(out, &vout); err != nil {
-			t.Fatal(err)
-		}
-		if !reflect.DeepEqual(vin, vout) {
-			t.Fatalf("Canonicalize(%q) = %q: decodes to %#v, want %#v", in, out, vout, vin)
-		}
-	})
-}
+type fuzzKey string
 
 // FuzzDeriveKey: arbitrary JSON bytes and an arbitrary key path never make
 // the guard panic; a call either fails with the documented error, runs
@@ -117,6 +88,51 @@ func FuzzDeriveKey(f *testing.F) {
 		// The key is a function of the input: a second call replays.
 		if _, out, err := guard.Execute(context.Background(), g, "fz", input, fn); err != nil || out != guard.OutcomeReplayed || runs != 1 {
 			t.Fatalf("second Execute(%q, path %q) = %v, %v after %d runs; want replayed", in, path, out, err, runs)
+		}
+	})
+}
+
+// FuzzDeriveKeyGoValues: Go values built from arbitrary bytes. A string
+// field holding the bytes is keyed exactly when they are valid UTF-8 and
+// refused with ErrInvalidInput otherwise, so that two inputs differing only
+// in invalid bytes never share a key; a map with a named string key type is
+// keyed as the same map with plain string keys.
+func FuzzDeriveKeyGoValues(f *testing.F) {
+	for _, s := range fuzzJSONSeeds {
+		f.Add([]byte(s))
+	}
+	g, err := guard.New(memory.New())
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		type msg struct {
+			ID   string `json:"id"`
+			Body string `json:"body"`
+		}
+		key, _, err := g.Key("fz", msg{ID: "m-1", Body: string(in)})
+		switch {
+		case utf8.Valid(in) && (err != nil || key == ""):
+			t.Fatalf("Key(valid %q) = %q, %v", in, key, err)
+		case !utf8.Valid(in) && !errors.Is(err, guard.ErrInvalidInput):
+			t.Fatalf("Key(invalid %q) = %q, %v; want ErrInvalidInput", in, key, err)
+		}
+		// Keyed by the ID alone, the body is left out and may be anything.
+		if key, _, err := g.Key("fz", msg{ID: "m-1", Body: string(in)}, guard.WithKeyPath("id")); err != nil || key == "" {
+			t.Fatalf("Key(id of a message with body %q) = %q, %v", in, key, err)
+		}
+		var plain map[string]any
+		if json.Unmarshal(in, &plain) != nil || plain == nil {
+			return
+		}
+		named := make(map[fuzzKey]any, len(plain))
+		for k, v := range plain {
+			named[fuzzKey(k)] = v
+		}
+		k1, _, err1 := g.Key("fz", plain)
+		k2, _, err2 := g.Key("fz", named)
+		if k1 != k2 || (err1 == nil) != (err2 == nil) {
+			t.Fatalf("map %q keys as %q, %v; with a named key type as %q, %v", in, k1, err1, k2, err2)
 		}
 	})
 }

@@ -10,6 +10,8 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"os"
+	"path/filepath"
 	"regexp"
 	"sync/atomic"
 	"testing"
@@ -783,7 +785,7 @@ func TestKeyBoundBeforeRun(t *testing.T) {
 // testdata/keys_gen.py, an implementation independent of this package (the
 // canonical text of each entry is in the file for review).
 func TestKeyVectors(t *testing.T) {
-	data, err := readTestdata("keys.json")
+	data, err := os.ReadFile(filepath.Join("testdata", "keys.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
