@@ -286,4 +286,3 @@ func FuzzDeriveMatchesReference(f *testing.F) {
 		checkDeriveAgainstReference(t, json.RawMessage(b), opts...)
 	})
 }
-
