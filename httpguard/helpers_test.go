@@ -10,43 +10,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/httpguard"
 	"github.com/idemguard/idemguard/store"
-	"github.com/idemguard/idemguard/store/dynamodb/dynamodbtest"
+	"github.com/idemguard/idemguard/internal/teststores"
 	"github.com/idemguard/idemguard/store/memory"
 )
 
-// backend is a store the tests run on, with a request counter where the
-// store has one.
-type backend struct {
-	name  string
-	store func(t *testing.T) (store.Store, *dynamodbtest.Counter)
-}
-
-var backends = []backend{
-	{"memory", func(*testing.T) (store.Store, *dynamodbtest.Counter) { return memory.New(), nil }},
-	{"dynamodb", func(t *testing.T) (store.Store, *dynamodbtest.Counter) {
-		var n *dynamodbtest.Counter
-		client := dynamodbtest.NewClient(t, func(o *dynamodb.Options) { n = dynamodbtest.CountRequests(o) })
-		s := dynamodbtest.NewStore(t, client)
-		n.Reset() // table creation
-		return s, n
-	}},
-}
-
-// eachStore runs test once per backend, as a subtest. On DynamoDB Local it
-// skips, or fails with CI=true, when the harness did not start the server.
-func eachStore(t *testing.T, test func(t *testing.T, s store.Store, n *dynamodbtest.Counter)) {
-	for _, b := range backends {
-		t.Run(b.name, func(t *testing.T) {
-			s, n := b.store(t)
-			test(t, s, n)
-		})
-	}
-}
+// eachStore runs test on the memory store and on DynamoDB Local.
+var eachStore = teststores.Each
 
 func newGuard(t testing.TB, s store.Store, opts ...guard.Option) *guard.Guard {
 	t.Helper()

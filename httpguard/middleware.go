@@ -221,7 +221,7 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		fresh = f
 		return stored, nil
 	}, call...)
-	m.observe(r.Context(), out, err)
+	observe(r.Context(), out, err)
 
 	switch {
 	case err == nil && out == guard.OutcomeExecuted:
@@ -368,26 +368,10 @@ func (m *middleware) readBody(w http.ResponseWriter, r *http.Request) ([]byte, b
 // observe puts the guard's outcome on the server span that otelhttp (or
 // any instrumentation) started, so that HTTP dashboards can tell replays
 // from fresh responses.
-func (m *middleware) observe(ctx context.Context, out guard.Outcome, err error) {
-	span := trace.SpanFromContext(ctx)
-	if !span.IsRecording() {
-		return
+func observe(ctx context.Context, out guard.Outcome, err error) {
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.SetAttributes(telemetry.OutcomeKey.String(idemkey.Outcome(out, err)))
 	}
-	label := telemetry.OutcomeError
-	switch {
-	case errors.Is(err, guard.ErrInProgress):
-		label = telemetry.OutcomeInProgress
-	case errors.Is(err, guard.ErrPayloadMismatch):
-		label = telemetry.OutcomePayloadMismatch
-	case err != nil:
-	case out == guard.OutcomeExecuted:
-		label = telemetry.OutcomeExecuted
-	case out == guard.OutcomeReplayed || out == guard.OutcomeShared:
-		label = telemetry.OutcomeReplayed
-	case out == guard.OutcomeUnguarded:
-		label = telemetry.OutcomeUnguarded
-	}
-	span.SetAttributes(telemetry.OutcomeKey.String(label))
 }
 
 func capitalise(s string) string {

@@ -1,6 +1,8 @@
-// Package idemkey reads and checks the idempotency keys clients send in a
-// request header (httpguard) or in request metadata (grpcguard), and
-// computes the retry hint a duplicate gets while the first request runs.
+// Package idemkey is what the HTTP middleware (httpguard) and the gRPC
+// interceptor (grpcguard) share: it reads and checks the idempotency keys
+// clients send in a request header or in request metadata, computes the
+// retry hint a duplicate gets while the first request runs, and names a
+// request's outcome for the transport's server span.
 package idemkey
 
 import (
@@ -10,6 +12,9 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/telemetry"
 )
 
 // Defaults shared by the HTTP middleware and the gRPC interceptor.
@@ -242,4 +247,24 @@ func RetryAfter(leaseEnd time.Time, skew time.Duration, now time.Time) int {
 		return math.MaxInt32
 	}
 	return int(secs)
+}
+
+// Outcome names a guarded request's outcome as the idemguard.outcome
+// attribute does (see package telemetry), for the transport's server span.
+func Outcome(out guard.Outcome, err error) string {
+	switch {
+	case errors.Is(err, guard.ErrInProgress):
+		return telemetry.OutcomeInProgress
+	case errors.Is(err, guard.ErrPayloadMismatch):
+		return telemetry.OutcomePayloadMismatch
+	case err != nil && (out == 0 || errors.Is(err, guard.ErrNotRecorded) || errors.Is(err, guard.ErrLeaseLost)):
+		return telemetry.OutcomeError
+	case out == guard.OutcomeExecuted:
+		return telemetry.OutcomeExecuted
+	case out == guard.OutcomeReplayed || out == guard.OutcomeShared:
+		return telemetry.OutcomeReplayed
+	case out == guard.OutcomeUnguarded:
+		return telemetry.OutcomeUnguarded
+	}
+	return telemetry.OutcomeError
 }
