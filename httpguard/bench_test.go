@@ -1,0 +1,113 @@
+package httpguard_test
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/idemguard/idemguard/httpguard"
+	"github.com/idemguard/idemguard/internal/teststores"
+	"github.com/idemguard/idemguard/store"
+	"github.com/idemguard/idemguard/store/dynamodb/dynamodbtest"
+	"github.com/idemguard/idemguard/store/memory"
+)
+
+// BenchmarkMiddleware measures the middleware's cost over the bare handler,
+// in process (ServeHTTP into a ResponseRecorder, so that the HTTP stack is
+// not in the figures): "bare" is the handler alone, "first" a request with
+// a key never seen (claim, run, store the response), "replay" a request
+// whose key is completed. On DynamoDB Local it reports the requests sent
+// per operation and fails if they are not the guard's floor: 2 for a first
+// request, 1 for a replay.
+//
+//	IDEMGUARD_SERVICES=dynamodb scripts/harness.sh run go test -run '^$' -bench Middleware -benchmem ./httpguard/
+func BenchmarkMiddleware(b *testing.B) {
+	body := `{"order_id":"o-1042","amount":1999,"currency":"EUR","card":"tok_visa"}`
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		io.WriteString(w, `{"charge_id":"ch_3MmlLrLkdIwHu7ix0snN0B15","status":"succeeded"}`)
+	})
+	// One request, its body reset for each operation, so that building
+	// requests costs nothing in any scenario.
+	req := httptest.NewRequest(http.MethodPost, "/payments", nil)
+	request := func(key string) *http.Request {
+		req.Body = io.NopCloser(strings.NewReader(body))
+		req.ContentLength = int64(len(body))
+		req.Header.Set("Idempotency-Key", key)
+		return req
+	}
+	// warm runs the request n times, to warm connections and (on
+	// DynamoDB Local) the server's JIT before the clock starts.
+	warm := func(h http.Handler, n int, key func(i int) string) {
+		for i := range n {
+			h.ServeHTTP(httptest.NewRecorder(), request(key(i)))
+		}
+	}
+	for _, backend := range []struct {
+		name  string
+		store func(b *testing.B) (store.Store, *dynamodbtest.Counter)
+	}{
+		{"memory", func(*testing.B) (store.Store, *dynamodbtest.Counter) { return memory.New(), nil }},
+		{"dynamodb", func(b *testing.B) (store.Store, *dynamodbtest.Counter) { return teststores.DynamoDB(b) }},
+	} {
+		b.Run(backend.name, func(b *testing.B) {
+			s, n := backend.store(b)
+			h := httpguard.Middleware(newGuard(b, s))(handler)
+			requests := func(b *testing.B, want float64) {
+				if n == nil {
+					return
+				}
+				got := float64(n.Total()) / float64(b.N)
+				b.ReportMetric(got, "requests/op")
+				if got != want {
+					b.Fatalf("%.2f requests per operation (%s), want the guard's floor %v", got, n, want)
+				}
+			}
+			b.Run("bare", func(b *testing.B) {
+				for b.Loop() {
+					handler.ServeHTTP(httptest.NewRecorder(), request("k"))
+				}
+			})
+			warm(h, 200, func(i int) string { return "warm-" + strconv.Itoa(i) })
+			warm(h, 200, func(int) string { return "warm-0" })
+			round := 0
+			b.Run("first", func(b *testing.B) {
+				round++
+				prefix := "first-" + strconv.Itoa(round) + "-"
+				if n != nil {
+					n.Reset()
+				}
+				b.ResetTimer()
+				for i := range b.N {
+					w := httptest.NewRecorder()
+					h.ServeHTTP(w, request(prefix+strconv.Itoa(i)))
+					if w.Code != http.StatusCreated {
+						b.Fatalf("status %d: %s", w.Code, w.Body)
+					}
+				}
+				b.StopTimer()
+				requests(b, 2)
+			})
+			b.Run("replay", func(b *testing.B) {
+				if n != nil {
+					n.Reset()
+				}
+				b.ResetTimer()
+				for range b.N {
+					w := httptest.NewRecorder()
+					h.ServeHTTP(w, request("warm-0"))
+					if w.Header().Get("Idempotency-Key-Status") != "replayed" {
+						b.Fatalf("not a replay: %d %v", w.Code, w.Header())
+					}
+				}
+				b.StopTimer()
+				requests(b, 1)
+			})
+		})
+	}
+}
