@@ -209,13 +209,13 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	st := &callState{}
 	ctx := context.WithValue(r.Context(), callStateKey{}, st)
-	rec := newRecorder(w, m.c.maxResponse, func(h http.Header, status int) {
-		m.setHeaders(h, m.freshStatus(status), m.freshExpiry(status, ttl))
-	})
 	var fresh *response // the response to send when the handler ran here
 	ran := false
 	resp, out, err := guard.Execute(ctx, m.g, m.c.scope, in, func(ctx context.Context) (*response, error) {
 		ran = true
+		rec := newRecorder(w, m.c.maxResponse, func(h http.Header, status int) {
+			m.setHeaders(h, m.freshStatus(status), m.freshExpiry(status, ttl))
+		})
 		m.next.ServeHTTP(rec, r.WithContext(ctx))
 		stored, f := rec.finish(m.c.setCookie, m.c.statusHeader, m.c.expiresHeader)
 		fresh = f
@@ -353,7 +353,7 @@ func (m *middleware) readBody(w http.ResponseWriter, r *http.Request) ([]byte, b
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil, true
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, m.c.maxBody+1))
+	body, err := readAll(r.Body, r.ContentLength, m.c.maxBody)
 	if err != nil {
 		m.writeProblem(w, problemBodyUnreadable, "The request body could not be read to the end.", 0)
 		return nil, false
@@ -363,6 +363,24 @@ func (m *middleware) readBody(w http.ResponseWriter, r *http.Request) ([]byte, b
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	return body, true
+}
+
+// readAll reads body up to limit+1 bytes, in one allocation when its
+// length is announced.
+func readAll(body io.Reader, length, limit int64) ([]byte, error) {
+	if length < 0 || length > limit {
+		return io.ReadAll(io.LimitReader(body, limit+1))
+	}
+	b := make([]byte, length, length+1)
+	if _, err := io.ReadFull(body, b); err != nil {
+		return nil, err
+	}
+	// A body longer than announced is net/http's error to report.
+	n, err := body.Read(b[length : length+1])
+	if err != nil && err != io.EOF {
+		return nil, err
+	}
+	return b[:length+int64(n)], nil
 }
 
 // observe puts the guard's outcome on the server span that otelhttp (or
