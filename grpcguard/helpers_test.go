@@ -19,7 +19,6 @@ import (
 	"github.com/idemguard/idemguard/grpcguard"
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/teststores"
-	"github.com/idemguard/idemguard/store"
 )
 
 // A small service without generated code: a handwritten ServiceDesc with
@@ -84,14 +83,8 @@ func (p *payments) Charge(ctx context.Context, req *wrapperspb.StringValue) (*wr
 
 var eachStore = teststores.Each
 
-func newGuard(t testing.TB, s store.Store, opts ...guard.Option) *guard.Guard {
-	t.Helper()
-	g, err := guard.New(s, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return g
-}
+// newGuard returns a guard over s.
+var newGuard = teststores.NewGuard
 
 // start serves p on a loopback listener behind the interceptor and returns
 // a client connection.

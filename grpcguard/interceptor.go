@@ -23,7 +23,6 @@ import (
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/idemkey"
-	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/telemetry"
 )
 
@@ -58,45 +57,18 @@ func UnaryServerInterceptor(g *guard.Guard, opts ...Option) grpc.UnaryServerInte
 // NewUnaryServerInterceptor is [UnaryServerInterceptor] that reports an
 // invalid option or a nil guard as an error.
 func NewUnaryServerInterceptor(g *guard.Guard, opts ...Option) (grpc.UnaryServerInterceptor, error) {
-	if g == nil {
-		return nil, errors.New("grpcguard: nil guard")
-	}
 	c := defaults()
 	for _, o := range opts {
 		o(&c)
 	}
-	if c.err != nil {
-		return nil, c.err
-	}
-	if err := c.rules.Check(); err != nil {
-		return nil, fmt.Errorf("grpcguard: %w", err)
-	}
-	if c.logger == nil {
-		c.logger = slog.Default()
-	}
-	in := &interceptor{g: g, c: c}
-	in.call = []guard.CallOption{
-		guard.WithKeyPath("k"),
-		guard.WithRequireKey(true),
-		guard.WithCodec(messageCodec{max: c.maxResponse, types: c.types}),
+	call, err := c.Finish(g, c.fingerprint != nil,
+		guard.WithCodec(messageCodec{max: c.MaxResponse, types: c.types}),
 		guard.WithErrorCodec(statusCodec{}),
-		guard.WithDefiniteErrors(func(err error) bool { return c.policy(status.Code(err)) }),
-		guard.WithTTL(c.ttl),
-		guard.WithReplayHook(replayed),
-		guard.WithReject(),
+		guard.WithDefiniteErrors(func(err error) bool { return c.policy(status.Code(err)) }))
+	if err != nil {
+		return nil, err
 	}
-	if c.fingerprint != nil {
-		in.call = append(in.call, guard.WithPayloadValidation("f"))
-	}
-	if c.lease > 0 {
-		in.call = append(in.call, guard.WithLease(c.lease))
-	}
-	if c.wait > 0 {
-		in.call = append(in.call, guard.WithWait(c.wait))
-	}
-	if err := g.Check(in.call...); err != nil {
-		return nil, fmt.Errorf("grpcguard: %w", err)
-	}
+	in := &interceptor{g: g, c: c, call: call}
 	return in.intercept, nil
 }
 
@@ -104,29 +76,6 @@ type interceptor struct {
 	g    *guard.Guard
 	c    config
 	call []guard.CallOption
-}
-
-// keyInput is what the guard derives a call's key (K) and fingerprint (F)
-// from.
-type keyInput struct {
-	K keySelection `json:"k"`
-	F string       `json:"f,omitempty"`
-}
-
-type keySelection struct {
-	Key       string `json:"key"`
-	Method    string `json:"method"`
-	Principal string `json:"principal,omitempty"`
-}
-
-type callState struct{ expiresAt time.Time }
-
-type callStateKey struct{}
-
-func replayed(ctx context.Context, _ string, rec *store.Record, _ guard.Outcome) {
-	if st, ok := ctx.Value(callStateKey{}).(*callState); ok && rec != nil {
-		st.expiresAt = rec.ExpiresAt
-	}
 }
 
 // DefaultFingerprint is the default request fingerprint: the SHA-256 of
@@ -158,16 +107,16 @@ func (in *interceptor) intercept(ctx context.Context, req any, info *grpc.UnaryS
 	md, _ := metadata.FromIncomingContext(ctx)
 	values := md.Get(in.c.keyMD)
 	if len(values) == 0 {
-		if in.c.keyOptional {
+		if in.c.KeyOptional {
 			return handler(ctx, req)
 		}
 		return nil, refusal(codes.InvalidArgument, ReasonKeyMissing, fmt.Sprintf("%s requires an %s metadata value: a unique key that the client sends again when it retries the call", info.FullMethod, in.c.keyMD))
 	}
-	key, err := idemkey.Parse(values, in.c.rules)
+	key, err := idemkey.Parse(values, in.c.Rules)
 	if err != nil {
 		return nil, refusal(codes.InvalidArgument, ReasonKeyInvalid, err.Error())
 	}
-	k := keyInput{K: keySelection{Key: key, Method: info.FullMethod}}
+	k := idemkey.Input{K: idemkey.Selection{Key: key, Method: info.FullMethod}}
 	if in.c.principal != nil {
 		if k.K.Principal = in.c.principal(ctx); k.K.Principal == "" {
 			return nil, refusal(codes.Unauthenticated, ReasonPrincipalMissing, "idempotent calls need an authenticated caller, so that one caller's key never meets another's")
@@ -180,11 +129,11 @@ func (in *interceptor) intercept(ctx context.Context, req any, info *grpc.UnaryS
 	}
 	call := append(slices.Clip(in.call), guard.WithSpanAttributes(attribute.String("rpc.method", info.FullMethod)))
 
-	st := &callState{}
+	gctx, st := idemkey.WithCallState(ctx)
 	var hresp any
 	var herr error
 	ran := false
-	resp, out, err := guard.Execute(context.WithValue(ctx, callStateKey{}, st), in.g, in.c.scope, k, func(ctx context.Context) (any, error) {
+	resp, out, err := guard.Execute(gctx, in.g, in.c.Scope, k, func(ctx context.Context) (any, error) {
 		ran = true
 		hresp, herr = handler(ctx, req)
 		return hresp, herr
@@ -196,13 +145,13 @@ func (in *interceptor) intercept(ctx context.Context, req any, info *grpc.UnaryS
 	switch {
 	case ran:
 		if errors.Is(err, guard.ErrNotRecorded) || errors.Is(err, guard.ErrLeaseLost) {
-			in.c.logger.ErrorContext(ctx, "grpcguard: the response was returned but not recorded; a retry with the same key may run the handler again",
+			in.c.Logger.ErrorContext(ctx, "grpcguard: the response was returned but not recorded; a retry with the same key may run the handler again",
 				slog.String("method", info.FullMethod), slog.Any("error", err))
 		} else if out == guard.OutcomeExecuted {
 			v := StatusReleased
 			var exp time.Time
 			if herr == nil || in.c.policy(status.Code(herr)) {
-				v, exp = StatusExecuted, time.Now().Add(in.c.ttl)
+				v, exp = StatusExecuted, time.Now().Add(in.c.TTL)
 			}
 			setMetadata(ctx, v, exp, herr != nil)
 		}
@@ -213,7 +162,7 @@ func (in *interceptor) intercept(ctx context.Context, req any, info *grpc.UnaryS
 			setMetadata(ctx, StatusReleased, time.Time{}, true)
 			return nil, err
 		}
-		setMetadata(ctx, StatusReplayed, st.expiresAt, err != nil)
+		setMetadata(ctx, StatusReplayed, st.ExpiresAt, err != nil)
 		return resp, err
 	}
 	return nil, in.refuse(ctx, err)
@@ -240,7 +189,7 @@ func (in *interceptor) refuse(ctx context.Context, err error) error {
 	case ctx.Err() != nil:
 		return status.FromContextError(ctx.Err()).Err()
 	}
-	in.c.logger.ErrorContext(ctx, "grpcguard: guarded call failed", slog.Any("error", err))
+	in.c.Logger.ErrorContext(ctx, "grpcguard: guarded call failed", slog.Any("error", err))
 	return status.Error(codes.Internal, "grpcguard: the call failed in the idempotency layer")
 }
 

@@ -2,7 +2,6 @@ package grpcguard
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"regexp"
 	"strings"
@@ -72,40 +71,23 @@ func StoreClientErrors(c codes.Code) bool {
 func StoreAllErrors(codes.Code) bool { return true }
 
 type config struct {
+	idemkey.Settings
 	methods     map[string]bool // nil: every unary method
 	skip        func(ctx context.Context, fullMethod string) bool
 	keyMD       string
-	rules       idemkey.Rules
-	keyOptional bool
 	principal   func(context.Context) string
 	fingerprint func(fullMethod string, req any) (string, error)
-	scope       string
-	ttl         time.Duration
-	lease       time.Duration
-	wait        time.Duration
 	policy      CodePolicy
-	maxResponse int
 	types       protoregistry.MessageTypeResolver
-	logger      *slog.Logger
-	err         error
 }
 
 func defaults() config {
 	return config{
+		Settings:    idemkey.NewSettings("grpcguard", DefaultScope, DefaultTTL, DefaultMaxResponseBytes),
 		keyMD:       DefaultKeyMetadata,
-		rules:       idemkey.DefaultRules,
 		fingerprint: DefaultFingerprint,
-		scope:       DefaultScope,
-		ttl:         DefaultTTL,
 		policy:      StoreClientErrors,
-		maxResponse: DefaultMaxResponseBytes,
 		types:       protoregistry.GlobalTypes,
-	}
-}
-
-func (c *config) fail(format string, args ...any) {
-	if c.err == nil {
-		c.err = fmt.Errorf("grpcguard: "+format, args...)
 	}
 }
 
@@ -116,13 +98,13 @@ func (c *config) fail(format string, args ...any) {
 func WithMethods(fullMethods ...string) Option {
 	return func(c *config) {
 		if len(fullMethods) == 0 {
-			c.fail("WithMethods needs at least one method")
+			c.Fail("WithMethods needs at least one method")
 			return
 		}
 		c.methods = make(map[string]bool, len(fullMethods))
 		for _, m := range fullMethods {
 			if !strings.HasPrefix(m, "/") {
-				c.fail("%q is not a full method name such as /pkg.Service/Method", m)
+				c.Fail("%q is not a full method name such as /pkg.Service/Method", m)
 				return
 			}
 			c.methods[m] = true
@@ -141,7 +123,7 @@ func WithSkip(skip func(ctx context.Context, fullMethod string) bool) Option {
 func WithKeyMetadata(name string) Option {
 	return func(c *config) {
 		if name == "" {
-			c.fail("empty key metadata name")
+			c.Fail("empty key metadata name")
 			return
 		}
 		c.keyMD = strings.ToLower(name)
@@ -150,25 +132,25 @@ func WithKeyMetadata(name string) Option {
 
 // WithKeyLength bounds a key's length in bytes (default 1 to 255).
 func WithKeyLength(min, max int) Option {
-	return func(c *config) { c.rules.MinLength, c.rules.MaxLength = min, max }
+	return func(c *config) { c.SetKeyLength(min, max) }
 }
 
 // WithKeyPattern makes keys that pattern does not match InvalidArgument.
 func WithKeyPattern(pattern *regexp.Regexp) Option {
-	return func(c *config) { c.rules.Pattern = pattern }
+	return func(c *config) { c.SetKeyPattern(pattern) }
 }
 
 // WithStrictKey accepts only RFC 8941 structured-field strings in double
 // quotes, as the IETF draft prescribes for the HTTP header. By default a
 // bare value is accepted too, and means the same key as its quoted form.
 func WithStrictKey() Option {
-	return func(c *config) { c.rules.Strict = true }
+	return func(c *config) { c.Rules.Strict = true }
 }
 
 // WithKeyOptional runs a call without a key unguarded instead of failing
 // it with InvalidArgument.
 func WithKeyOptional() Option {
-	return func(c *config) { c.keyOptional = true }
+	return func(c *config) { c.KeyOptional = true }
 }
 
 // WithPrincipal sets how the authenticated caller of a call is named (from
@@ -180,7 +162,7 @@ func WithKeyOptional() Option {
 func WithPrincipal(principal func(ctx context.Context) string) Option {
 	return func(c *config) {
 		if principal == nil {
-			c.fail("nil principal function")
+			c.Fail("nil principal function")
 			return
 		}
 		c.principal = principal
@@ -197,50 +179,26 @@ func WithFingerprint(fingerprint func(fullMethod string, req any) (string, error
 // WithScope sets the guard scope of the interceptor's keys (default
 // [DefaultScope]).
 func WithScope(scope string) Option {
-	return func(c *config) {
-		if scope == "" {
-			c.fail("empty scope")
-			return
-		}
-		c.scope = scope
-	}
+	return func(c *config) { c.SetScope(scope) }
 }
 
 // WithTTL sets how long a stored response is replayed (default
 // [DefaultTTL]), instead of the guard's default TTL.
 func WithTTL(ttl time.Duration) Option {
-	return func(c *config) {
-		if ttl <= 0 {
-			c.fail("TTL must be positive, got %v", ttl)
-			return
-		}
-		c.ttl = ttl
-	}
+	return func(c *config) { c.SetTTL(ttl) }
 }
 
 // WithLease sets the in-progress lease of a call's claim (default: the
 // call's deadline, as the guard takes it, or the guard's default). The
 // lease is extended while the handler runs.
 func WithLease(lease time.Duration) Option {
-	return func(c *config) {
-		if lease <= 0 {
-			c.fail("lease must be positive, got %v", lease)
-			return
-		}
-		c.lease = lease
-	}
+	return func(c *config) { c.SetLease(lease) }
 }
 
 // WithWait makes a duplicate that arrives while the first call runs wait up
 // to budget for its response instead of failing at once with Aborted.
 func WithWait(budget time.Duration) Option {
-	return func(c *config) {
-		if budget <= 0 {
-			c.fail("wait budget must be positive, got %v", budget)
-			return
-		}
-		c.wait = budget
-	}
+	return func(c *config) { c.SetWait(budget) }
 }
 
 // WithCodePolicy sets which handler errors are stored and replayed
@@ -248,7 +206,7 @@ func WithWait(budget time.Duration) Option {
 func WithCodePolicy(policy CodePolicy) Option {
 	return func(c *config) {
 		if policy == nil {
-			c.fail("nil code policy")
+			c.Fail("nil code policy")
 			return
 		}
 		c.policy = policy
@@ -260,13 +218,7 @@ func WithCodePolicy(policy CodePolicy) Option {
 // the caller and recorded without a result, so the handler never runs
 // twice for its key; a replay fails with AlreadyExists.
 func WithMaxResponseBytes(n int) Option {
-	return func(c *config) {
-		if n < 0 {
-			c.fail("max response bytes must not be negative, got %d", n)
-			return
-		}
-		c.maxResponse = n
-	}
+	return func(c *config) { c.SetMaxResponse(n) }
 }
 
 // WithTypes sets where replays find response message types by their full
@@ -275,7 +227,7 @@ func WithMaxResponseBytes(n int) Option {
 func WithTypes(types protoregistry.MessageTypeResolver) Option {
 	return func(c *config) {
 		if types == nil {
-			c.fail("nil type resolver")
+			c.Fail("nil type resolver")
 			return
 		}
 		c.types = types
@@ -285,5 +237,5 @@ func WithTypes(types protoregistry.MessageTypeResolver) Option {
 // WithLogger sets where the interceptor logs a response returned but not
 // recorded. The default is slog.Default().
 func WithLogger(l *slog.Logger) Option {
-	return func(c *config) { c.logger = l }
+	return func(c *config) { c.Logger = l }
 }

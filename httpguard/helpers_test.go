@@ -20,14 +20,8 @@ import (
 // eachStore runs test on the memory store and on DynamoDB Local.
 var eachStore = teststores.Each
 
-func newGuard(t testing.TB, s store.Store, opts ...guard.Option) *guard.Guard {
-	t.Helper()
-	g, err := guard.New(s, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return g
-}
+// newGuard returns a guard over s.
+var newGuard = teststores.NewGuard
 
 // serve starts a loopback HTTP server with h behind the middleware.
 func serve(t testing.TB, g *guard.Guard, h http.Handler, opts ...httpguard.Option) *httptest.Server {

@@ -19,7 +19,6 @@ import (
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/idemkey"
-	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/telemetry"
 )
 
@@ -38,44 +37,17 @@ func Middleware(g *guard.Guard, opts ...Option) func(http.Handler) http.Handler 
 // NewMiddleware is [Middleware] that reports an invalid option or a nil
 // guard as an error.
 func NewMiddleware(g *guard.Guard, opts ...Option) (func(http.Handler) http.Handler, error) {
-	if g == nil {
-		return nil, errors.New("httpguard: nil guard")
-	}
 	c := defaults()
 	for _, o := range opts {
 		o(&c)
 	}
-	if c.err != nil {
-		return nil, c.err
-	}
-	if err := c.rules.Check(); err != nil {
-		return nil, fmt.Errorf("httpguard: %w", err)
-	}
-	if c.logger == nil {
-		c.logger = slog.Default()
-	}
-	m := &middleware{g: g, c: c}
-	m.call = []guard.CallOption{
-		guard.WithKeyPath("k"),
-		guard.WithRequireKey(true),
+	call, err := c.Finish(g, c.fingerprint != nil,
 		guard.WithCodec(codec{}),
-		guard.WithTTL(c.ttl),
-		guard.WithResultFilter(func(v any) bool { return c.policy(v.(*response).status) }),
-		guard.WithReplayHook(replayed),
-		guard.WithReject(),
+		guard.WithResultFilter(func(v any) bool { return c.policy(v.(*response).status) }))
+	if err != nil {
+		return nil, err
 	}
-	if c.fingerprint != nil {
-		m.call = append(m.call, guard.WithPayloadValidation("f"))
-	}
-	if c.lease > 0 {
-		m.call = append(m.call, guard.WithLease(c.lease))
-	}
-	if c.wait > 0 {
-		m.call = append(m.call, guard.WithWait(c.wait))
-	}
-	if err := g.Check(m.call...); err != nil {
-		return nil, fmt.Errorf("httpguard: %w", err)
-	}
+	m := &middleware{g: g, c: c, call: call}
 	return func(next http.Handler) http.Handler {
 		h := *m
 		h.next = next
@@ -91,37 +63,6 @@ type middleware struct {
 	call []guard.CallOption // the guard options of every call
 	next http.Handler
 	mux  *http.ServeMux // next, when it is one: it names the route
-}
-
-// keyInput is what the guard derives a request's key and fingerprint
-// from: the key is the hash of K's canonical JSON, so two requests share a
-// record only when the client key, the method, the route and the principal
-// are all the same.
-type keyInput struct {
-	K keySelection `json:"k"`
-	F string       `json:"f,omitempty"`
-}
-
-type keySelection struct {
-	Key       string `json:"key"`
-	Method    string `json:"method"`
-	Route     string `json:"route"`
-	Principal string `json:"principal,omitempty"`
-}
-
-// callState carries what the replay hook learns about a call.
-type callState struct {
-	expiresAt time.Time // of the record replayed
-}
-
-type callStateKey struct{}
-
-// replayed is the guard's replay hook: it notes the replayed record's
-// expiry for the Idempotency-Key-Expires header.
-func replayed(ctx context.Context, _ string, rec *store.Record, _ guard.Outcome) {
-	if st, ok := ctx.Value(callStateKey{}).(*callState); ok && rec != nil {
-		st.expiresAt = rec.ExpiresAt
-	}
 }
 
 // DefaultFingerprint is the default request fingerprint: the SHA-256 of
@@ -162,20 +103,20 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	values := r.Header.Values(m.c.keyHeader)
 	if len(values) == 0 {
-		if m.c.keyOptional {
+		if m.c.KeyOptional {
 			m.next.ServeHTTP(w, r)
 			return
 		}
 		m.writeProblem(w, problemKeyMissing, fmt.Sprintf("%s %s requires an %s header: a unique value, such as a random UUID, that the client sends again when it retries the request.", r.Method, r.URL.Path, m.c.keyHeader), 0)
 		return
 	}
-	key, err := idemkey.Parse(values, m.c.rules)
+	key, err := idemkey.Parse(values, m.c.Rules)
 	if err != nil {
 		m.writeProblem(w, problemKeyInvalid, capitalise(err.Error())+".", 0)
 		return
 	}
 	call := m.call
-	ttl := m.c.ttl
+	ttl := m.c.TTL
 	if m.c.maxRequestTTL > 0 {
 		if v := r.Header.Values(ExpirySecondsHeader); len(v) > 0 {
 			if ttl, err = m.requestTTL(v); err != nil {
@@ -185,7 +126,7 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			call = append(slices.Clip(call), guard.WithTTL(ttl))
 		}
 	}
-	in := keyInput{K: keySelection{Key: key, Method: r.Method}}
+	in := idemkey.Input{K: idemkey.Selection{Key: key, Method: r.Method}}
 	if m.c.principal != nil {
 		if in.K.Principal = m.c.principal(r); in.K.Principal == "" {
 			m.writeProblem(w, problemPrincipalMissing, "Idempotent requests to this API need an authenticated caller, so that one caller's key never meets another's.", 0)
@@ -207,13 +148,12 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	call = append(slices.Clip(call), guard.WithSpanAttributes(attrs...))
 
-	st := &callState{}
-	ctx := context.WithValue(r.Context(), callStateKey{}, st)
+	ctx, st := idemkey.WithCallState(r.Context())
 	var fresh *response // the response to send when the handler ran here
 	ran := false
-	resp, out, err := guard.Execute(ctx, m.g, m.c.scope, in, func(ctx context.Context) (*response, error) {
+	resp, out, err := guard.Execute(ctx, m.g, m.c.Scope, in, func(ctx context.Context) (*response, error) {
 		ran = true
-		rec := newRecorder(w, m.c.maxResponse, func(h http.Header, status int) {
+		rec := newRecorder(w, m.c.MaxResponse, func(h http.Header, status int) {
 			m.setHeaders(h, m.freshStatus(status), m.freshExpiry(status, ttl))
 		})
 		m.next.ServeHTTP(rec, r.WithContext(ctx))
@@ -235,7 +175,7 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			m.serve(w, resp, StatusReleased, time.Time{})
 			return
 		}
-		m.serve(w, resp, StatusReplayed, st.expiresAt)
+		m.serve(w, resp, StatusReplayed, st.ExpiresAt)
 	case err == nil:
 		// Unguarded: the guard is disabled (IDEMGUARD_DISABLED).
 		if fresh != nil {
@@ -245,7 +185,7 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// The handler ran, but its outcome was not recorded (the store
 		// failed until the lease ran out, or another caller took the key
 		// over): serve what it answered, which is what happened.
-		m.c.logger.ErrorContext(r.Context(), "httpguard: the response was served but not recorded; a retry with the same key may run the handler again",
+		m.c.Logger.ErrorContext(r.Context(), "httpguard: the response was served but not recorded; a retry with the same key may run the handler again",
 			slog.String("method", r.Method), slog.String("route", in.K.Route), slog.Any("error", err))
 		if fresh != nil {
 			m.serve(w, fresh, "", time.Time{})
@@ -299,7 +239,7 @@ func (m *middleware) serve(w http.ResponseWriter, resp *response, status string,
 }
 
 // refuse answers a request the guard did not run the handler for.
-func (m *middleware) refuse(w http.ResponseWriter, r *http.Request, err error, st *callState) {
+func (m *middleware) refuse(w http.ResponseWriter, r *http.Request, err error, st *idemkey.CallState) {
 	var busy *guard.InProgressError
 	switch {
 	case errors.As(err, &busy):
@@ -308,8 +248,8 @@ func (m *middleware) refuse(w http.ResponseWriter, r *http.Request, err error, s
 	case errors.Is(err, guard.ErrPayloadMismatch):
 		m.writeProblem(w, problemKeyReused, fmt.Sprintf("This %s was first used with a different request (method, path, query or body). A key must not be reused for another request; send this request with a new key.", m.c.keyHeader), 0)
 	case errors.Is(err, guard.ErrResultUnavailable):
-		if !st.expiresAt.IsZero() && m.c.expiresHeader != "" {
-			w.Header().Set(m.c.expiresHeader, st.expiresAt.UTC().Format(http.TimeFormat))
+		if !st.ExpiresAt.IsZero() && m.c.expiresHeader != "" {
+			w.Header().Set(m.c.expiresHeader, st.ExpiresAt.UTC().Format(http.TimeFormat))
 		}
 		m.writeProblem(w, problemResponseUnavailable, fmt.Sprintf("The request with this %s was processed, but its response was too large to keep, so it cannot be replayed. It will not be processed again: look up its result instead of retrying.", m.c.keyHeader), 0)
 	case errors.Is(err, guard.ErrStore):
@@ -319,7 +259,7 @@ func (m *middleware) refuse(w http.ResponseWriter, r *http.Request, err error, s
 	case r.Context().Err() != nil:
 		m.writeProblem(w, problemStoreUnavailable, "The request was cancelled before it was processed. Retrying the same request is safe.", 1)
 	default:
-		m.c.logger.ErrorContext(r.Context(), "httpguard: guarded request failed", slog.String("method", r.Method), slog.Any("error", err))
+		m.c.Logger.ErrorContext(r.Context(), "httpguard: guarded request failed", slog.String("method", r.Method), slog.Any("error", err))
 		m.writeProblem(w, problemInternal, "The request failed in the idempotency layer.", 0)
 	}
 }

@@ -1,7 +1,6 @@
 package httpguard
 
 import (
-	"fmt"
 	"log/slog"
 	"net/http"
 	"regexp"
@@ -68,50 +67,33 @@ func StoreBelow500(status int) bool { return status < 500 }
 func StoreAll(int) bool { return true }
 
 type config struct {
+	idemkey.Settings
 	methods       map[string]bool
 	skip          func(*http.Request) bool
 	keyHeader     string
-	rules         idemkey.Rules
-	keyOptional   bool
 	route         func(*http.Request) string
 	principal     func(*http.Request) string
 	fingerprint   func(*http.Request, []byte) string
-	scope         string
-	ttl           time.Duration
 	maxRequestTTL time.Duration // 0: the request header is ignored
-	lease         time.Duration // 0: the guard's
-	wait          time.Duration // 0: reject mode
 	policy        StatusPolicy
 	setCookie     bool
 	maxBody       int64
-	maxResponse   int
 	statusHeader  string
 	expiresHeader string
 	problemBase   string
-	logger        *slog.Logger
-	err           error
 }
 
 func defaults() config {
 	return config{
+		Settings:      idemkey.NewSettings("httpguard", DefaultScope, DefaultTTL, DefaultMaxResponseBytes),
 		methods:       map[string]bool{http.MethodPost: true, http.MethodPatch: true},
 		keyHeader:     DefaultKeyHeader,
-		rules:         idemkey.DefaultRules,
 		fingerprint:   DefaultFingerprint,
-		scope:         DefaultScope,
-		ttl:           DefaultTTL,
 		policy:        StoreBelow500,
 		maxBody:       DefaultMaxBodyBytes,
-		maxResponse:   DefaultMaxResponseBytes,
 		statusHeader:  DefaultStatusHeader,
 		expiresHeader: DefaultExpiresHeader,
 		problemBase:   DefaultProblemBase,
-	}
-}
-
-func (c *config) fail(format string, args ...any) {
-	if c.err == nil {
-		c.err = fmt.Errorf("httpguard: "+format, args...)
 	}
 }
 
@@ -120,7 +102,7 @@ func (c *config) fail(format string, args ...any) {
 func WithMethods(methods ...string) Option {
 	return func(c *config) {
 		if len(methods) == 0 {
-			c.fail("WithMethods needs at least one method")
+			c.Fail("WithMethods needs at least one method")
 			return
 		}
 		c.methods = make(map[string]bool, len(methods))
@@ -143,7 +125,7 @@ func WithSkip(skip func(*http.Request) bool) Option {
 func WithKeyHeader(name string) Option {
 	return func(c *config) {
 		if name == "" {
-			c.fail("empty key header name")
+			c.Fail("empty key header name")
 			return
 		}
 		c.keyHeader = http.CanonicalHeaderKey(name)
@@ -153,13 +135,13 @@ func WithKeyHeader(name string) Option {
 // WithKeyLength bounds a key's length in bytes (default 1 to 255, Stripe's
 // limit). Keys outside the bounds get 400.
 func WithKeyLength(min, max int) Option {
-	return func(c *config) { c.rules.MinLength, c.rules.MaxLength = min, max }
+	return func(c *config) { c.SetKeyLength(min, max) }
 }
 
 // WithKeyPattern makes keys that pattern does not match get 400. Anchor
 // the pattern (^…$) to constrain the whole key, for example to UUIDs.
 func WithKeyPattern(pattern *regexp.Regexp) Option {
-	return func(c *config) { c.rules.Pattern = pattern }
+	return func(c *config) { c.SetKeyPattern(pattern) }
 }
 
 // WithStrictKey accepts only the form the IETF draft prescribes, an RFC
@@ -167,14 +149,14 @@ func WithKeyPattern(pattern *regexp.Regexp) Option {
 // (Idempotency-Key: 8e03978e-…, as Stripe's clients send it) is accepted
 // too and means the same key as its quoted form.
 func WithStrictKey() Option {
-	return func(c *config) { c.rules.Strict = true }
+	return func(c *config) { c.Rules.Strict = true }
 }
 
 // WithKeyOptional lets a request without a key through to the handler,
 // unguarded, instead of answering 400. A key that is present is still
 // validated.
 func WithKeyOptional() Option {
-	return func(c *config) { c.keyOptional = true }
+	return func(c *config) { c.KeyOptional = true }
 }
 
 // WithRoute sets how a request's route is named in its key, for routers
@@ -186,7 +168,7 @@ func WithKeyOptional() Option {
 func WithRoute(route func(*http.Request) string) Option {
 	return func(c *config) {
 		if route == nil {
-			c.fail("nil route function")
+			c.Fail("nil route function")
 			return
 		}
 		c.route = route
@@ -203,7 +185,7 @@ func WithRoute(route func(*http.Request) string) Option {
 func WithPrincipal(principal func(*http.Request) string) Option {
 	return func(c *config) {
 		if principal == nil {
-			c.fail("nil principal function")
+			c.Fail("nil principal function")
 			return
 		}
 		c.principal = principal
@@ -225,26 +207,14 @@ func WithFingerprint(fingerprint func(r *http.Request, body []byte) string) Opti
 // [DefaultScope]). The scope names the keys in the store and labels the
 // guard's metrics; give each API sharing a store its own.
 func WithScope(scope string) Option {
-	return func(c *config) {
-		if scope == "" {
-			c.fail("empty scope")
-			return
-		}
-		c.scope = scope
-	}
+	return func(c *config) { c.SetScope(scope) }
 }
 
 // WithTTL sets how long a stored response is replayed (default
 // [DefaultTTL]); after it the key runs afresh. It applies instead of the
 // guard's default TTL.
 func WithTTL(ttl time.Duration) Option {
-	return func(c *config) {
-		if ttl <= 0 {
-			c.fail("TTL must be positive, got %v", ttl)
-			return
-		}
-		c.ttl = ttl
-	}
+	return func(c *config) { c.SetTTL(ttl) }
 }
 
 // WithRequestTTL lets clients set a request's record life with the
@@ -254,7 +224,7 @@ func WithTTL(ttl time.Duration) Option {
 func WithRequestTTL(max time.Duration) Option {
 	return func(c *config) {
 		if max < time.Second {
-			c.fail("the most a request may ask for must be at least a second, got %v", max)
+			c.Fail("the most a request may ask for must be at least a second, got %v", max)
 			return
 		}
 		c.maxRequestTTL = max
@@ -268,13 +238,7 @@ func WithRequestTTL(max time.Duration) Option {
 // Retry-After a duplicate gets in reject mode. A few seconds suits most
 // APIs.
 func WithLease(lease time.Duration) Option {
-	return func(c *config) {
-		if lease <= 0 {
-			c.fail("lease must be positive, got %v", lease)
-			return
-		}
-		c.lease = lease
-	}
+	return func(c *config) { c.SetLease(lease) }
 }
 
 // WithWait makes a duplicate that arrives while the first request runs
@@ -282,13 +246,7 @@ func WithLease(lease time.Duration) Option {
 // instead of getting 409 at once (the default, reject mode). A duplicate
 // still waiting when the budget ends gets 409.
 func WithWait(budget time.Duration) Option {
-	return func(c *config) {
-		if budget <= 0 {
-			c.fail("wait budget must be positive, got %v", budget)
-			return
-		}
-		c.wait = budget
-	}
+	return func(c *config) { c.SetWait(budget) }
 }
 
 // WithStatusPolicy sets which responses are stored, by status code
@@ -297,7 +255,7 @@ func WithWait(budget time.Duration) Option {
 func WithStatusPolicy(policy StatusPolicy) Option {
 	return func(c *config) {
 		if policy == nil {
-			c.fail("nil status policy")
+			c.Fail("nil status policy")
 			return
 		}
 		c.policy = policy
@@ -324,7 +282,7 @@ func WithSetCookieReplay() Option {
 func WithMaxBodyBytes(n int64) Option {
 	return func(c *config) {
 		if n < 0 {
-			c.fail("max body bytes must not be negative, got %d", n)
+			c.Fail("max body bytes must not be negative, got %d", n)
 			return
 		}
 		c.maxBody = n
@@ -337,13 +295,7 @@ func WithMaxBodyBytes(n int64) Option {
 // without its body, so the handler never runs twice for its key; a replay
 // then gets 410 Gone (see docs/http.md, "response-unavailable").
 func WithMaxResponseBytes(n int) Option {
-	return func(c *config) {
-		if n < 0 {
-			c.fail("max response bytes must not be negative, got %d", n)
-			return
-		}
-		c.maxResponse = n
-	}
+	return func(c *config) { c.SetMaxResponse(n) }
 }
 
 // WithStatusHeader renames the response header that says whether a
@@ -372,5 +324,5 @@ func WithProblemBase(base string) Option {
 // response served but not recorded (a store failure after the handler
 // ran). The default is slog.Default().
 func WithLogger(l *slog.Logger) Option {
-	return func(c *config) { c.logger = l }
+	return func(c *config) { c.Logger = l }
 }

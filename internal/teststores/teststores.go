@@ -7,6 +7,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
+	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/store/dynamodb/dynamodbtest"
 	"github.com/idemguard/idemguard/store/memory"
@@ -35,4 +36,14 @@ func DynamoDB(t testing.TB) (store.Store, *dynamodbtest.Counter) {
 	s := dynamodbtest.NewStore(t, client)
 	n.Reset()
 	return s, n
+}
+
+// NewGuard returns a guard over s, failing the test on an invalid option.
+func NewGuard(t testing.TB, s store.Store, opts ...guard.Option) *guard.Guard {
+	t.Helper()
+	g, err := guard.New(s, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
 }
