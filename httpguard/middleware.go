@@ -168,6 +168,14 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if fresh != nil {
 			m.serve(w, fresh, m.freshStatus(resp.status), m.freshExpiry(resp.status, ttl))
 		}
+	case err == nil && out == guard.OutcomeShared && resp.unstorable:
+		// Shared by the first request in this process (wait mode), which
+		// streamed a response too large to keep: there is nothing to send.
+		if m.c.policy(resp.status) {
+			m.refuse(w, r, guard.ErrResultUnavailable, st)
+			return
+		}
+		m.writeProblem(w, problemFirstFailed, fmt.Sprintf("The first request with this %s failed, and its response could not be kept for this one; the key is free again. Retry the same request.", m.c.keyHeader), 1)
 	case err == nil && (out == guard.OutcomeReplayed || out == guard.OutcomeShared):
 		if !m.c.policy(resp.status) {
 			// A response shared by a concurrent duplicate in wait mode

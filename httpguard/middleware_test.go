@@ -524,3 +524,80 @@ type failing struct{ store.Store }
 func (failing) Acquire(context.Context, *store.Record, time.Time) (*store.Record, error) {
 	return nil, errors.New("connection refused")
 }
+
+// In wait mode, a duplicate that shares the first request's execution in
+// this process gets 410 when that response streamed past the storage
+// bound: there is nothing to send it.
+func TestSharedResponseTooLarge(t *testing.T) {
+	var arrived, runs atomic.Int64
+	big := strings.Repeat("z", 4096)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		for deadline := time.Now().Add(10 * time.Second); arrived.Load() < 2 && time.Now().Before(deadline); {
+			time.Sleep(5 * time.Millisecond)
+		}
+		time.Sleep(50 * time.Millisecond) // for the duplicate to join
+		io.WriteString(w, big)
+	})
+	mw := httpguard.Middleware(newGuard(t, memoryStore()), httpguard.WithWait(10*time.Second), httpguard.WithMaxResponseBytes(1024))
+	srv := serveRaw(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived.Add(1)
+		mw(h).ServeHTTP(w, r)
+	}))
+	results := make([]result, 2)
+	var wg sync.WaitGroup
+	for i := range results {
+		wg.Go(func() { results[i] = post(t, srv.Client(), srv.URL+"/export", "key-15", "x") })
+	}
+	wg.Wait()
+	got := map[int]int{}
+	for _, r := range results {
+		got[r.status]++
+		if r.status == http.StatusOK && string(r.body) != big {
+			t.Errorf("the first response has %d bytes, want %d", len(r.body), len(big))
+		}
+		if r.status == http.StatusGone {
+			wantProblem(t, r, http.StatusGone, "response-unavailable")
+		}
+	}
+	if got[http.StatusOK] != 1 || got[http.StatusGone] != 1 || runs.Load() != 1 {
+		t.Errorf("statuses %v after %d runs; want one 200 and one 410 after one run", got, runs.Load())
+	}
+}
+
+// IDEMGUARD_DISABLED makes the middleware a pass-through.
+func TestGuardDisabled(t *testing.T) {
+	t.Setenv(guard.DisableEnv, "true")
+	h := &counting{}
+	srv := serve(t, newGuard(t, memoryStore()), h)
+	for range 2 {
+		r := post(t, srv.Client(), srv.URL+"/payments", "key-16", "x")
+		if r.status != http.StatusCreated || r.header.Get("Idempotency-Key-Status") != "" {
+			t.Errorf("%d %v, want the handler's response without idempotency headers", r.status, r.header)
+		}
+	}
+	if got := h.runs.Load(); got != 2 {
+		t.Errorf("handler ran %d times, want 2", got)
+	}
+}
+
+func TestRenamedHeadersAndSkip(t *testing.T) {
+	h := &counting{}
+	srv := serve(t, newGuard(t, memoryStore()), h,
+		httpguard.WithKeyHeader("X-Request-Key"),
+		httpguard.WithStatusHeader("Idempotent-Replayed"),
+		httpguard.WithExpiresHeader(""),
+		httpguard.WithSkip(func(r *http.Request) bool { return r.URL.Path == "/healthz" }))
+	c := srv.Client()
+	post(t, c, srv.URL+"/payments", "", "x", "X-Request-Key: k-17")
+	r := post(t, c, srv.URL+"/payments", "", "x", "X-Request-Key: k-17")
+	if r.header.Get("Idempotent-Replayed") != "replayed" || r.header.Get("Idempotency-Key-Expires") != "" || r.header.Get("Idempotency-Key-Status") != "" {
+		t.Errorf("renamed headers: %v", r.header)
+	}
+	if r := post(t, c, srv.URL+"/healthz", "", "x"); r.status != http.StatusCreated {
+		t.Errorf("skipped request: %d %s", r.status, r.body)
+	}
+	if got := h.runs.Load(); got != 2 {
+		t.Errorf("handler ran %d times, want 2", got)
+	}
+}

@@ -28,6 +28,7 @@ var (
 	problemKeyReused           = problem{"key-reused", "Idempotency-Key reused with a different request", http.StatusUnprocessableEntity}
 	problemResponseUnavailable = problem{"response-unavailable", "The response to this Idempotency-Key was not kept", http.StatusGone}
 	problemStoreUnavailable    = problem{"store-unavailable", "Idempotency records are unavailable", http.StatusServiceUnavailable}
+	problemFirstFailed         = problem{"first-failed", "The first request with this Idempotency-Key failed", http.StatusServiceUnavailable}
 	problemInternal            = problem{"internal", "Idempotency failure", http.StatusInternalServerError}
 )
 
