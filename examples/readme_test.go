@@ -99,6 +99,7 @@ func TestReadmeBlockLanguages(t *testing.T) {
 var runnable = map[string]string{
 	"./examples/quickstart": "with guard.Step     charge requests: 1, charges made: 1, receipts e-mailed: 1\n",
 	"./examples/workerpool": "effects = unique messages = ",
+	"./examples/httpapi":    "payments created: 2\n",
 }
 
 func TestReadmeCommands(t *testing.T) {
@@ -339,6 +340,7 @@ func (c *commandChecker) harness(at string, args []string) {
 // the packages under these names.
 var snippetImports = []string{
 	`"context"`,
+	`"net/http"`,
 	`"time"`,
 	`"github.com/aws/aws-sdk-go-v2/aws"`,
 	`"github.com/aws/aws-sdk-go-v2/service/dynamodb"`,
@@ -349,6 +351,7 @@ var snippetImports = []string{
 	`tworkflow "go.temporal.io/sdk/workflow"`,
 	`"github.com/idemguard/idemguard/activity"`,
 	`"github.com/idemguard/idemguard/guard"`,
+	`"github.com/idemguard/idemguard/httpguard"`,
 	`"github.com/idemguard/idemguard/store"`,
 	`idemddb "github.com/idemguard/idemguard/store/dynamodb"`,
 	`"github.com/idemguard/idemguard/store/memory"`,
@@ -370,6 +373,7 @@ var standIns = map[string]string{
 	"Order":         "type Order struct{ OrderID string `json:\"order_id\"` }",
 	"Receipt":       "type Receipt struct{ ChargeID string }",
 	"payments":      "var payments interface { Charge(context.Context, Order, string) (Receipt, error) } // a payment provider",
+	"createPayment": "func createPayment(w http.ResponseWriter, r *http.Request) {}",
 	"OrderWorkflow": "func OrderWorkflow(ctx tworkflow.Context, o Order) (Receipt, error) { return Receipt{}, nil }",
 }
 
@@ -456,7 +460,7 @@ func wrapSnippet(snippet string) string {
 	}
 	b.WriteString(")\n\n")
 	// Keep every import used, whatever the snippet needs.
-	b.WriteString("var (\n\t_ = context.Background\n\t_ = time.Second\n\t_ = aws.String\n\t_ = dynamodb.New\n\t_ = client.Dial\n\t_ converter.DataConverter\n\t_ interceptor.WorkerInterceptor\n\t_ = worker.New\n\t_ tworkflow.Context\n\t_ = activity.Register\n\t_ = guard.New\n\t_ store.Store\n\t_ = idemddb.New\n\t_ = memory.New\n\t_ = workflow.StepKey\n)\n\n")
+	b.WriteString("var (\n\t_ = context.Background\n\t_ = http.NewServeMux\n\t_ = time.Second\n\t_ = aws.String\n\t_ = dynamodb.New\n\t_ = client.Dial\n\t_ converter.DataConverter\n\t_ interceptor.WorkerInterceptor\n\t_ = worker.New\n\t_ tworkflow.Context\n\t_ = activity.Register\n\t_ = guard.New\n\t_ = httpguard.Middleware\n\t_ store.Store\n\t_ = idemddb.New\n\t_ = memory.New\n\t_ = workflow.StepKey\n)\n\n")
 	names := make([]string, 0, len(standIns))
 	for name := range standIns {
 		names = append(names, name)

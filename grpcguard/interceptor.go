@@ -1,0 +1,219 @@
+package grpcguard
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/idemkey"
+	"github.com/idemguard/idemguard/telemetry"
+)
+
+// ErrorDomain is the domain of the google.rpc.ErrorInfo detail on the
+// interceptor's own errors; the reason tells them apart (see the
+// Reason constants).
+const ErrorDomain = "idemguard"
+
+// Reasons in the ErrorInfo detail of the interceptor's own errors.
+const (
+	ReasonKeyMissing          = "IDEMPOTENCY_KEY_MISSING"          // InvalidArgument
+	ReasonKeyInvalid          = "IDEMPOTENCY_KEY_INVALID"          // InvalidArgument
+	ReasonPrincipalMissing    = "IDEMPOTENCY_PRINCIPAL_MISSING"    // Unauthenticated
+	ReasonInProgress          = "IDEMPOTENCY_KEY_IN_PROGRESS"      // Aborted, with RetryInfo
+	ReasonKeyReused           = "IDEMPOTENCY_KEY_REUSED"           // FailedPrecondition
+	ReasonResponseUnavailable = "IDEMPOTENCY_RESPONSE_UNAVAILABLE" // AlreadyExists
+	ReasonStoreUnavailable    = "IDEMPOTENCY_STORE_UNAVAILABLE"    // Unavailable
+	ReasonRequestUnkeyable    = "IDEMPOTENCY_REQUEST_UNKEYABLE"    // InvalidArgument
+)
+
+// UnaryServerInterceptor returns a unary server interceptor that guards
+// calls with g: see the package documentation. It panics if an option is
+// invalid; use [NewUnaryServerInterceptor] to get the error instead.
+func UnaryServerInterceptor(g *guard.Guard, opts ...Option) grpc.UnaryServerInterceptor {
+	i, err := NewUnaryServerInterceptor(g, opts...)
+	if err != nil {
+		panic(err)
+	}
+	return i
+}
+
+// NewUnaryServerInterceptor is [UnaryServerInterceptor] that reports an
+// invalid option or a nil guard as an error.
+func NewUnaryServerInterceptor(g *guard.Guard, opts ...Option) (grpc.UnaryServerInterceptor, error) {
+	c := defaults()
+	for _, o := range opts {
+		o(&c)
+	}
+	call, err := c.Finish(g, c.fingerprint != nil,
+		guard.WithCodec(messageCodec{max: c.MaxResponse, types: c.types}),
+		guard.WithErrorCodec(statusCodec{}),
+		guard.WithDefiniteErrors(func(err error) bool { return c.policy(status.Code(err)) }))
+	if err != nil {
+		return nil, err
+	}
+	in := &interceptor{g: g, c: c, call: call}
+	return in.intercept, nil
+}
+
+type interceptor struct {
+	g    *guard.Guard
+	c    config
+	call []guard.CallOption
+}
+
+// DefaultFingerprint is the default request fingerprint: the SHA-256 of
+// the full method name and the request message's deterministic wire
+// encoding. Deterministic encoding is stable for one binary; a server
+// upgrade that changes the message's encoding of the same request (a new
+// field with a default, for instance, is not encoded and so does not)
+// would make a retry across the upgrade get FailedPrecondition.
+func DefaultFingerprint(fullMethod string, req any) (string, error) {
+	m, ok := req.(proto.Message)
+	if !ok {
+		return "", fmt.Errorf("grpcguard: the request is a %T, not a proto.Message", req)
+	}
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+	if err != nil {
+		return "", err
+	}
+	h := sha256.New()
+	io.WriteString(h, fullMethod)
+	h.Write([]byte{0})
+	h.Write(b)
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+func (in *interceptor) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if (in.c.methods != nil && !in.c.methods[info.FullMethod]) || (in.c.skip != nil && in.c.skip(ctx, info.FullMethod)) {
+		return handler(ctx, req)
+	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	values := md.Get(in.c.keyMD)
+	if len(values) == 0 {
+		if in.c.KeyOptional {
+			return handler(ctx, req)
+		}
+		return nil, refusal(codes.InvalidArgument, ReasonKeyMissing, fmt.Sprintf("%s requires an %s metadata value: a unique key that the client sends again when it retries the call", info.FullMethod, in.c.keyMD))
+	}
+	key, err := idemkey.Parse(values, in.c.Rules)
+	if err != nil {
+		return nil, refusal(codes.InvalidArgument, ReasonKeyInvalid, err.Error())
+	}
+	k := idemkey.Input{K: idemkey.Selection{Key: key, Method: info.FullMethod}}
+	if in.c.principal != nil {
+		if k.K.Principal = in.c.principal(ctx); k.K.Principal == "" {
+			return nil, refusal(codes.Unauthenticated, ReasonPrincipalMissing, "idempotent calls need an authenticated caller, so that one caller's key never meets another's")
+		}
+	}
+	if in.c.fingerprint != nil {
+		if k.F, err = in.c.fingerprint(info.FullMethod, req); err != nil {
+			return nil, status.Errorf(codes.Internal, "grpcguard: fingerprinting the request: %v", err)
+		}
+	}
+	call := append(slices.Clip(in.call), guard.WithSpanAttributes(attribute.String("rpc.method", info.FullMethod)))
+
+	gctx, st := idemkey.WithCallState(ctx)
+	var hresp any
+	var herr error
+	ran := false
+	resp, out, err := guard.Execute(gctx, in.g, in.c.Scope, k, func(ctx context.Context) (any, error) {
+		ran = true
+		hresp, herr = handler(ctx, req)
+		return hresp, herr
+	}, call...)
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.SetAttributes(telemetry.OutcomeKey.String(idemkey.Outcome(out, err)))
+	}
+
+	switch {
+	case ran:
+		if errors.Is(err, guard.ErrNotRecorded) || errors.Is(err, guard.ErrLeaseLost) {
+			in.c.Logger.ErrorContext(ctx, "grpcguard: the response was returned but not recorded; a retry with the same key may run the handler again",
+				slog.String("method", info.FullMethod), slog.Any("error", err))
+		} else if out == guard.OutcomeExecuted {
+			v := StatusReleased
+			var exp time.Time
+			if herr == nil || in.c.policy(status.Code(herr)) {
+				v, exp = StatusExecuted, time.Now().Add(in.c.TTL)
+			}
+			setMetadata(ctx, v, exp, herr != nil)
+		}
+		return hresp, herr
+	case (out == guard.OutcomeReplayed || out == guard.OutcomeShared) && !errors.Is(err, guard.ErrResultUnavailable):
+		if err != nil && !in.c.policy(status.Code(err)) {
+			// An error shared by a concurrent duplicate, not stored.
+			setMetadata(ctx, StatusReleased, time.Time{}, true)
+			return nil, err
+		}
+		setMetadata(ctx, StatusReplayed, st.ExpiresAt, err != nil)
+		return resp, err
+	}
+	return nil, in.refuse(ctx, err)
+}
+
+// refuse turns a guard error for a call that did not run into a status.
+func (in *interceptor) refuse(ctx context.Context, err error) error {
+	var busy *guard.InProgressError
+	switch {
+	case errors.As(err, &busy):
+		retry := idemkey.RetryAfter(busy.LeaseExpiresAt, in.g.ClockSkew(), time.Now())
+		st, _ := status.New(codes.Aborted, fmt.Sprintf("a call with this idempotency key is still running; retry it unchanged in %d s", retry)).WithDetails(
+			&errdetails.ErrorInfo{Reason: ReasonInProgress, Domain: ErrorDomain},
+			&errdetails.RetryInfo{RetryDelay: durationpb.New(time.Duration(retry) * time.Second)})
+		return st.Err()
+	case errors.Is(err, guard.ErrPayloadMismatch):
+		return refusal(codes.FailedPrecondition, ReasonKeyReused, "this idempotency key was first used with a different request; send this request with a new key")
+	case errors.Is(err, guard.ErrResultUnavailable):
+		return refusal(codes.AlreadyExists, ReasonResponseUnavailable, "the call with this idempotency key was processed, but its response was too large to keep; it will not run again: look up its result instead of retrying")
+	case errors.Is(err, guard.ErrStore):
+		return refusal(codes.Unavailable, ReasonStoreUnavailable, "the call was not processed: its idempotency record could not be read or written; retrying is safe")
+	case errors.Is(err, guard.ErrInvalidInput):
+		return refusal(codes.InvalidArgument, ReasonRequestUnkeyable, "the call cannot be keyed: its principal is not valid UTF-8")
+	case ctx.Err() != nil:
+		return status.FromContextError(ctx.Err()).Err()
+	}
+	in.c.Logger.ErrorContext(ctx, "grpcguard: guarded call failed", slog.Any("error", err))
+	return status.Error(codes.Internal, "grpcguard: the call failed in the idempotency layer")
+}
+
+// refusal is a status with an ErrorInfo detail naming reason.
+func refusal(code codes.Code, reason, msg string) error {
+	st, err := status.New(code, msg).WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain})
+	if err != nil {
+		return status.Error(code, msg)
+	}
+	return st.Err()
+}
+
+// setMetadata sends the status and expiry metadata with the response: in
+// its header metadata, or, with an error, in its trailer metadata, since
+// header metadata would commit the call and so stop the retries gRPC
+// makes by itself (a retry policy, transparent retries).
+func setMetadata(ctx context.Context, v string, expires time.Time, isErr bool) {
+	md := metadata.Pairs(StatusMetadata, v)
+	if !expires.IsZero() {
+		md.Set(ExpiresMetadata, expires.UTC().Format(time.RFC3339))
+	}
+	if isErr {
+		_ = grpc.SetTrailer(ctx, md)
+		return
+	}
+	_ = grpc.SetHeader(ctx, md)
+}

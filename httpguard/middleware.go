@@ -1,0 +1,348 @@
+package httpguard
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strconv"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/idemkey"
+	"github.com/idemguard/idemguard/telemetry"
+)
+
+// Middleware returns net/http middleware that guards the requests of next
+// with g: see the package documentation. It panics if an option is
+// invalid, as regexp.MustCompile does; use [NewMiddleware] to get the
+// error instead.
+func Middleware(g *guard.Guard, opts ...Option) func(http.Handler) http.Handler {
+	mw, err := NewMiddleware(g, opts...)
+	if err != nil {
+		panic(err)
+	}
+	return mw
+}
+
+// NewMiddleware is [Middleware] that reports an invalid option or a nil
+// guard as an error.
+func NewMiddleware(g *guard.Guard, opts ...Option) (func(http.Handler) http.Handler, error) {
+	c := defaults()
+	for _, o := range opts {
+		o(&c)
+	}
+	call, err := c.Finish(g, c.fingerprint != nil,
+		guard.WithCodec(codec{}),
+		guard.WithResultFilter(func(v any) bool { return c.policy(v.(*response).status) }))
+	if err != nil {
+		return nil, err
+	}
+	m := &middleware{g: g, c: c, call: call}
+	return func(next http.Handler) http.Handler {
+		h := *m
+		h.next = next
+		h.mux, _ = next.(*http.ServeMux)
+		return &h
+	}, nil
+}
+
+// middleware is one installation of the middleware in front of next.
+type middleware struct {
+	g    *guard.Guard
+	c    config
+	call []guard.CallOption // the guard options of every call
+	next http.Handler
+	mux  *http.ServeMux // next, when it is one: it names the route
+}
+
+// DefaultFingerprint is the default request fingerprint: the SHA-256 of
+// the method, the escaped path, the raw query and the body. Two requests
+// with the same key but another path, query or body get 422.
+func DefaultFingerprint(r *http.Request, body []byte) string {
+	h := sha256.New()
+	io.WriteString(h, r.Method)
+	h.Write([]byte{0})
+	io.WriteString(h, r.URL.EscapedPath())
+	h.Write([]byte{'?'})
+	io.WriteString(h, r.URL.RawQuery)
+	h.Write([]byte{0})
+	h.Write(body)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// route names r's route.
+func (m *middleware) route(r *http.Request) (route string, pattern bool) {
+	switch {
+	case m.c.route != nil:
+		return m.c.route(r), true
+	case r.Pattern != "":
+		return r.Pattern, true
+	case m.mux != nil:
+		if _, p := m.mux.Handler(r); p != "" {
+			return p, true
+		}
+	}
+	return r.URL.Path, false
+}
+
+// ServeHTTP guards one request.
+func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !m.c.methods[r.Method] || (m.c.skip != nil && m.c.skip(r)) {
+		m.next.ServeHTTP(w, r)
+		return
+	}
+	values := r.Header.Values(m.c.keyHeader)
+	if len(values) == 0 {
+		if m.c.KeyOptional {
+			m.next.ServeHTTP(w, r)
+			return
+		}
+		m.writeProblem(w, problemKeyMissing, fmt.Sprintf("%s %s requires an %s header: a unique value, such as a random UUID, that the client sends again when it retries the request.", r.Method, r.URL.Path, m.c.keyHeader), 0)
+		return
+	}
+	key, err := idemkey.Parse(values, m.c.Rules)
+	if err != nil {
+		m.writeProblem(w, problemKeyInvalid, capitalise(err.Error())+".", 0)
+		return
+	}
+	call := m.call
+	ttl := m.c.TTL
+	if m.c.maxRequestTTL > 0 {
+		if v := r.Header.Values(ExpirySecondsHeader); len(v) > 0 {
+			if ttl, err = m.requestTTL(v); err != nil {
+				m.writeProblem(w, problemExpiryInvalid, err.Error(), 0)
+				return
+			}
+			call = append(slices.Clip(call), guard.WithTTL(ttl))
+		}
+	}
+	in := idemkey.Input{K: idemkey.Selection{Key: key, Method: r.Method}}
+	if m.c.principal != nil {
+		if in.K.Principal = m.c.principal(r); in.K.Principal == "" {
+			m.writeProblem(w, problemPrincipalMissing, "Idempotent requests to this API need an authenticated caller, so that one caller's key never meets another's.", 0)
+			return
+		}
+	}
+	var pattern bool
+	in.K.Route, pattern = m.route(r)
+	if m.c.fingerprint != nil {
+		body, ok := m.readBody(w, r)
+		if !ok {
+			return
+		}
+		in.F = m.c.fingerprint(r, body)
+	}
+	attrs := []attribute.KeyValue{attribute.String("http.request.method", r.Method)}
+	if pattern {
+		attrs = append(attrs, attribute.String("http.route", in.K.Route))
+	}
+	call = append(slices.Clip(call), guard.WithSpanAttributes(attrs...))
+
+	ctx, st := idemkey.WithCallState(r.Context())
+	var fresh *response // the response to send when the handler ran here
+	ran := false
+	resp, out, err := guard.Execute(ctx, m.g, m.c.Scope, in, func(ctx context.Context) (*response, error) {
+		ran = true
+		rec := newRecorder(w, m.c.MaxResponse, func(h http.Header, status int) {
+			m.setHeaders(h, m.freshStatus(status), m.freshExpiry(status, ttl))
+		})
+		m.next.ServeHTTP(rec, r.WithContext(ctx))
+		stored, f := rec.finish(m.c.setCookie, m.c.statusHeader, m.c.expiresHeader)
+		fresh = f
+		return stored, nil
+	}, call...)
+	observe(r.Context(), out, err)
+
+	switch {
+	case err == nil && out == guard.OutcomeExecuted:
+		if fresh != nil {
+			m.serve(w, fresh, m.freshStatus(resp.status), m.freshExpiry(resp.status, ttl))
+		}
+	case err == nil && out == guard.OutcomeShared && resp.unstorable:
+		// Shared by the first request in this process (wait mode), which
+		// streamed a response too large to keep: there is nothing to send.
+		if m.c.policy(resp.status) {
+			m.refuse(w, r, guard.ErrResultUnavailable, st)
+			return
+		}
+		m.writeProblem(w, problemFirstFailed, fmt.Sprintf("The first request with this %s failed, and its response could not be kept for this one; the key is free again. Retry the same request.", m.c.keyHeader), 1)
+	case err == nil && (out == guard.OutcomeReplayed || out == guard.OutcomeShared):
+		if !m.c.policy(resp.status) {
+			// A response shared by a concurrent duplicate in wait mode
+			// that the status policy did not store.
+			m.serve(w, resp, StatusReleased, time.Time{})
+			return
+		}
+		m.serve(w, resp, StatusReplayed, st.ExpiresAt)
+	case err == nil:
+		// Unguarded: the guard is disabled (IDEMGUARD_DISABLED).
+		if fresh != nil {
+			m.serve(w, fresh, "", time.Time{})
+		}
+	case ran:
+		// The handler ran, but its outcome was not recorded (the store
+		// failed until the lease ran out, or another caller took the key
+		// over): serve what it answered, which is what happened.
+		m.c.Logger.ErrorContext(r.Context(), "httpguard: the response was served but not recorded; a retry with the same key may run the handler again",
+			slog.String("method", r.Method), slog.String("route", in.K.Route), slog.Any("error", err))
+		if fresh != nil {
+			m.serve(w, fresh, "", time.Time{})
+		}
+	default:
+		m.refuse(w, r, err, st)
+	}
+}
+
+// freshStatus is the status header's value for a response that ran now.
+func (m *middleware) freshStatus(status int) string {
+	if m.c.policy(status) {
+		return StatusExecuted
+	}
+	return StatusReleased
+}
+
+// freshExpiry is when a response that ran now with status stops being
+// replayed, or zero if it is not stored. It is this server's reading of
+// the guard's record expiry, which the guard computes a moment later.
+func (m *middleware) freshExpiry(status int, ttl time.Duration) time.Time {
+	if !m.c.policy(status) {
+		return time.Time{}
+	}
+	return time.Now().Add(ttl)
+}
+
+// setHeaders sets the status header (unless status is "") and the expiry
+// header (unless expires is zero) in h.
+func (m *middleware) setHeaders(h http.Header, status string, expires time.Time) {
+	if status != "" && m.c.statusHeader != "" {
+		h.Set(m.c.statusHeader, status)
+	}
+	if !expires.IsZero() && m.c.expiresHeader != "" {
+		h.Set(m.c.expiresHeader, expires.UTC().Format(http.TimeFormat))
+	}
+}
+
+// serve writes a stored (or buffered) response with the middleware's
+// headers.
+func (m *middleware) serve(w http.ResponseWriter, resp *response, status string, expires time.Time) {
+	h := w.Header()
+	for name, values := range resp.header {
+		h[name] = slices.Clone(values) // a shared response's slices stay untouched
+	}
+	m.setHeaders(h, status, expires)
+	w.WriteHeader(resp.status)
+	if len(resp.body) > 0 {
+		_, _ = w.Write(resp.body)
+	}
+}
+
+// refuse answers a request the guard did not run the handler for.
+func (m *middleware) refuse(w http.ResponseWriter, r *http.Request, err error, st *idemkey.CallState) {
+	var busy *guard.InProgressError
+	switch {
+	case errors.As(err, &busy):
+		retry := idemkey.RetryAfter(busy.LeaseExpiresAt, m.g.ClockSkew(), time.Now())
+		m.writeProblem(w, problemInProgress, fmt.Sprintf("A request with this %s is still being processed. Retry the same request, unchanged, in %d s; it will then get the first request's response.", m.c.keyHeader, retry), retry)
+	case errors.Is(err, guard.ErrPayloadMismatch):
+		m.writeProblem(w, problemKeyReused, fmt.Sprintf("This %s was first used with a different request (method, path, query or body). A key must not be reused for another request; send this request with a new key.", m.c.keyHeader), 0)
+	case errors.Is(err, guard.ErrResultUnavailable):
+		if !st.ExpiresAt.IsZero() && m.c.expiresHeader != "" {
+			w.Header().Set(m.c.expiresHeader, st.ExpiresAt.UTC().Format(http.TimeFormat))
+		}
+		m.writeProblem(w, problemResponseUnavailable, fmt.Sprintf("The request with this %s was processed, but its response was too large to keep, so it cannot be replayed. It will not be processed again: look up its result instead of retrying.", m.c.keyHeader), 0)
+	case errors.Is(err, guard.ErrStore):
+		m.writeProblem(w, problemStoreUnavailable, "The request was not processed: its idempotency record could not be read or written. Retrying the same request is safe.", 1)
+	case errors.Is(err, guard.ErrInvalidInput):
+		m.writeProblem(w, problemRequestUnkeyable, "The request cannot be keyed: its route or caller is not valid UTF-8.", 0)
+	case r.Context().Err() != nil:
+		m.writeProblem(w, problemStoreUnavailable, "The request was cancelled before it was processed. Retrying the same request is safe.", 1)
+	default:
+		m.c.Logger.ErrorContext(r.Context(), "httpguard: guarded request failed", slog.String("method", r.Method), slog.Any("error", err))
+		m.writeProblem(w, problemInternal, "The request failed in the idempotency layer.", 0)
+	}
+}
+
+// requestTTL reads the record life a client asks for.
+func (m *middleware) requestTTL(values []string) (time.Duration, error) {
+	if len(values) != 1 {
+		return 0, fmt.Errorf("Send at most one %s header.", ExpirySecondsHeader)
+	}
+	n, err := strconv.ParseInt(values[0], 10, 64)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("%s must be a positive whole number of seconds, got %q.", ExpirySecondsHeader, values[0])
+	}
+	if limit := int64(m.c.maxRequestTTL / time.Second); n > limit {
+		n = limit
+	}
+	return time.Duration(n) * time.Second, nil
+}
+
+// readBody reads the request body for the fingerprint and puts it back for
+// the handler. It answers the request itself and reports false when the
+// body is too large or cannot be read.
+func (m *middleware) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	tooLarge := func() ([]byte, bool) {
+		m.writeProblem(w, problemBodyTooLarge, fmt.Sprintf("Requests with an %s may have a body of at most %d bytes.", m.c.keyHeader, m.c.maxBody), 0)
+		return nil, false
+	}
+	if r.ContentLength > m.c.maxBody {
+		return tooLarge()
+	}
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil, true
+	}
+	body, err := readAll(r.Body, r.ContentLength, m.c.maxBody)
+	if err != nil {
+		m.writeProblem(w, problemBodyUnreadable, "The request body could not be read to the end.", 0)
+		return nil, false
+	}
+	if int64(len(body)) > m.c.maxBody {
+		return tooLarge()
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	return body, true
+}
+
+// readAll reads body up to limit+1 bytes, in one allocation when its
+// length is announced.
+func readAll(body io.Reader, length, limit int64) ([]byte, error) {
+	if length < 0 || length > limit {
+		return io.ReadAll(io.LimitReader(body, limit+1))
+	}
+	b := make([]byte, length, length+1)
+	if _, err := io.ReadFull(body, b); err != nil {
+		return nil, err
+	}
+	// A body longer than announced is net/http's error to report.
+	n, err := body.Read(b[length : length+1])
+	if err != nil && err != io.EOF {
+		return nil, err
+	}
+	return b[:length+int64(n)], nil
+}
+
+// observe puts the guard's outcome on the server span that otelhttp (or
+// any instrumentation) started, so that HTTP dashboards can tell replays
+// from fresh responses.
+func observe(ctx context.Context, out guard.Outcome, err error) {
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.SetAttributes(telemetry.OutcomeKey.String(idemkey.Outcome(out, err)))
+	}
+}
+
+func capitalise(s string) string {
+	if s == "" || s[0] < 'a' || s[0] > 'z' {
+		return s
+	}
+	return string(s[0]-'a'+'A') + s[1:]
+}
