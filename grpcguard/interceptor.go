@@ -101,7 +101,7 @@ func DefaultFingerprint(fullMethod string, req any) (string, error) {
 }
 
 func (in *interceptor) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	if (in.c.methods != nil && !in.c.methods[info.FullMethod]) || (in.c.skip != nil && in.c.skip(ctx, info.FullMethod)) {
+	if (in.c.methods != nil && !in.c.methods[info.FullMethod]) || (in.c.skip != nil && in.c.skip(ctx, info.FullMethod)) || in.g.Disabled() {
 		return handler(ctx, req)
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
@@ -151,7 +151,7 @@ func (in *interceptor) intercept(ctx context.Context, req any, info *grpc.UnaryS
 			v := StatusReleased
 			var exp time.Time
 			if herr == nil || in.c.policy(status.Code(herr)) {
-				v, exp = StatusExecuted, time.Now().Add(in.c.TTL)
+				v, exp = StatusExecuted, in.g.Now().Add(in.c.TTL)
 			}
 			setMetadata(ctx, v, exp, herr != nil)
 		}
@@ -173,7 +173,7 @@ func (in *interceptor) refuse(ctx context.Context, err error) error {
 	var busy *guard.InProgressError
 	switch {
 	case errors.As(err, &busy):
-		retry := idemkey.RetryAfter(busy.LeaseExpiresAt, in.g.ClockSkew(), time.Now())
+		retry := idemkey.RetryAfter(busy.LeaseExpiresAt, in.g.ClockSkew(), in.g.Now())
 		st, _ := status.New(codes.Aborted, fmt.Sprintf("a call with this idempotency key is still running; retry it unchanged in %d s", retry)).WithDetails(
 			&errdetails.ErrorInfo{Reason: ReasonInProgress, Domain: ErrorDomain},
 			&errdetails.RetryInfo{RetryDelay: durationpb.New(time.Duration(retry) * time.Second)})

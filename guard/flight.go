@@ -157,6 +157,11 @@ func follow[T any](ctx context.Context, g *Guard, c *config, d derived, f *fligh
 			return v, 0, f.err, false
 		}
 		return v, OutcomeShared, f.err, false
+	case f.released && c.mode == Wait:
+		// The leader's result was not stored (WithResultFilter): a waiter
+		// in another process would run the function again, and so does
+		// this one.
+		return v, 0, nil, true
 	case f.hasValue:
 		if v, ok := f.value.(T); ok {
 			if c.onReplay != nil && f.rec != nil {

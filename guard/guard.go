@@ -111,6 +111,13 @@ func (g *Guard) Store() store.Store { return g.store }
 // claim whose lease ended at t may be taken over from t plus this on.
 func (g *Guard) ClockSkew() time.Duration { return g.skew }
 
+// Now returns the time on the guard's clock ([WithClock]), the clock its
+// leases and expiries are computed on.
+func (g *Guard) Now() time.Time { return g.clock.Now() }
+
+// Disabled reports whether the guard is a pass-through (IDEMGUARD_DISABLED).
+func (g *Guard) Disabled() bool { return g.disabled }
+
 // with returns the guard's call defaults overridden by opts.
 func (g *Guard) with(scope string, opts []CallOption) (*config, error) {
 	if scope == "" {

@@ -420,3 +420,35 @@ func (s *gatedStore) waiting() int {
 
 // joinedAny reports whether a call has joined any in-process flight of g.
 func joinedAny(g *guard.Guard) bool { return g.JoinedAny() > 0 }
+
+// A Wait-mode duplicate of a call whose result was not stored
+// (WithResultFilter) runs the function itself, as a waiter in another
+// process does, instead of sharing the result that was refused.
+func TestWaitDuplicateRunsAfterFilteredResult(t *testing.T) {
+	m, _ := newMemory()
+	keep := func(v any) bool { return v.(int) != 500 }
+	g := mustGuard(t, m, guard.WithWait(5*time.Second), guard.WithResultFilter(keep))
+	inside := make(chan struct{})
+	release := make(chan struct{})
+	go guard.Do(ctx, g, "job", "k", func(context.Context) (int, error) {
+		close(inside)
+		<-release
+		return 500, nil
+	})
+	<-inside
+	type res struct {
+		v   int
+		out guard.Outcome
+		err error
+	}
+	resc := make(chan res)
+	go func() {
+		v, out, err := guard.Execute(ctx, g, "job", "k", func(context.Context) (int, error) { return 201, nil })
+		resc <- res{v, out, err}
+	}()
+	waitFor(t, "the duplicate to join", func() bool { return joinedAny(g) })
+	close(release)
+	if r := <-resc; r.err != nil || r.v != 201 || r.out != guard.OutcomeExecuted {
+		t.Errorf("duplicate = %d, %v, %v; want it to run the function (201, executed)", r.v, r.out, r.err)
+	}
+}

@@ -97,7 +97,7 @@ func (m *middleware) route(r *http.Request) (route string, pattern bool) {
 
 // ServeHTTP guards one request.
 func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if !m.c.methods[r.Method] || (m.c.skip != nil && m.c.skip(r)) {
+	if !m.c.methods[r.Method] || (m.c.skip != nil && m.c.skip(r)) || m.g.Disabled() {
 		m.next.ServeHTTP(w, r)
 		return
 	}
@@ -218,7 +218,7 @@ func (m *middleware) freshExpiry(status int, ttl time.Duration) time.Time {
 	if !m.c.policy(status) {
 		return time.Time{}
 	}
-	return time.Now().Add(ttl)
+	return m.g.Now().Add(ttl)
 }
 
 // setHeaders sets the status header (unless status is "") and the expiry
@@ -251,7 +251,7 @@ func (m *middleware) refuse(w http.ResponseWriter, r *http.Request, err error, s
 	var busy *guard.InProgressError
 	switch {
 	case errors.As(err, &busy):
-		retry := idemkey.RetryAfter(busy.LeaseExpiresAt, m.g.ClockSkew(), time.Now())
+		retry := idemkey.RetryAfter(busy.LeaseExpiresAt, m.g.ClockSkew(), m.g.Now())
 		m.writeProblem(w, problemInProgress, fmt.Sprintf("A request with this %s is still being processed. Retry the same request, unchanged, in %d s; it will then get the first request's response.", m.c.keyHeader, retry), retry)
 	case errors.Is(err, guard.ErrPayloadMismatch):
 		m.writeProblem(w, problemKeyReused, fmt.Sprintf("This %s was first used with a different request (method, path, query or body). A key must not be reused for another request; send this request with a new key.", m.c.keyHeader), 0)

@@ -601,3 +601,27 @@ func TestRenamedHeadersAndSkip(t *testing.T) {
 		t.Errorf("handler ran %d times, want 2", got)
 	}
 }
+
+// With IDEMGUARD_DISABLED the middleware steps aside: every request runs
+// the handler, and the responses carry no idempotency headers.
+func TestDisabledGuardPassesThrough(t *testing.T) {
+	t.Setenv(guard.DisableEnv, "true")
+	g, err := guard.New(memory.New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := 0
+	srv := serve(t, g, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs++
+		w.WriteHeader(http.StatusCreated)
+	}))
+	for range 2 {
+		res := post(t, srv.Client(), srv.URL, "k-1", `{"a":1}`)
+		if res.status != http.StatusCreated || res.header.Get("Idempotency-Key-Status") != "" {
+			t.Errorf("disabled: %d, status header %q; want the handler's 201 and no header", res.status, res.header.Get("Idempotency-Key-Status"))
+		}
+	}
+	if runs != 2 {
+		t.Errorf("handler ran %d times, want 2", runs)
+	}
+}
