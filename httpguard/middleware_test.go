@@ -17,6 +17,7 @@ import (
 	"github.com/idemguard/idemguard/httpguard"
 	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/store/dynamodb/dynamodbtest"
+	"github.com/idemguard/idemguard/store/memory"
 )
 
 // counting is a handler that answers 201 with a body that names its run,
