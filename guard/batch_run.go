@@ -62,7 +62,7 @@ const notRun = telemetry.OutcomeNotRun
 func (r *batchRun[In, Out]) run(ctx context.Context) {
 	g := r.g
 	r.counts, r.direct = make(map[string]int), make(map[string]int)
-	ctx, span := g.tel.Tracer.Start(ctx, telemetry.SpanBatch)
+	ctx, span := g.span(ctx, telemetry.SpanBatch)
 	var lookedUp, found int
 	defer func() { r.end(ctx, span, lookedUp, found) }()
 

@@ -224,7 +224,7 @@ func executeTx[T any](ctx context.Context, g *Guard, c *config, scope string, in
 	}
 	var d derived
 	o := observation{scope: scope}
-	ctx, o.span = g.tel.Tracer.Start(ctx, telemetry.SpanExecute)
+	ctx, o.span = g.span(ctx, telemetry.SpanExecute)
 	defer func() { g.endExecute(ctx, &o, &d, c, out, err) }()
 
 	if d, err = g.derive(c, scope, input); err != nil {

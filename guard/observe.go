@@ -36,9 +36,20 @@ func (g *Guard) child(ctx context.Context, name string) (context.Context, trace.
 	return g.tel.Tracer.Start(ctx, name, trace.WithAttributes(g.tel.StoreAttr))
 }
 
+// span starts a guarded call's (or batch's) span, unless no SDK would
+// record it.
+func (g *Guard) span(ctx context.Context, name string) (context.Context, trace.Span) {
+	if !g.tel.Tracing() {
+		return ctx, noop.Span{}
+	}
+	return g.tel.Tracer.Start(ctx, name)
+}
+
 // timeStore records the duration of one store call started at start.
 func (g *Guard) timeStore(ctx context.Context, op string, start time.Time) {
-	g.tel.StoreDuration.Record(ctx, time.Since(start).Seconds(), g.tel.Operation(op))
+	if g.tel.Metering() {
+		g.tel.StoreDuration.Record(ctx, time.Since(start).Seconds(), g.tel.Operation(op))
+	}
 }
 
 // outcomeLabel maps a call's outcome and error to telemetry's outcome values.
@@ -68,9 +79,11 @@ type observation struct {
 // endExecute ends a guarded call's span and counts the call.
 func (g *Guard) endExecute(ctx context.Context, o *observation, d *derived, c *config, out Outcome, err error) {
 	label := outcomeLabel(out, err)
-	g.tel.Calls.Add(ctx, 1, instrument.Scoped(o.scope, label))
-	if errors.Is(err, ErrLeaseLost) {
-		g.tel.LeaseLost.Add(ctx, 1)
+	if g.tel.Metering() {
+		g.tel.Calls.Add(ctx, 1, instrument.Scoped(o.scope, label))
+		if errors.Is(err, ErrLeaseLost) {
+			g.tel.LeaseLost.Add(ctx, 1)
+		}
 	}
 	span := o.span
 	if span.IsRecording() {

@@ -3,8 +3,8 @@
 package instrument
 
 import (
-	"context"
 	"log/slog"
+	"reflect"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -25,6 +25,11 @@ type Set struct {
 	Logger        *slog.Logger
 	// StoreAttr names the guard's store (telemetry.StoreKey).
 	StoreAttr attribute.KeyValue
+
+	// idleTP and idleMP are the global providers as they were when no SDK
+	// was installed, if the Set uses the globals; nil otherwise.
+	idleTP trace.TracerProvider
+	idleMP metric.MeterProvider
 }
 
 // New builds a Set from tp and mp (nil: the global providers, which do
@@ -33,11 +38,19 @@ type Set struct {
 // Errors creating instruments go to otel.Handle and leave a no-op
 // instrument in place; they never fail the caller.
 func New(tp trace.TracerProvider, mp metric.MeterProvider, logger *slog.Logger, storeName string) *Set {
+	var idleTP trace.TracerProvider
+	var idleMP metric.MeterProvider
 	if tp == nil {
 		tp = otel.GetTracerProvider()
+		if isGlobalDefault(tp, "tracerProvider") {
+			idleTP = tp
+		}
 	}
 	if mp == nil {
 		mp = otel.GetMeterProvider()
+		if isGlobalDefault(mp, "meterProvider") {
+			idleMP = mp
+		}
 	}
 	if logger == nil {
 		logger = slog.New(warnDefault{})
@@ -47,6 +60,8 @@ func New(tp trace.TracerProvider, mp metric.MeterProvider, logger *slog.Logger, 
 		Tracer:    tp.Tracer(telemetry.ScopeName, trace.WithInstrumentationVersion(telemetry.Version)),
 		Logger:    logger,
 		StoreAttr: telemetry.StoreKey.String(storeName),
+		idleTP:    idleTP,
+		idleMP:    idleMP,
 	}
 	var err error
 	if s.Calls, err = meter.Int64Counter(telemetry.MetricCalls,
@@ -72,9 +87,32 @@ func New(tp trace.TracerProvider, mp metric.MeterProvider, logger *slog.Logger, 
 	return s
 }
 
-// Count adds n calls with outcome within scope to the calls metric.
-func (s *Set) Count(ctx context.Context, scope, outcome string, n int64) {
-	s.Calls.Add(ctx, n, metric.WithAttributes(telemetry.ScopeKey.String(scope), telemetry.OutcomeKey.String(outcome)))
+// Tracing reports whether spans may be recorded: false only while the Set
+// uses the global tracer provider and no SDK has been installed in it. The
+// guard then skips its spans: starting and ending spans nobody records,
+// with their contexts and attributes, is about 1% of a DynamoDB client's
+// instructions per call (docs/benchmarks.md).
+func (s *Set) Tracing() bool {
+	return s.idleTP == nil || otel.GetTracerProvider() != s.idleTP
+}
+
+// Metering reports whether measurements may be recorded, as Tracing does
+// for spans.
+func (s *Set) Metering() bool {
+	return s.idleMP == nil || otel.GetMeterProvider() != s.idleMP
+}
+
+// isGlobalDefault reports whether p is OpenTelemetry's own global provider,
+// which delegates to an SDK once one is installed (its concrete type lives
+// in otel/internal/global). Should that type ever move, the check fails
+// safe: the Set then always records.
+func isGlobalDefault(p any, name string) bool {
+	t := reflect.TypeOf(p)
+	if t == nil || t.Kind() != reflect.Pointer {
+		return false
+	}
+	t = t.Elem()
+	return t.Name() == name && t.PkgPath() == "go.opentelemetry.io/otel/internal/global"
 }
 
 // Operation is the measurement option of a store operation.
