@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -288,4 +289,81 @@ func TestDoTxLostCommitAnswer(t *testing.T) {
 			checkIdle(t, e.pool)
 		})
 	}
+}
+
+// The commit's answer is lost while the commit is still in progress on the
+// server (a client timeout during a slow commit, a synchronous standby
+// that is late to acknowledge): the guard reads the record before the
+// commit is visible, sees its claim still in progress and releases it —
+// and the release waits on the row lock the committing transaction holds.
+// When the commit lands, the release must not delete the completed
+// record, or the retry would run the function a second time. The store's
+// Release deletes only a record in progress.
+func TestDoTxCommitLandsDuringRelease(t *testing.T) {
+	e := newEffects(t, nil)
+	h := &hookStore{Store: e.s}
+	var pending store.Tx
+	h.commit = func(ctx context.Context, tx store.Tx) error {
+		h.commit = nil
+		pending = tx // sent, not yet answered
+		return errAnswerLost
+	}
+	var releases atomic.Int32
+	h.release = func(ctx context.Context, key, token string) error {
+		releases.Add(1)
+		if pending == nil {
+			return e.s.Release(ctx, key, token)
+		}
+		done := make(chan error, 1)
+		go func() { done <- e.s.Release(ctx, key, token) }()
+		waitForLockWait(t, e.fixture, `DELETE FROM "`+e.fixture.table+`"`)
+		if err := pending.Commit(ctx); err != nil { // the commit lands
+			t.Errorf("the pending commit: %v", err)
+		}
+		pending = nil
+		return <-done
+	}
+	g := e.guard(t, h)
+	in := transfer{ID: "t-commit-during-release"}
+	var runs atomic.Int32
+	fn := func(ctx context.Context, tx pgx.Tx) (int, error) {
+		runs.Add(1)
+		return 4, e.write(ctx, tx, in.ID, "w")
+	}
+	_, err := postgres.DoTx(e.ctx, g, "move", in, fn)
+	if releases.Load() != 1 {
+		t.Fatalf("the guard released %d times (error %v); the test expects its one release after the lost answer", releases.Load(), err)
+	}
+	t.Logf("DoTx after the lost answer: %v", err)
+	rec := e.record(t, "move", in)
+	if rec == nil || rec.Status != store.StatusCompleted {
+		t.Fatalf("after the commit landed the record is %+v, want COMPLETED: the release deleted it", rec)
+	}
+	if v, err := postgres.DoTx(e.ctx, g, "move", in, fn); err != nil || v != 4 {
+		t.Fatalf("retry = %d, %v; want the stored 4", v, err)
+	}
+	if n := e.total(t, in.ID); n != 1 || runs.Load() != 1 {
+		t.Errorf("%d rows after %d runs; want 1 row, 1 run", n, runs.Load())
+	}
+	checkIdle(t, e.pool)
+}
+
+// waitForLockWait waits until a statement starting with prefix waits for
+// a lock on the server.
+func waitForLockWait(t *testing.T, f *fixture, prefix string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		var n int
+		err := f.pool.QueryRow(f.ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND starts_with(query, $1)`, prefix).Scan(&n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatalf("no statement %q waited for a lock within 30s", strings.TrimSpace(prefix))
 }
