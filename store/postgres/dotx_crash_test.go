@@ -300,7 +300,25 @@ func TestDoTxLostCommitAnswer(t *testing.T) {
 // record, or the retry would run the function a second time. The store's
 // Release deletes only a record in progress.
 func TestDoTxCommitLandsDuringRelease(t *testing.T) {
-	e := newEffects(t, nil)
+	e, _, err, retry := commitLandsDuringRelease(t)
+	t.Logf("DoTx after the lost answer: %v", err)
+	rec := e.record(t, "move", transfer{ID: "t-commit-during-release"})
+	if rec == nil || rec.Status != store.StatusCompleted {
+		t.Fatalf("after the commit landed the record is %+v, want COMPLETED: the release deleted it", rec)
+	}
+	if v, runs, err := retry(); err != nil || v != 4 || runs != 1 {
+		t.Fatalf("retry = %d, %v after %d runs; want the stored 4, 1 run", v, err, runs)
+	}
+	if n := e.total(t, "t-commit-during-release"); n != 1 {
+		t.Errorf("%d rows; want 1", n)
+	}
+	checkIdle(t, e.pool)
+}
+
+// commitLandsDuringRelease runs the call of TestDoTxCommitLandsDuringRelease
+// and returns its result, and a retry that reports the function's runs.
+func commitLandsDuringRelease(t *testing.T) (e *effects, v int, err error, retry func() (int, int32, error)) {
+	e = newEffects(t, nil)
 	h := &hookStore{Store: e.s}
 	var pending store.Tx
 	h.commit = func(ctx context.Context, tx store.Tx) error {
@@ -330,22 +348,14 @@ func TestDoTxCommitLandsDuringRelease(t *testing.T) {
 		runs.Add(1)
 		return 4, e.write(ctx, tx, in.ID, "w")
 	}
-	_, err := postgres.DoTx(e.ctx, g, "move", in, fn)
+	v, err = postgres.DoTx(e.ctx, g, "move", in, fn)
 	if releases.Load() != 1 {
 		t.Fatalf("the guard released %d times (error %v); the test expects its one release after the lost answer", releases.Load(), err)
 	}
-	t.Logf("DoTx after the lost answer: %v", err)
-	rec := e.record(t, "move", in)
-	if rec == nil || rec.Status != store.StatusCompleted {
-		t.Fatalf("after the commit landed the record is %+v, want COMPLETED: the release deleted it", rec)
+	return e, v, err, func() (int, int32, error) {
+		v, err := postgres.DoTx(e.ctx, g, "move", in, fn)
+		return v, runs.Load(), err
 	}
-	if v, err := postgres.DoTx(e.ctx, g, "move", in, fn); err != nil || v != 4 {
-		t.Fatalf("retry = %d, %v; want the stored 4", v, err)
-	}
-	if n := e.total(t, in.ID); n != 1 || runs.Load() != 1 {
-		t.Errorf("%d rows after %d runs; want 1 row, 1 run", n, runs.Load())
-	}
-	checkIdle(t, e.pool)
 }
 
 // waitForLockWait waits until a statement starting with prefix waits for
