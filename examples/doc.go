@@ -1,5 +1,5 @@
 // Package examples holds the checks that span the examples module: that
 // every command and Go snippet in the repository's README works as written
 // (readme_test.go). The examples themselves are the commands in its
-// directories: quickstart, workerpool and payments.
+// directories: quickstart, workerpool, payments and ledger.
 package examples
