@@ -230,8 +230,8 @@ type driver struct {
 // A worker stops twice inside each transfer's transaction and waits for a
 // word from the driver: at "entries", its two ledger entries written, and
 // at "balances", the debit and credit written too, just before the guard
-// writes the completion and commits. Every 300 ms the driver arms; the
-// next worker to stop at "balances" is SIGKILLed there. Once, after the
+// writes the completion and commits. Every few transfers the driver arms;
+// the next worker to stop at "balances" is SIGKILLed there. Once, after the
 // first kill, a worker stopped at "entries" is frozen instead (SIGSTOP)
 // until another worker has taken the transfer over and committed it —
 // which it can only do once the frozen worker's lease and the clock skew
@@ -290,9 +290,9 @@ func (d *driver) run(ctx context.Context) error {
 	}
 	kills, pauses := d.cfg.Kills, d.cfg.Pauses
 	killed := map[int]bool{}
-	tick := time.NewTicker(300 * time.Millisecond)
-	defer tick.Stop()
-	armed := false
+	// Arm every gap-th transfer, so the chaos spreads over the run.
+	gap := max(1, d.cfg.Transfers/(d.cfg.Kills+d.cfg.Pauses+2))
+	seen, armed := 0, false
 	resumed := make(chan struct{}, 1)
 	running := d.cfg.Workers
 	for running > 0 {
@@ -302,10 +302,13 @@ func (d *driver) run(ctx context.Context) error {
 				_ = p.Process.Kill()
 			}
 			return ctx.Err()
-		case <-tick.C:
-			armed = kills > 0 || pauses > 0
 		case <-resumed:
 		case a := <-stops:
+			if a.point == "balances" {
+				if seen++; seen%gap == 0 {
+					armed = kills > 0 || pauses > 0
+				}
+			}
 			switch {
 			case armed && a.point == "balances" && kills > 0:
 				armed = false
