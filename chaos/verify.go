@@ -216,7 +216,7 @@ func (ev *evidence) verify() *Report {
 			r.violate("op %s ran under key %s, want %s (keys must be derived the same on every run)", e.Op, e.Key, p.key)
 		}
 	}
-	doneAt := map[string]time.Time{} // effect -> earliest time its process returned it as recorded
+	doneAt := map[string]time.Time{}   // effect -> earliest time its process returned it as recorded
 	windows := map[string][]doneLine{} // op -> transactional runs that reached the window
 	for _, d := range ev.done {
 		if d.kind == "window" {

@@ -189,8 +189,8 @@ func runWorker(cfg workerConfig) error {
 type chaosWorker struct {
 	cfg    workerConfig
 	g      *guard.Guard
-	ledger *Ledger    // DynamoDB: the keyed and plain bodies' ledger
-	pg     *pgLedger  // PostgreSQL: the transactional body's ledger
+	ledger *Ledger     // DynamoDB: the keyed and plain bodies' ledger
+	pg     *pgLedger   // PostgreSQL: the transactional body's ledger
 	events interface { // where the guard's reports of the window go
 		Put(context.Context, *Entry) error
 	}
