@@ -106,8 +106,17 @@ func Run(ctx context.Context, cfg Config, out, log io.Writer) ([]Result, error) 
 	}
 	names := cfg.Scenarios
 	if len(names) == 0 {
-		names = AllScenarios
+		if cfg.Endpoint != "" {
+			names = append(names, DynamoScenarios...)
+		}
+		if cfg.PostgresURL != "" {
+			names = append(names, PgScenarios...)
+		}
 	}
+	if len(names) == 0 {
+		return nil, errors.New("no server: give a DynamoDB endpoint, a PostgreSQL URL, or both")
+	}
+	cfg.Scenarios = names
 	for _, n := range names {
 		if !slices.Contains(AllScenarios, n) {
 			return nil, fmt.Errorf("unknown scenario %q (have %v)", n, AllScenarios)
@@ -115,15 +124,21 @@ func Run(ctx context.Context, cfg Config, out, log io.Writer) ([]Result, error) 
 	}
 	b, err := newBench(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("setting up against %s: %w", cfg.Endpoint, err)
+		return nil, fmt.Errorf("setting up: %w", err)
 	}
 	defer func() {
 		if err := b.close(); err != nil {
 			fmt.Fprintf(log, "load: deleting table %s: %v\n", b.table, err)
 		}
 	}()
-	fmt.Fprintf(log, "load: %s table %s, GOMAXPROCS %d, %s; concurrency %d, ops %d in %d rounds, hot-key bursts of %d calls\n",
-		cfg.Endpoint, b.table, runtime.GOMAXPROCS(0), runtime.Version(), cfg.Concurrency, cfg.Ops, cfg.Rounds, cfg.HotCalls)
+	if b.client != nil {
+		fmt.Fprintf(log, "load: DynamoDB %s table %s\n", cfg.Endpoint, b.table)
+	}
+	if b.pg != nil {
+		fmt.Fprintf(log, "load: PostgreSQL table %s\n", b.pg.table)
+	}
+	fmt.Fprintf(log, "load: GOMAXPROCS %d, %s; concurrency %d, ops %d in %d rounds, hot-key bursts of %d calls\n",
+		runtime.GOMAXPROCS(0), runtime.Version(), cfg.Concurrency, cfg.Ops, cfg.Rounds, cfg.HotCalls)
 	if err := b.populate(ctx); err != nil {
 		return nil, err
 	}
@@ -353,7 +368,12 @@ type meter struct {
 // pays for its own, and starts measuring.
 func (b *bench) start() *meter {
 	runtime.GC()
-	b.counter.Reset()
+	if b.counter != nil {
+		b.counter.Reset()
+	}
+	if b.pg != nil {
+		b.pg.counter.Reset()
+	}
 	m := &meter{b: b, bodyRuns: b.bodyRuns.Load()}
 	m.allocs, m.allocBytes = readAllocs()
 	m.cpu = cpuTime()
@@ -366,7 +386,12 @@ func (m *meter) stop(s *segment) {
 	s.cpu = cpuTime() - m.cpu
 	a, ab := readAllocs()
 	s.allocs, s.allocBytes = a-m.allocs, ab-m.allocBytes
-	s.requests = m.b.counter.Total()
+	if m.b.counter != nil {
+		s.requests += m.b.counter.Total()
+	}
+	if m.b.pg != nil {
+		s.requests += m.b.pg.counter.Total()
+	}
 	s.bodyRuns = m.b.bodyRuns.Load() - m.bodyRuns
 }
 
@@ -404,6 +429,39 @@ func (b *bench) prepare(name string, ops int) (operation, error) {
 			keys[i] = scopeMiss + "#" + hex.EncodeToString(sum[:])
 		}
 		return func(ctx context.Context, i, _, _ int) error { return b.rawMiss(ctx, keys[i], in[i]) }, nil
+	case PgMissGuarded, PgTxGuarded, PgMissRaw, PgTxRaw:
+		in := make([]Order, ops)
+		keys := make([]string, ops)
+		for i := range in {
+			in[i] = newOrder(fmt.Sprintf("pg-miss-%s-%d", b.runID, b.seq.Add(1)))
+			sum := sha256.Sum256([]byte(in[i].OrderID))
+			keys[i] = scopeMiss + "#" + hex.EncodeToString(sum[:])
+		}
+		p := b.pg
+		switch name {
+		case PgMissGuarded:
+			return func(ctx context.Context, i, _, _ int) error { _, err := p.missFn(ctx, in[i]); return err }, nil
+		case PgTxGuarded:
+			return func(ctx context.Context, i, _, _ int) error { _, err := p.txFn(ctx, in[i]); return err }, nil
+		case PgMissRaw:
+			return func(ctx context.Context, i, _, _ int) error { return p.rawMiss(ctx, b, keys[i], in[i]) }, nil
+		default:
+			return func(ctx context.Context, i, _, _ int) error { return p.rawTx(ctx, b, in[i]) }, nil
+		}
+	case PgReplayGuarded, PgReplayCachedGuarded, PgReplayRaw:
+		p := b.pg
+		workers := min(b.cfg.Concurrency, ops)
+		per := max(len(p.replayIn)/workers, 1)
+		off := mathrand.IntN(per)
+		idx := func(w, n int) int { return (w + workers*((off+n)%per)) % len(p.replayIn) }
+		switch name {
+		case PgReplayGuarded:
+			return func(ctx context.Context, _, w, n int) error { _, err := p.replayFn(ctx, p.replayIn[idx(w, n)]); return err }, nil
+		case PgReplayCachedGuarded:
+			return func(ctx context.Context, _, w, n int) error { _, err := p.cachedFn(ctx, p.replayIn[idx(w, n)]); return err }, nil
+		default:
+			return func(ctx context.Context, _, w, n int) error { return p.rawReplay(ctx, p.replayKey[idx(w, n)]) }, nil
+		}
 	case ReplayGuarded, ReplayCachedGuarded, ReplayRaw:
 		// Worker w replays keys w, w+W, w+2W, … (W workers), one at a
 		// time, so that no two calls in flight share a key: concurrent
