@@ -15,8 +15,8 @@ import (
 
 	"github.com/idemguard/idemguard/guard"
 	idemddb "github.com/idemguard/idemguard/store/dynamodb"
-	"github.com/idemguard/idemguard/store/memory"
 	"github.com/idemguard/idemguard/store/dynamodb/dynamodbtest"
+	"github.com/idemguard/idemguard/store/memory"
 )
 
 // Config says what to run.

@@ -456,9 +456,15 @@ func (b *bench) prepare(name string, ops int) (operation, error) {
 		idx := func(w, n int) int { return (w + workers*((off+n)%per)) % len(p.replayIn) }
 		switch name {
 		case PgReplayGuarded:
-			return func(ctx context.Context, _, w, n int) error { _, err := p.replayFn(ctx, p.replayIn[idx(w, n)]); return err }, nil
+			return func(ctx context.Context, _, w, n int) error {
+				_, err := p.replayFn(ctx, p.replayIn[idx(w, n)])
+				return err
+			}, nil
 		case PgReplayCachedGuarded:
-			return func(ctx context.Context, _, w, n int) error { _, err := p.cachedFn(ctx, p.replayIn[idx(w, n)]); return err }, nil
+			return func(ctx context.Context, _, w, n int) error {
+				_, err := p.cachedFn(ctx, p.replayIn[idx(w, n)])
+				return err
+			}, nil
 		default:
 			return func(ctx context.Context, _, w, n int) error { return p.rawReplay(ctx, p.replayKey[idx(w, n)]) }, nil
 		}
