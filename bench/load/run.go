@@ -410,85 +410,51 @@ type operation func(ctx context.Context, i, w, n int) error
 // operations, with its inputs made before the clock starts.
 func (b *bench) prepare(name string, ops int) (operation, error) {
 	switch name {
-	case MissGuarded:
-		in := make([]Order, ops)
-		for i := range in {
-			in[i] = newOrder(fmt.Sprintf("miss-%s-%d", b.runID, b.seq.Add(1)))
-		}
-		return func(ctx context.Context, i, _, _ int) error {
-			_, err := b.missFn(ctx, in[i])
-			return err
-		}, nil
-	case MissRaw:
+	case MissGuarded, MissRaw, PgMissGuarded, PgMissRaw, PgTxGuarded, PgTxRaw:
 		in := make([]Order, ops)
 		keys := make([]string, ops)
 		for i := range in {
 			in[i] = newOrder(fmt.Sprintf("miss-%s-%d", b.runID, b.seq.Add(1)))
-			// A key of the guard's shape, "<scope>#<64 hex>".
+			// A raw caller's key, of the guard's shape "<scope>#<64 hex>".
 			sum := sha256.Sum256([]byte(in[i].OrderID))
 			keys[i] = scopeMiss + "#" + hex.EncodeToString(sum[:])
 		}
-		return func(ctx context.Context, i, _, _ int) error { return b.rawMiss(ctx, keys[i], in[i]) }, nil
-	case PgMissGuarded, PgTxGuarded, PgMissRaw, PgTxRaw:
-		in := make([]Order, ops)
-		keys := make([]string, ops)
-		for i := range in {
-			in[i] = newOrder(fmt.Sprintf("pg-miss-%s-%d", b.runID, b.seq.Add(1)))
-			sum := sha256.Sum256([]byte(in[i].OrderID))
-			keys[i] = scopeMiss + "#" + hex.EncodeToString(sum[:])
+		guarded := func(fn func(context.Context, Order) (Receipt, error)) operation {
+			return func(ctx context.Context, i, _, _ int) error { _, err := fn(ctx, in[i]); return err }
 		}
-		p := b.pg
 		switch name {
+		case MissGuarded:
+			return guarded(b.missFn), nil
 		case PgMissGuarded:
-			return func(ctx context.Context, i, _, _ int) error { _, err := p.missFn(ctx, in[i]); return err }, nil
+			return guarded(b.pg.missFn), nil
 		case PgTxGuarded:
-			return func(ctx context.Context, i, _, _ int) error { _, err := p.txFn(ctx, in[i]); return err }, nil
+			return guarded(b.pg.txFn), nil
+		case MissRaw:
+			return func(ctx context.Context, i, _, _ int) error { return b.rawMiss(ctx, keys[i], in[i]) }, nil
 		case PgMissRaw:
-			return func(ctx context.Context, i, _, _ int) error { return p.rawMiss(ctx, b, keys[i], in[i]) }, nil
+			return func(ctx context.Context, i, _, _ int) error { return b.pg.rawMiss(ctx, b, keys[i], in[i]) }, nil
 		default:
-			return func(ctx context.Context, i, _, _ int) error { return p.rawTx(ctx, b, in[i]) }, nil
+			return func(ctx context.Context, i, _, _ int) error { return b.pg.rawTx(ctx, b, in[i]) }, nil
 		}
-	case PgReplayGuarded, PgReplayCachedGuarded, PgReplayRaw:
-		p := b.pg
-		workers := min(b.cfg.Concurrency, ops)
-		per := max(len(p.replayIn)/workers, 1)
-		off := mathrand.IntN(per)
-		idx := func(w, n int) int { return (w + workers*((off+n)%per)) % len(p.replayIn) }
-		switch name {
-		case PgReplayGuarded:
-			return func(ctx context.Context, _, w, n int) error {
-				_, err := p.replayFn(ctx, p.replayIn[idx(w, n)])
-				return err
-			}, nil
-		case PgReplayCachedGuarded:
-			return func(ctx context.Context, _, w, n int) error {
-				_, err := p.cachedFn(ctx, p.replayIn[idx(w, n)])
-				return err
-			}, nil
-		default:
-			return func(ctx context.Context, _, w, n int) error { return p.rawReplay(ctx, p.replayKey[idx(w, n)]) }, nil
+	case ReplayGuarded, ReplayCachedGuarded, ReplayRaw, PgReplayGuarded, PgReplayCachedGuarded, PgReplayRaw:
+		ins, keys, fn, cached, raw := b.replayIn, b.replayKey, b.replayFn, b.cachedFn, b.rawReplay
+		if isPg(name) {
+			ins, keys, fn, cached, raw = b.pg.replayIn, b.pg.replayKey, b.pg.replayFn, b.pg.cachedFn, b.pg.rawReplay
 		}
-	case ReplayGuarded, ReplayCachedGuarded, ReplayRaw:
 		// Worker w replays keys w, w+W, w+2W, … (W workers), one at a
 		// time, so that no two calls in flight share a key: concurrent
 		// calls with one key would share one request in the guard.
 		workers := min(b.cfg.Concurrency, ops)
-		per := max(len(b.replayIn)/workers, 1)
+		per := max(len(ins)/workers, 1)
 		off := mathrand.IntN(per)
-		idx := func(w, n int) int { return (w + workers*((off+n)%per)) % len(b.replayIn) }
+		idx := func(w, n int) int { return (w + workers*((off+n)%per)) % len(ins) }
 		switch name {
-		case ReplayGuarded:
-			return func(ctx context.Context, _, w, n int) error {
-				_, err := b.replayFn(ctx, b.replayIn[idx(w, n)])
-				return err
-			}, nil
-		case ReplayCachedGuarded:
-			return func(ctx context.Context, _, w, n int) error {
-				_, err := b.cachedFn(ctx, b.replayIn[idx(w, n)])
-				return err
-			}, nil
+		case ReplayGuarded, PgReplayGuarded:
+			return func(ctx context.Context, _, w, n int) error { _, err := fn(ctx, ins[idx(w, n)]); return err }, nil
+		case ReplayCachedGuarded, PgReplayCachedGuarded:
+			return func(ctx context.Context, _, w, n int) error { _, err := cached(ctx, ins[idx(w, n)]); return err }, nil
 		default:
-			return func(ctx context.Context, _, w, n int) error { return b.rawReplay(ctx, b.replayKey[idx(w, n)]) }, nil
+			return func(ctx context.Context, _, w, n int) error { return raw(ctx, keys[idx(w, n)]) }, nil
 		}
 	}
 	return nil, fmt.Errorf("unknown scenario %q", name)
