@@ -66,8 +66,8 @@ func TestChaosShort(t *testing.T) {
 func TestChaosShortPostgres(t *testing.T) {
 	temporal := testenv.Require(t, chaos.TemporalAddressEnv, "Temporal dev server")
 	pg := testenv.Require(t, chaos.PostgresURLEnv, "PostgreSQL server")
-	cfg := chaos.ShortConfig()
-	cfg.Store, cfg.PostgresURL, cfg.TemporalAddress = chaos.StorePostgres, pg, temporal
+	cfg := chaos.ShortConfig().Postgres()
+	cfg.PostgresURL, cfg.TemporalAddress = pg, temporal
 	start := time.Now()
 	rep := runShort(t, cfg)
 	if rep.Operations < 500 || rep.TxEffects != rep.Keys {

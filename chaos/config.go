@@ -154,6 +154,19 @@ func ShortConfig() Config {
 	return c
 }
 
+// Postgres returns c set for the PostgreSQL transactional scenario: Store
+// is [StorePostgres], and pauses last 4–6 s instead of 2.5–4 s. A paused
+// worker's claim can be taken over only once its lease (the 2 s heartbeat
+// timeout) and the guard's 1 s clock skew have run out and Temporal has
+// retried the activity elsewhere, which at 2.5–4 s rarely happens before
+// the worker resumes: the longer pauses make zombies, whose transactions
+// must then roll back.
+func (c Config) Postgres() Config {
+	c.Store = StorePostgres
+	c.PauseMin, c.PauseMax = 4*time.Second, 6*time.Second
+	return c
+}
+
 func (c *Config) validate() error {
 	var errs []error
 	switch c.Store {

@@ -48,6 +48,14 @@ func main() {
 	if *short {
 		cfg = chaos.ShortConfig()
 	}
+	switch *storeFlag {
+	case chaos.StorePostgres:
+		cfg = cfg.Postgres()
+	case chaos.StoreDynamoDB:
+	default:
+		fmt.Fprintf(os.Stderr, "chaos: unknown -store %q (dynamodb or postgres)\n", *storeFlag)
+		os.Exit(2)
+	}
 	setInt := func(dst *int, v int) {
 		if v > 0 {
 			*dst = v
@@ -66,7 +74,6 @@ func main() {
 		cfg.KillMax = *killMax
 	}
 	cfg.Seed, cfg.WorkDir, cfg.KeepTables = *seed, *workDir, *keep
-	cfg.Store = *storeFlag
 	cfg.Log = os.Stderr
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
