@@ -10,8 +10,9 @@
 #             unless CI=true).
 # make bench  the micro-benchmarks of the guard and of the key canonicaliser
 #             (internal/canonjson), then the load benchmark against
-#             DynamoDB Local (bench/load; see docs/benchmarks.md); pass flags
-#             to it with BENCHFLAGS, e.g. BENCHFLAGS='-ops 4000'.
+#             DynamoDB Local and PostgreSQL (bench/load; see
+#             docs/benchmarks.md); pass flags to it with BENCHFLAGS, e.g.
+#             BENCHFLAGS='-ops 4000'.
 # make fuzz   every fuzz target for $$(FUZZTIME) (default 60s) each.
 
 GO ?= go
@@ -34,7 +35,7 @@ vet:
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./guard/ ./internal/canonjson/
-	IDEMGUARD_SERVICES=dynamodb scripts/harness.sh run $(GO) run ./bench/load $(BENCHFLAGS)
+	IDEMGUARD_SERVICES="dynamodb postgres" scripts/harness.sh run $(GO) run ./bench/load $(BENCHFLAGS)
 
 # One run per fuzz target (PKG:Name), FUZZTIME each. `go test -fuzz` passes
 # silently when its pattern matches nothing, so each target is first checked

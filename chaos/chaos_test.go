@@ -43,22 +43,8 @@ func TestChaosShort(t *testing.T) {
 	ddb, temporal := endpoints(t)
 	cfg := chaos.ShortConfig()
 	cfg.DynamoDBEndpoint, cfg.TemporalAddress = ddb, temporal
-	cfg.WorkerCommand = []string{os.Args[0], "-test.run=^$"}
-	cfg.WorkDir = t.TempDir()
-	cfg.Log = logWriter{t}
-	ctx, cancel := context.WithTimeout(context.Background(), cfg.Timeout)
-	defer cancel()
 	start := time.Now()
-	rep, err := chaos.Run(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var b strings.Builder
-	rep.Print(&b)
-	t.Log("\n" + b.String())
-	if !rep.OK() {
-		t.Fatalf("%d violations (first: %s)", len(rep.Violations), rep.Violations[0])
-	}
+	rep := runShort(t, cfg)
 	if rep.Operations < 500 {
 		t.Errorf("%d guarded operations, want at least 500", rep.Operations)
 	}
@@ -71,4 +57,48 @@ func TestChaosShort(t *testing.T) {
 	if d := time.Since(start); d > 3*time.Minute {
 		t.Errorf("the short run took %s, want under 3 minutes", d.Round(time.Second))
 	}
+}
+
+// The short run of the PostgreSQL transactional scenario: the same load,
+// every operation a transactional body whose row commits with its record;
+// kills timed into the window between the row and the commit roll the row
+// back, and no operation ends with two rows or none.
+func TestChaosShortPostgres(t *testing.T) {
+	temporal := testenv.Require(t, chaos.TemporalAddressEnv, "Temporal dev server")
+	pg := testenv.Require(t, chaos.PostgresURLEnv, "PostgreSQL server")
+	cfg := chaos.ShortConfig().Postgres()
+	cfg.PostgresURL, cfg.TemporalAddress = pg, temporal
+	start := time.Now()
+	rep := runShort(t, cfg)
+	if rep.Operations < 500 || rep.TxEffects != rep.Keys {
+		t.Errorf("%d operations, %d committed rows for %d keys; want at least 500 operations and one row per key", rep.Operations, rep.TxEffects, rep.Keys)
+	}
+	if rep.Kills < 3 || rep.TxRolledBack < 1 {
+		t.Errorf("%d kills, %d transactions rolled back in the window; want at least 3 and 1", rep.Kills, rep.TxRolledBack)
+	}
+	if d := time.Since(start); d > 2*time.Minute {
+		t.Errorf("the short run took %s, want under 2 minutes", d.Round(time.Second))
+	}
+}
+
+// runShort runs cfg with this test binary as the workers, logs the report,
+// and fails the test on a violation.
+func runShort(t *testing.T, cfg chaos.Config) *chaos.Report {
+	t.Helper()
+	cfg.WorkerCommand = []string{os.Args[0], "-test.run=^$"}
+	cfg.WorkDir = t.TempDir()
+	cfg.Log = logWriter{t}
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.Timeout)
+	defer cancel()
+	rep, err := chaos.Run(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	rep.Print(&b)
+	t.Log("\n" + b.String())
+	if !rep.OK() {
+		t.Fatalf("%d violations (first: %s)", len(rep.Violations), rep.Violations[0])
+	}
+	return rep
 }

@@ -12,12 +12,22 @@ import (
 const (
 	DynamoDBEndpointEnv = "IDEMGUARD_DYNAMODB_ENDPOINT"
 	TemporalAddressEnv  = "IDEMGUARD_TEMPORAL_ADDRESS"
+	PostgresURLEnv      = "IDEMGUARD_POSTGRES_URL"
 )
 
 // Config is one chaos run. Start from [DefaultConfig] or [ShortConfig].
 type Config struct {
+	// Store is the idempotency store: [StoreDynamoDB] (the default, when
+	// empty) runs keyed and plain bodies against DynamoDB Local through
+	// the fault proxy; [StorePostgres] runs transactional bodies
+	// (postgres.DoTx) whose side effect is a row in the same PostgreSQL
+	// database, without the proxy.
+	Store string
 	// DynamoDBEndpoint is DynamoDB Local's URL (http on a loopback address).
 	DynamoDBEndpoint string
+	// PostgresURL is the PostgreSQL database of the postgres scenario (a
+	// loopback host).
+	PostgresURL string
 	// TemporalAddress is the Temporal dev server's host:port (loopback).
 	TemporalAddress string
 
@@ -96,7 +106,9 @@ type Config struct {
 // a pause of 2.5–4 s instead, longer than the 2 s lease).
 func DefaultConfig() Config {
 	return Config{
+		Store:             StoreDynamoDB,
 		DynamoDBEndpoint:  os.Getenv(DynamoDBEndpointEnv),
+		PostgresURL:       os.Getenv(PostgresURLEnv),
 		TemporalAddress:   os.Getenv(TemporalAddressEnv),
 		Workflows:         1000,
 		OpsPerWorkflow:    10,
@@ -142,10 +154,34 @@ func ShortConfig() Config {
 	return c
 }
 
+// Postgres returns c set for the PostgreSQL transactional scenario: Store
+// is [StorePostgres], and pauses last 4–6 s instead of 2.5–4 s. A paused
+// worker's claim can be taken over only once its lease (the 2 s heartbeat
+// timeout) and the guard's 1 s clock skew have run out and Temporal has
+// retried the activity elsewhere, which at 2.5–4 s rarely happens before
+// the worker resumes: the longer pauses make zombies, whose transactions
+// must then roll back.
+func (c Config) Postgres() Config {
+	c.Store = StorePostgres
+	c.PauseMin, c.PauseMax = 4*time.Second, 6*time.Second
+	return c
+}
+
 func (c *Config) validate() error {
 	var errs []error
-	if c.DynamoDBEndpoint == "" {
-		errs = append(errs, fmt.Errorf("no DynamoDB endpoint (set %s; scripts/harness.sh run … does)", DynamoDBEndpointEnv))
+	switch c.Store {
+	case "", StoreDynamoDB:
+		if c.DynamoDBEndpoint == "" {
+			errs = append(errs, fmt.Errorf("no DynamoDB endpoint (set %s; scripts/harness.sh run … does)", DynamoDBEndpointEnv))
+		}
+	case StorePostgres:
+		if c.PostgresURL == "" {
+			errs = append(errs, fmt.Errorf("no PostgreSQL URL (set %s; scripts/harness.sh run … does)", PostgresURLEnv))
+		} else if err := checkLoopbackURL(c.PostgresURL); err != nil {
+			errs = append(errs, err)
+		}
+	default:
+		errs = append(errs, fmt.Errorf("unknown store %q (dynamodb or postgres)", c.Store))
 	}
 	if c.TemporalAddress == "" {
 		errs = append(errs, fmt.Errorf("no Temporal address (set %s; scripts/harness.sh run … does)", TemporalAddressEnv))

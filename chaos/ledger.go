@@ -35,6 +35,9 @@ const (
 	EntryDedup = "dedup"
 	EntryPlain = "plain"
 	EntryEvent = "event"
+	// EntryTx: the transactional body's row (the postgres scenario),
+	// committed with the operation's record or not at all.
+	EntryTx = "tx"
 )
 
 // Entry is one ledger item.

@@ -208,6 +208,16 @@ func (w *workers) pause(slot int, d time.Duration) (Pause, bool) {
 	return pa, true
 }
 
+// pid returns the pid of the process in slot, if it is up.
+func (w *workers) pid(slot int) (int, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if p := w.slots[slot]; p != nil {
+		return p.pid, true
+	}
+	return 0, false
+}
+
 // killCount returns the number of kills so far.
 func (w *workers) killCount() int {
 	w.mu.Lock()

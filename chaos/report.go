@@ -19,11 +19,18 @@ func (r *Report) Print(w io.Writer) {
 		r.Operations, r.WorkflowsCompleted, r.Workflows, r.Keys)
 	fmt.Fprintf(w, "  kills:             %d SIGKILLs of %d workers (%d worker processes started), %d pauses past the lease, %d unexpected exits\n",
 		r.Kills, r.Workers, r.WorkerStarts, r.Pauses, r.UnexpectedExits)
-	fmt.Fprintf(w, "  faults injected:   %d of %d store requests (rate %.1f%%): %s\n",
-		r.FaultsTotal, r.Requests, 100*r.FaultRate, r.Faults)
-	fmt.Fprintf(w, "  keyed bodies:      %d effects, %d re-runs closed downstream by the key\n", r.KeyedEffects, r.KeyedRerunsDeduped)
-	fmt.Fprintf(w, "  plain bodies:      %d effects, %d re-runs in the documented window: %d after a kill, %d after a pause, %d reported lease lost / not recorded; %d unexplained\n",
-		r.PlainEffects, r.PlainReruns, r.RerunsByKill, r.RerunsByPause, r.RerunsByWindow, r.RerunsUnexplained)
+	if r.Store == StorePostgres {
+		fmt.Fprintf(w, "  store:             PostgreSQL, transactional bodies (postgres.DoTx); no fault proxy: the faults are the kills and pauses\n")
+		fmt.Fprintf(w, "  tx bodies:         %d committed rows; %d runs reached the window between the row and the commit, %d rolled back there: %d by a kill, %d by a pause, %d reported lease lost, %d other\n",
+			r.TxEffects, r.TxWindowRuns, r.TxRolledBack, r.TxRolledBackByKill, r.TxRolledBackByPause, r.TxRolledBackByLease, r.TxRolledBackOther)
+		fmt.Fprintf(w, "  lost transfers:    %d (must be 0: completed operations without their committed row)\n", r.LostTransfers)
+	} else {
+		fmt.Fprintf(w, "  faults injected:   %d of %d store requests (rate %.1f%%): %s\n",
+			r.FaultsTotal, r.Requests, 100*r.FaultRate, r.Faults)
+		fmt.Fprintf(w, "  keyed bodies:      %d effects, %d re-runs closed downstream by the key\n", r.KeyedEffects, r.KeyedRerunsDeduped)
+		fmt.Fprintf(w, "  plain bodies:      %d effects, %d re-runs in the documented window: %d after a kill, %d after a pause, %d reported lease lost / not recorded; %d unexplained\n",
+			r.PlainEffects, r.PlainReruns, r.RerunsByKill, r.RerunsByPause, r.RerunsByWindow, r.RerunsUnexplained)
+	}
 	fmt.Fprintf(w, "  duplicate effects: %d (must be 0)\n", r.DuplicateEffects)
 	fmt.Fprintf(w, "  stuck records:     %d (must be 0; checked %s after the workers stopped), %d missing, %d result mismatches\n",
 		r.StuckRecords, r.LeaseWait, r.MissingRecords, r.ResultMismatches)

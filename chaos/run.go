@@ -19,10 +19,13 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"go.temporal.io/sdk/client"
 
 	"github.com/idemguard/idemguard/store"
 	idemddb "github.com/idemguard/idemguard/store/dynamodb"
+	"github.com/idemguard/idemguard/store/postgres"
 )
 
 // plannedWorkflow is one workflow the driver starts.
@@ -89,30 +92,60 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		return nil, err
 	}
 
-	// Tables, created directly (not through the proxy).
-	direct := dynamodb.New(dynamoOptions(cfg.DynamoDBEndpoint))
-	idemTable, ledgerTable := "chaos-idem-"+runID, "chaos-ledger-"+runID
-	if err := idemddb.CreateTable(ctx, direct, idemTable); err != nil && !errors.Is(err, idemddb.ErrTTLNotEnabled) {
-		return nil, fmt.Errorf("chaos: creating the idempotency table: %w", err)
+	// Tables, created directly (not through the proxy), and the proxy.
+	var (
+		direct    *dynamodb.Client // DynamoDB
+		proxy     *Proxy           // DynamoDB
+		pgPool    *pgxpool.Pool    // PostgreSQL
+		storeURL  string
+		idemTable string
+		ledgerTbl string
+	)
+	pgMode := cfg.Store == StorePostgres
+	if pgMode {
+		idemTable, ledgerTbl = "chaos_idem_"+strings.ReplaceAll(runID, "-", "_"), "chaos_ledger_"+strings.ReplaceAll(runID, "-", "_")
+		if pgPool, err = pgxpool.New(ctx, cfg.PostgresURL); err != nil {
+			return nil, fmt.Errorf("chaos: connecting to PostgreSQL: %w", err)
+		}
+		defer pgPool.Close()
+		if err := postgres.CreateTable(ctx, pgPool, idemTable); err != nil {
+			return nil, fmt.Errorf("chaos: creating the idempotency table: %w", err)
+		}
+		if err := createPgLedger(ctx, pgPool, ledgerTbl); err != nil {
+			return nil, err
+		}
+		if !cfg.KeepTables {
+			defer func() {
+				dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+				defer dcancel()
+				pgPool.Exec(dctx, "DROP TABLE IF EXISTS "+pgx.Identifier{idemTable}.Sanitize()+", "+pgx.Identifier{ledgerTbl}.Sanitize())
+			}()
+		}
+		cfg.Faults.Rate = 0 // no proxy: the faults are the kills and pauses
+	} else {
+		direct = dynamodb.New(dynamoOptions(cfg.DynamoDBEndpoint))
+		idemTable, ledgerTbl = "chaos-idem-"+runID, "chaos-ledger-"+runID
+		if err := idemddb.CreateTable(ctx, direct, idemTable); err != nil && !errors.Is(err, idemddb.ErrTTLNotEnabled) {
+			return nil, fmt.Errorf("chaos: creating the idempotency table: %w", err)
+		}
+		if err := createLedgerTable(ctx, direct, ledgerTbl); err != nil {
+			return nil, err
+		}
+		if !cfg.KeepTables {
+			defer func() {
+				dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+				defer dcancel()
+				for _, t := range []string{idemTable, ledgerTbl} {
+					direct.DeleteTable(dctx, &dynamodb.DeleteTableInput{TableName: aws.String(t)})
+				}
+			}()
+		}
+		if proxy, err = NewProxy(cfg.DynamoDBEndpoint, cfg.Faults); err != nil {
+			return nil, err
+		}
+		defer proxy.Close()
+		storeURL = proxy.URL()
 	}
-	if err := createLedgerTable(ctx, direct, ledgerTable); err != nil {
-		return nil, err
-	}
-	if !cfg.KeepTables {
-		defer func() {
-			dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-			defer dcancel()
-			for _, t := range []string{idemTable, ledgerTable} {
-				direct.DeleteTable(dctx, &dynamodb.DeleteTableInput{TableName: aws.String(t)})
-			}
-		}()
-	}
-
-	proxy, err := NewProxy(cfg.DynamoDBEndpoint, cfg.Faults)
-	if err != nil {
-		return nil, err
-	}
-	defer proxy.Close()
 
 	tc, err := client.Dial(client.Options{HostPort: cfg.TemporalAddress, Namespace: "default", Logger: quietLogger()})
 	if err != nil {
@@ -124,15 +157,17 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	wcfg := workerConfig{
 		TemporalAddress: cfg.TemporalAddress,
 		TaskQueue:       taskQueue,
-		StoreEndpoint:   proxy.URL(),
+		StoreEndpoint:   storeURL,
 		LedgerEndpoint:  cfg.DynamoDBEndpoint,
 		IdemTable:       idemTable,
-		LedgerTable:     ledgerTable,
+		LedgerTable:     ledgerTbl,
 		DoneDir:         doneDir,
 		Concurrency:     cfg.WorkerConcurrency,
 		BodyWork:        cfg.BodyWork,
 		BodyAfter:       cfg.BodyAfter,
 		Deadline:        began.Add(cfg.Timeout + time.Minute),
+		Store:           cfg.Store,
+		PostgresURL:     cfg.PostgresURL,
 	}
 	ws := newWorkers(cfg.WorkerCommand, cfg.Workers, workDir, func(slot int) (string, error) {
 		c := wcfg
@@ -146,8 +181,8 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 			return nil, err
 		}
 	}
-	logf("run %s (seed %d): %d workers, %d workflows × %d ops, twins every %d, faults %.1f%%; work dir %s",
-		runID, cfg.Seed, cfg.Workers, cfg.Workflows, cfg.OpsPerWorkflow, cfg.TwinEvery, 100*cfg.Faults.Rate, workDir)
+	logf("run %s (seed %d) on %s: %d workers, %d workflows × %d ops, twins every %d, faults %.1f%%; work dir %s",
+		runID, cfg.Seed, storeName(cfg.Store), cfg.Workers, cfg.Workflows, cfg.OpsPerWorkflow, cfg.TwinEvery, 100*cfg.Faults.Rate, workDir)
 
 	// The plan: workflows, their ops, and the twins.
 	var plan []plannedWorkflow
@@ -159,14 +194,20 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		}
 		for j := range cfg.OpsPerWorkflow {
 			kind := KeyedActivity
-			if j%2 == 1 {
+			switch {
+			case pgMode:
+				kind = TxActivity
+			case j%2 == 1:
 				kind = PlainActivity
 			}
 			op := Op{ID: fmt.Sprintf("%s-w%05d-%s%02d", runID, i, strings.ToLower(kind[5:6]), j)}
-			if kind == KeyedActivity {
+			switch kind {
+			case KeyedActivity:
 				in.Keyed = append(in.Keyed, op)
-			} else {
+			case PlainActivity:
 				in.Plain = append(in.Plain, op)
+			default:
+				in.Tx = append(in.Tx, op)
 			}
 			key, err := expectedKey(kind, op)
 			if err != nil {
@@ -181,7 +222,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		}
 	}
 	for _, pw := range plan {
-		for _, op := range append(append([]Op(nil), pw.input.Keyed...), pw.input.Plain...) {
+		for _, op := range append(append(append([]Op(nil), pw.input.Keyed...), pw.input.Plain...), pw.input.Tx...) {
 			opsOf[op.ID].workflows = append(opsOf[op.ID].workflows, pw.id)
 		}
 	}
@@ -246,14 +287,23 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 				continue // keep one worker up
 			}
 			slot := live[rng.IntN(len(live))]
+			inWindow := false
+			if pgMode {
+				// Time the kill or pause: wait until the worker has written
+				// a row and not committed it (a "window" line in its done
+				// file), so that it lands in the crash window.
+				if pid, ok := ws.pid(slot); ok {
+					inWindow = awaitWindow(loadCtx, doneDir, pid, 3*time.Second)
+				}
+			}
 			if cfg.PauseRatio > 0 && ws.killCount() >= cfg.MinKills && rng.Float64() < cfg.PauseRatio {
 				if pa, ok := ws.pause(slot, uniform(rng, cfg.PauseMin, cfg.PauseMax)); ok {
-					logf("paused worker slot %d pid %d for %s", pa.Slot, pa.PID, pa.For.Round(time.Millisecond))
+					logf("paused worker slot %d pid %d for %s%s", pa.Slot, pa.PID, pa.For.Round(time.Millisecond), map[bool]string{true: " in the window"}[inWindow])
 				}
 				continue
 			}
 			if k, ok := ws.kill(slot); ok {
-				logf("killed worker slot %d pid %d", k.Slot, k.PID)
+				logf("killed worker slot %d pid %d%s", k.Slot, k.PID, map[bool]string{true: " in the window"}[inWindow])
 			}
 			sleepCtx(context.WithoutCancel(loadCtx), uniform(rng, cfg.RestartMin, cfg.RestartMax))
 			if err := ws.start(slot); err != nil {
@@ -274,6 +324,11 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 				return
 			case <-t.C:
 				kills, pauses, _, _ := ws.report()
+				if proxy == nil {
+					logf("%d/%d workflows completed (%d failed), %d kills, %d pauses",
+						completed.Load(), len(plan), failed.Load(), len(kills), len(pauses))
+					continue
+				}
 				logf("%d/%d workflows completed (%d failed), %d kills, %d pauses, %d store requests, %d faults",
 					completed.Load(), len(plan), failed.Load(), len(kills), len(pauses), proxy.Requests(), FaultCounts(proxy.Counts()).Total())
 			}
@@ -300,11 +355,24 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	sctx := context.WithoutCancel(ctx)
 	sctx, scancel := context.WithTimeout(sctx, 5*time.Minute)
 	defer scancel()
-	if ev.entries, err = (&Ledger{Client: direct, Table: ledgerTable}).Scan(sctx); err != nil {
-		return nil, err
-	}
-	if ev.records, ev.corrupt, err = scanRecords(sctx, direct, idemTable); err != nil {
-		return nil, err
+	if pgMode {
+		if ev.entries, err = (&pgLedger{pool: pgPool, table: ledgerTbl}).Scan(sctx); err != nil {
+			return nil, err
+		}
+		ps, err := postgres.New(pgPool, postgres.WithTable(idemTable))
+		if err != nil {
+			return nil, err
+		}
+		if ev.records, ev.corrupt, err = scanPgRecords(sctx, ps); err != nil {
+			return nil, err
+		}
+	} else {
+		if ev.entries, err = (&Ledger{Client: direct, Table: ledgerTbl}).Scan(sctx); err != nil {
+			return nil, err
+		}
+		if ev.records, ev.corrupt, err = scanRecords(sctx, direct, idemTable); err != nil {
+			return nil, err
+		}
 	}
 	if ev.done, err = readDone(doneDir); err != nil {
 		return nil, err
@@ -313,10 +381,13 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	rep.Seed = cfg.Seed
 	rep.RunID = runID
 	rep.Workers = cfg.Workers
-	rep.Requests = proxy.Requests()
-	rep.Faults = FaultCounts(proxy.Counts())
-	rep.FaultsTotal = rep.Faults.Total()
-	rep.FaultRate = cfg.Faults.Rate
+	rep.Store = storeName(cfg.Store)
+	if proxy != nil {
+		rep.Requests = proxy.Requests()
+		rep.Faults = FaultCounts(proxy.Counts())
+		rep.FaultsTotal = rep.Faults.Total()
+		rep.FaultRate = cfg.Faults.Rate
+	}
 	rep.LoadElapsed = loadElapsed
 	rep.Elapsed = time.Since(began)
 	rep.LeaseWait = leaseWait
@@ -388,9 +459,12 @@ func scanRecords(ctx context.Context, c *dynamodb.Client, table string) (map[str
 	return recs, corrupt, err
 }
 
-// doneLine is a line of a worker's done file: the guard returned effect,
-// made by that process, as op's result, so the store recorded it.
+// doneLine is a line of a worker's done file: "done", the guard returned
+// effect, made by that process, as op's result, so the store recorded it;
+// or "window" (the transactional body), the process wrote effect in its
+// transaction and was about to linger before the guard's commit.
 type doneLine struct {
+	kind       string // "done" or "window"
 	op, effect string
 	pid        int
 	at         time.Time
@@ -411,11 +485,11 @@ func readDone(dir string) ([]doneLine, error) {
 		sc := bufio.NewScanner(strings.NewReader(string(b)))
 		for sc.Scan() {
 			fs := strings.Fields(sc.Text())
-			if len(fs) != 4 || fs[0] != "done" {
+			if len(fs) != 4 || fs[0] != "done" && fs[0] != "window" {
 				continue // a line cut by SIGKILL mid-write
 			}
 			ms, _ := strconv.ParseInt(fs[3], 10, 64)
-			out = append(out, doneLine{op: fs[1], effect: fs[2], pid: pid, at: time.UnixMilli(ms)})
+			out = append(out, doneLine{kind: fs[0], op: fs[1], effect: fs[2], pid: pid, at: time.UnixMilli(ms)})
 		}
 	}
 	return out, nil
@@ -460,4 +534,36 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 	case <-ctx.Done():
 		return false
 	}
+}
+
+// storeName is the store a run uses, as reports name it.
+func storeName(s string) string {
+	if s == "" {
+		return StoreDynamoDB
+	}
+	return s
+}
+
+// awaitWindow waits until the worker pid writes a "window" line to its done
+// file (a transactional body wrote its row and lingers before the commit),
+// for at most d.
+func awaitWindow(ctx context.Context, doneDir string, pid int, d time.Duration) bool {
+	name := filepath.Join(doneDir, fmt.Sprintf("done-%d.log", pid))
+	var from int64
+	if fi, err := os.Stat(name); err == nil {
+		from = fi.Size()
+	}
+	deadline := time.Now().Add(d)
+	buf := make([]byte, 64<<10)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		if f, err := os.Open(name); err == nil {
+			n, _ := f.ReadAt(buf, from)
+			f.Close()
+			if strings.Contains(string(buf[:n]), "window ") {
+				return true
+			}
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return false
 }

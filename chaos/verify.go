@@ -53,6 +53,7 @@ type evidence struct {
 type Report struct {
 	RunID string `json:"run_id"`
 	Seed  uint64 `json:"seed"`
+	Store string `json:"store"`
 
 	Workflows          int `json:"workflows"`
 	WorkflowsCompleted int `json:"workflows_completed"`
@@ -87,6 +88,22 @@ type Report struct {
 	RerunsByPause     int `json:"reruns_by_pause"`  // the run's worker was paused past its lease around its effect (a zombie)
 	RerunsByWindow    int `json:"reruns_by_window"` // the guard reported IdempotencyLeaseLost / IdempotencyNotRecorded for the run
 	RerunsUnexplained int `json:"reruns_unexplained"`
+
+	// The transactional body (the postgres scenario), from the ledger
+	// table and the done files. TxEffects: committed rows. TxWindowRuns:
+	// runs that wrote their row and reached the window before the commit;
+	// TxRolledBack: those whose row never committed, by what stopped them
+	// (a kill of the process, a pause, the guard's lease-lost report, or
+	// something else — an activity timeout, say). LostTransfers must be 0:
+	// operations of completed workflows without their committed row.
+	TxEffects           int `json:"tx_effects"`
+	TxWindowRuns        int `json:"tx_window_runs"`
+	TxRolledBack        int `json:"tx_rolled_back"`
+	TxRolledBackByKill  int `json:"tx_rolled_back_by_kill"`
+	TxRolledBackByPause int `json:"tx_rolled_back_by_pause"`
+	TxRolledBackByLease int `json:"tx_rolled_back_by_lease_lost"`
+	TxRolledBackOther   int `json:"tx_rolled_back_other"`
+	LostTransfers       int `json:"lost_transfers"`
 
 	// DuplicateEffects must be 0: keyed operations with more than one
 	// effect, plus plain re-runs not explained by a kill or the documented
@@ -163,6 +180,7 @@ func (ev *evidence) verify() *Report {
 		}
 		check(pw.input.Keyed, res.out.Keyed)
 		check(pw.input.Plain, res.out.Plain)
+		check(pw.input.Tx, res.out.Tx)
 	}
 
 	// The ledger, by operation.
@@ -184,6 +202,9 @@ func (ev *evidence) verify() *Report {
 		case EntryPlain:
 			r.PlainEffects++
 			runs[e.Op] = append(runs[e.Op], run{e: e})
+		case EntryTx:
+			r.TxEffects++
+			runs[e.Op] = append(runs[e.Op], run{e: e})
 		case EntryEvent:
 			events[e.Op] = append(events[e.Op], e)
 			continue
@@ -195,8 +216,13 @@ func (ev *evidence) verify() *Report {
 			r.violate("op %s ran under key %s, want %s (keys must be derived the same on every run)", e.Op, e.Key, p.key)
 		}
 	}
-	doneAt := map[string]time.Time{} // effect -> earliest time its process returned it as recorded
+	doneAt := map[string]time.Time{}   // effect -> earliest time its process returned it as recorded
+	windows := map[string][]doneLine{} // op -> transactional runs that reached the window
 	for _, d := range ev.done {
+		if d.kind == "window" {
+			windows[d.op] = append(windows[d.op], d)
+			continue
+		}
 		if t, ok := doneAt[d.effect]; !ok || d.at.Before(t) {
 			doneAt[d.effect] = d.at
 		}
@@ -319,6 +345,43 @@ func (ev *evidence) verify() *Report {
 						r.violate("op %s (keyed): run by pid %d at %s was followed by another, with no kill or lease-lost/not-recorded report to explain it: %s",
 							id, x.e.PID, x.e.At.Format(time.RFC3339Nano), describeRuns(rs, killsOf))
 					}
+				}
+			}
+		case TxActivity:
+			// A row exists only if its transaction committed, and the
+			// record's completion committed with it: exactly one row per
+			// completed operation, the one the workflows got. No re-run
+			// needs explaining, because none can leave a row.
+			switch {
+			case len(rs) > 1:
+				r.DuplicateEffects += len(rs) - 1
+				r.violate("op %s (tx): %d committed rows: %s", id, len(rs), describeRuns(rs, killsOf))
+			case len(rs) == 0 && completed:
+				r.LostTransfers++
+				r.violate("op %s (tx): completed without a committed row", id)
+			case len(rs) == 1 && effect != "" && rs[0].e.Effect != effect:
+				r.ResultMismatches++
+				r.violate("op %s (tx): the workflows got effect %s, the committed row is %s", id, effect, rs[0].e.Effect)
+			}
+			committed := map[string]bool{}
+			for _, x := range rs {
+				committed[x.e.Effect] = true
+			}
+			for _, w := range windows[id] {
+				r.TxWindowRuns++
+				if committed[w.effect] {
+					continue
+				}
+				r.TxRolledBack++
+				switch explain(id, Entry{PID: w.pid, At: w.at}) {
+				case "kill":
+					r.TxRolledBackByKill++
+				case "pause":
+					r.TxRolledBackByPause++
+				case "window":
+					r.TxRolledBackByLease++
+				default:
+					r.TxRolledBackOther++
 				}
 			}
 		case PlainActivity:

@@ -190,3 +190,69 @@ type testError string
 func (e testError) Error() string { return string(e) }
 
 const errTest = testError("workflow timed out")
+
+// txScenario is the postgres scenario's evidence: one workflow with one
+// transactional operation.
+func txScenario(t *testing.T) (*evidence, Op, string) {
+	op := Op{ID: "w0-t00"}
+	k, err := expectedKey(TxActivity, op)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := &evidence{
+		plan:      map[string]*opPlan{op.ID: {id: op.ID, kind: TxActivity, key: k, workflows: []string{"wf0"}}},
+		workflows: []plannedWorkflow{{id: "wf0", input: WorkflowInput{Tx: []Op{op}}}},
+		records:   map[string]*store.Record{},
+		window:    10 * time.Second,
+	}
+	res := OpResult{Op: op.ID, Key: k, EffectID: "e1"}
+	ev.results = map[string]wfResult{"wf0": {out: WorkflowOutput{Tx: []OpResult{res}}}}
+	data, err := (activity.PayloadCodec{}).Marshal(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev.records[k] = &store.Record{Key: k, Status: store.StatusCompleted, Result: data}
+	return ev, op, k
+}
+
+func TestVerifyTx(t *testing.T) {
+	t0 := time.Now().Add(-time.Minute)
+	row := func(op Op, key, effect string, pid int) Entry {
+		return Entry{ID: "tx#" + effect, Kind: EntryTx, Op: op.ID, Key: key, Effect: effect, PID: pid, At: t0}
+	}
+
+	// One committed row, and a run killed in the window and rolled back.
+	ev, op, k := txScenario(t)
+	ev.entries = []Entry{row(op, k, "e1", 2)}
+	ev.done = []doneLine{
+		{kind: "window", op: op.ID, effect: "e0", pid: 1, at: t0.Add(-time.Second)},
+		{kind: "window", op: op.ID, effect: "e1", pid: 2, at: t0},
+		{kind: "done", op: op.ID, effect: "e1", pid: 2, at: t0.Add(time.Second)},
+	}
+	ev.kills = []Kill{{PID: 1, At: t0.Add(-900 * time.Millisecond)}}
+	r := ev.verify()
+	if !r.OK() || r.TxEffects != 1 || r.TxWindowRuns != 2 || r.TxRolledBack != 1 || r.TxRolledBackByKill != 1 {
+		t.Errorf("a rolled-back run and a committed one: %+v", r)
+	}
+
+	// Two committed rows: a duplicate, whatever explains the first.
+	ev, op, k = txScenario(t)
+	ev.entries = []Entry{row(op, k, "e0", 1), row(op, k, "e1", 2)}
+	ev.kills = []Kill{{PID: 1, At: t0.Add(time.Millisecond)}}
+	if r := ev.verify(); r.OK() || r.DuplicateEffects != 1 || !strings.Contains(strings.Join(r.Violations, "\n"), "2 committed rows") {
+		t.Errorf("two committed rows for one op were not caught: %+v", r)
+	}
+
+	// No committed row for a completed operation: a lost transfer.
+	ev, _, _ = txScenario(t)
+	if r := ev.verify(); r.OK() || r.LostTransfers != 1 {
+		t.Errorf("a completed op without its row was not caught: %+v", r)
+	}
+
+	// The committed row is not the result the workflow got.
+	ev, op, k = txScenario(t)
+	ev.entries = []Entry{row(op, k, "e9", 1)}
+	if r := ev.verify(); r.OK() || r.ResultMismatches == 0 {
+		t.Errorf("a result that is not the committed row was not caught: %+v", r)
+	}
+}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/jackc/pgx/v5/pgxpool"
 	tactivity "go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/log"
@@ -23,7 +24,9 @@ import (
 
 	"github.com/idemguard/idemguard/activity"
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/store"
 	idemddb "github.com/idemguard/idemguard/store/dynamodb"
+	"github.com/idemguard/idemguard/store/postgres"
 )
 
 // WorkerEnv is the environment variable that turns a process into a chaos
@@ -45,6 +48,9 @@ type workerConfig struct {
 	BodyWork        time.Duration `json:"body_work"`
 	BodyAfter       time.Duration `json:"body_after"`
 	Deadline        time.Time     `json:"deadline"`
+	// The postgres scenario.
+	Store       string `json:"store,omitempty"`
+	PostgresURL string `json:"postgres_url,omitempty"`
 }
 
 // RunWorkerIfChild runs a chaos worker and exits if this process was started
@@ -114,26 +120,48 @@ func runWorker(cfg workerConfig) error {
 		return err
 	}
 	defer c.Close()
-	s, err := idemddb.New(dynamodb.New(dynamoOptions(cfg.StoreEndpoint)), cfg.IdemTable)
-	if err != nil {
-		return err
-	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	g, err := guard.New(s, guard.WithLogger(logger))
-	if err != nil {
-		return err
-	}
 	done, err := os.OpenFile(filepath.Join(cfg.DoneDir, fmt.Sprintf("done-%d.log", os.Getpid())), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 	if err != nil {
 		return err
 	}
 	defer done.Close()
 	wk := &chaosWorker{
-		cfg:    cfg,
-		ledger: &Ledger{Client: dynamodb.New(dynamoOptions(cfg.LedgerEndpoint)), Table: cfg.LedgerTable},
-		done:   done,
-		pid:    os.Getpid(),
-		mine:   make(map[string]bool),
+		cfg:  cfg,
+		done: done,
+		pid:  os.Getpid(),
+		mine: make(map[string]bool),
+	}
+	var s store.Store
+	if cfg.Store == StorePostgres {
+		pcfg, err := pgxpool.ParseConfig(cfg.PostgresURL)
+		if err != nil {
+			return err
+		}
+		// A connection per running activity's transaction, and a few for
+		// claims and the lease keepers' extensions.
+		pcfg.MaxConns = int32(cfg.Concurrency + 4)
+		pool, err := pgxpool.NewWithConfig(context.Background(), pcfg)
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		ps, err := postgres.New(pool, postgres.WithTable(cfg.IdemTable))
+		if err != nil {
+			return err
+		}
+		s = ps
+		wk.pg = &pgLedger{pool: pool, table: cfg.LedgerTable}
+		wk.events = wk.pg
+	} else {
+		if s, err = idemddb.New(dynamodb.New(dynamoOptions(cfg.StoreEndpoint)), cfg.IdemTable); err != nil {
+			return err
+		}
+		wk.ledger = &Ledger{Client: dynamodb.New(dynamoOptions(cfg.LedgerEndpoint)), Table: cfg.LedgerTable}
+		wk.events = wk.ledger
+	}
+	if wk.g, err = guard.New(s, guard.WithLogger(logger)); err != nil {
+		return err
 	}
 	w := worker.New(c, cfg.TaskQueue, worker.Options{
 		MaxConcurrentActivityExecutionSize:     cfg.Concurrency,
@@ -142,8 +170,12 @@ func runWorker(cfg workerConfig) error {
 		WorkerStopTimeout:                      2 * time.Second,
 	})
 	w.RegisterWorkflowWithOptions(Workflow, workflow.RegisterOptions{Name: WorkflowName})
-	w.RegisterActivityWithOptions(wk.wrap(activity.Guard(g, wk.keyedBody)), tactivity.RegisterOptions{Name: KeyedActivity})
-	w.RegisterActivityWithOptions(wk.wrap(activity.Guard(g, wk.plainBody)), tactivity.RegisterOptions{Name: PlainActivity})
+	if cfg.Store == StorePostgres {
+		w.RegisterActivityWithOptions(wk.wrap(wk.txActivity), tactivity.RegisterOptions{Name: TxActivity})
+	} else {
+		w.RegisterActivityWithOptions(wk.wrap(activity.Guard(wk.g, wk.keyedBody)), tactivity.RegisterOptions{Name: KeyedActivity})
+		w.RegisterActivityWithOptions(wk.wrap(activity.Guard(wk.g, wk.plainBody)), tactivity.RegisterOptions{Name: PlainActivity})
+	}
 	if err := w.Start(); err != nil {
 		return err
 	}
@@ -156,8 +188,13 @@ func runWorker(cfg workerConfig) error {
 // chaosWorker holds what the activities of one worker process share.
 type chaosWorker struct {
 	cfg    workerConfig
-	ledger *Ledger
-	pid    int
+	g      *guard.Guard
+	ledger *Ledger     // DynamoDB: the keyed and plain bodies' ledger
+	pg     *pgLedger   // PostgreSQL: the transactional body's ledger
+	events interface { // where the guard's reports of the window go
+		Put(context.Context, *Entry) error
+	}
+	pid int
 
 	mu   sync.Mutex
 	done *os.File        // protected by mu: one line per completion of an effect of this process
@@ -271,7 +308,7 @@ func (wk *chaosWorker) wrap(guarded func(context.Context, Op) (OpResult, error))
 			ev := &Entry{ID: "event#" + randomID(), Kind: EntryEvent, Op: op.ID, PID: wk.pid, At: time.Now(),
 				Attempt: int(tactivity.GetInfo(ctx).Attempt), Event: ae.Type()}
 			ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-			if lerr := wk.ledger.Put(ectx, ev); lerr != nil {
+			if lerr := wk.events.Put(ectx, ev); lerr != nil {
 				fmt.Fprintf(os.Stderr, "chaos worker: ledger event for %s: %v\n", op.ID, lerr)
 			}
 			cancel()

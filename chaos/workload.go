@@ -16,6 +16,10 @@ const (
 	// PlainActivity does not: each run writes a new ledger entry, so a run
 	// the guard lets through twice shows as two effects.
 	PlainActivity = "ChaosPlain"
+	// TxActivity (the postgres scenario) writes its side effect, a ledger
+	// row, in the transaction that completes its idempotency record
+	// (postgres.DoTx): the row commits exactly when the record does.
+	TxActivity = "ChaosTx"
 	// WorkflowName is the workflow type the driver starts.
 	WorkflowName = "ChaosWorkflow"
 )
@@ -40,6 +44,7 @@ type OpResult struct {
 type WorkflowInput struct {
 	Keyed []Op `json:"keyed"`
 	Plain []Op `json:"plain"`
+	Tx    []Op `json:"tx,omitempty"`
 
 	StartToClose    time.Duration `json:"start_to_close"`
 	Heartbeat       time.Duration `json:"heartbeat"`
@@ -52,6 +57,7 @@ type WorkflowInput struct {
 type WorkflowOutput struct {
 	Keyed []OpResult `json:"keyed"`
 	Plain []OpResult `json:"plain"`
+	Tx    []OpResult `json:"tx,omitempty"`
 }
 
 // Workflow runs its operations as guarded activities, all at once, and
@@ -76,6 +82,10 @@ func Workflow(ctx workflow.Context, in WorkflowInput) (WorkflowOutput, error) {
 	for i, op := range in.Plain {
 		plain[i] = workflow.ExecuteActivity(ctx, PlainActivity, op)
 	}
+	tx := make([]workflow.Future, len(in.Tx))
+	for i, op := range in.Tx {
+		tx[i] = workflow.ExecuteActivity(ctx, TxActivity, op)
+	}
 	var out WorkflowOutput
 	var firstErr error
 	collect := func(fs []workflow.Future) []OpResult {
@@ -89,5 +99,8 @@ func Workflow(ctx workflow.Context, in WorkflowInput) (WorkflowOutput, error) {
 	}
 	out.Keyed = collect(keyed)
 	out.Plain = collect(plain)
+	if len(tx) > 0 {
+		out.Tx = collect(tx)
+	}
 	return out, firstErr
 }

@@ -355,7 +355,9 @@ var snippetImports = []string{
 	`"github.com/idemguard/idemguard/store"`,
 	`idemddb "github.com/idemguard/idemguard/store/dynamodb"`,
 	`"github.com/idemguard/idemguard/store/memory"`,
+	`"github.com/idemguard/idemguard/store/postgres"`,
 	`"github.com/idemguard/idemguard/workflow"`,
+	`"github.com/jackc/pgx/v5"`,
 }
 
 // standIns declare, at package level, the identifiers the snippets use
@@ -375,6 +377,8 @@ var standIns = map[string]string{
 	"payments":      "var payments interface { Charge(context.Context, Order, string) (Receipt, error) } // a payment provider",
 	"createPayment": "func createPayment(w http.ResponseWriter, r *http.Request) {}",
 	"OrderWorkflow": "func OrderWorkflow(ctx tworkflow.Context, o Order) (Receipt, error) { return Receipt{}, nil }",
+	"g":             "var g *guard.Guard",
+	"t":             "var t struct{ ID string; From, To int; Cents int64 } // a transfer",
 }
 
 // TestReadmeGoSnippets type-checks every ```go block of the README against
@@ -460,7 +464,7 @@ func wrapSnippet(snippet string) string {
 	}
 	b.WriteString(")\n\n")
 	// Keep every import used, whatever the snippet needs.
-	b.WriteString("var (\n\t_ = context.Background\n\t_ = http.NewServeMux\n\t_ = time.Second\n\t_ = aws.String\n\t_ = dynamodb.New\n\t_ = client.Dial\n\t_ converter.DataConverter\n\t_ interceptor.WorkerInterceptor\n\t_ = worker.New\n\t_ tworkflow.Context\n\t_ = activity.Register\n\t_ = guard.New\n\t_ = httpguard.Middleware\n\t_ store.Store\n\t_ = idemddb.New\n\t_ = memory.New\n\t_ = workflow.StepKey\n)\n\n")
+	b.WriteString("var (\n\t_ = context.Background\n\t_ = http.NewServeMux\n\t_ = time.Second\n\t_ = aws.String\n\t_ = dynamodb.New\n\t_ = client.Dial\n\t_ converter.DataConverter\n\t_ interceptor.WorkerInterceptor\n\t_ = worker.New\n\t_ tworkflow.Context\n\t_ = activity.Register\n\t_ = guard.New\n\t_ = httpguard.Middleware\n\t_ store.Store\n\t_ = idemddb.New\n\t_ = memory.New\n\t_ = postgres.New\n\t_ = workflow.StepKey\n\t_ pgx.Tx\n)\n\n")
 	names := make([]string, 0, len(standIns))
 	for name := range standIns {
 		names = append(names, name)

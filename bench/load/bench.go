@@ -16,12 +16,17 @@ import (
 	"github.com/idemguard/idemguard/guard"
 	idemddb "github.com/idemguard/idemguard/store/dynamodb"
 	"github.com/idemguard/idemguard/store/dynamodb/dynamodbtest"
+	"github.com/idemguard/idemguard/store/memory"
 )
 
 // Config says what to run.
 type Config struct {
-	// Endpoint is the DynamoDB endpoint URL.
+	// Endpoint is the DynamoDB endpoint URL; empty runs the PostgreSQL
+	// scenarios only.
 	Endpoint string
+	// PostgresURL is a PostgreSQL database for the pg_ scenarios; empty
+	// leaves them out.
+	PostgresURL string
 	// Concurrency is the number of concurrent callers in the miss and
 	// replay scenarios.
 	Concurrency int
@@ -79,14 +84,22 @@ const (
 	HotKeyReject        = "hotkey_reject"
 )
 
-// AllScenarios lists every scenario in the order of the first round.
-var AllScenarios = []string{MissRaw, MissGuarded, ReplayRaw, ReplayGuarded, ReplayCachedGuarded, HotKeyWait, HotKeyReject}
+// DynamoScenarios lists the DynamoDB scenarios in the order of the first
+// round.
+var DynamoScenarios = []string{MissRaw, MissGuarded, ReplayRaw, ReplayGuarded, ReplayCachedGuarded, HotKeyWait, HotKeyReject}
+
+// AllScenarios lists every scenario: DynamoDB's, then PostgreSQL's.
+var AllScenarios = append(append([]string(nil), DynamoScenarios...), PgScenarios...)
 
 // baselines maps a guarded scenario to the raw scenario it is compared with.
 var baselines = map[string]string{
-	MissGuarded:         MissRaw,
-	ReplayGuarded:       ReplayRaw,
-	ReplayCachedGuarded: ReplayRaw,
+	MissGuarded:           MissRaw,
+	ReplayGuarded:         ReplayRaw,
+	ReplayCachedGuarded:   ReplayRaw,
+	PgMissGuarded:         PgMissRaw,
+	PgReplayGuarded:       PgReplayRaw,
+	PgReplayCachedGuarded: PgReplayRaw,
+	PgTxGuarded:           PgTxRaw,
 }
 
 // Order is the input of the guarded function: what a payment job receives.
@@ -140,12 +153,37 @@ type bench struct {
 	replayKey []string // their keys, as the guard derived them
 	seq       atomic.Int64
 	hot       atomic.Pointer[burst] // the burst in progress
+
+	pg *pgBench // the PostgreSQL scenarios' side; nil without them
 }
 
-// newBench connects to the endpoint, creates a table and builds the guards.
+// newBench connects to the endpoint, creates a table and builds the
+// guards, for DynamoDB if cfg.Scenarios has a DynamoDB scenario and for
+// PostgreSQL if it has a pg_ one.
 func newBench(ctx context.Context, cfg Config) (*bench, error) {
 	cfg.ReplayKeys = max(cfg.ReplayKeys, cfg.Concurrency, 1)
 	b := &bench{cfg: cfg, runID: randomHex(4)}
+	body := func(_ context.Context, o Order) (Receipt, error) {
+		b.bodyRuns.Add(1)
+		return charge(o), nil
+	}
+	var needDynamo, needPg bool
+	for _, n := range cfg.Scenarios {
+		needPg = needPg || isPg(n)
+		needDynamo = needDynamo || !isPg(n)
+	}
+	if needPg {
+		if cfg.PostgresURL == "" {
+			return nil, errors.New("the pg_ scenarios need a PostgreSQL URL (-postgres)")
+		}
+		var err error
+		if b.pg, err = newPgBench(ctx, cfg, b.runID, body); err != nil {
+			return nil, fmt.Errorf("PostgreSQL: %w", err)
+		}
+	}
+	if !needDynamo {
+		return b, nil
+	}
 	// One retryer for the store and the raw requests: the store's default,
 	// the SDK's standard retryer with 8 attempts and 25 ms–1 s jittered
 	// backoff, passed per request as the store passes it.
@@ -182,10 +220,6 @@ func newBench(ctx context.Context, cfg Config) (*bench, error) {
 	if err != nil {
 		return nil, err
 	}
-	body := func(_ context.Context, o Order) (Receipt, error) {
-		b.bodyRuns.Add(1)
-		return charge(o), nil
-	}
 	if b.missFn, err = guard.Wrap(g, scopeMiss, body); err != nil {
 		return nil, err
 	}
@@ -204,18 +238,37 @@ func newBench(ctx context.Context, cfg Config) (*bench, error) {
 	return b, nil
 }
 
-// close deletes the table.
+// close deletes the tables.
 func (b *bench) close() error {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	_, err := b.client.DeleteTable(ctx, &dynamodb.DeleteTableInput{TableName: aws.String(b.table)})
-	return err
+	var errs []error
+	if b.pg != nil {
+		errs = append(errs, b.pg.close())
+	}
+	if b.client != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, err := b.client.DeleteTable(ctx, &dynamodb.DeleteTableInput{TableName: aws.String(b.table)})
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
 }
 
 // populate completes ReplayKeys records through the guard, records their
 // keys for the raw replay, and fills the cached guard's cache.
 func (b *bench) populate(ctx context.Context) error {
 	n := b.cfg.ReplayKeys
+	if b.pg != nil {
+		g, err := guard.New(memory.New()) // derives keys only: they do not depend on the store
+		if err != nil {
+			return err
+		}
+		if err := b.pg.populate(ctx, n, b.runID, func() *guard.Guard { return g }); err != nil {
+			return err
+		}
+	}
+	if b.client == nil {
+		return nil
+	}
 	b.replayIn = make([]Order, n)
 	b.replayKey = make([]string, n)
 	// The scope, guard and result of replayFn, so the records are the ones

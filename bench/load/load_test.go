@@ -8,8 +8,20 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/store/dynamodb/dynamodbtest"
+	"github.com/idemguard/idemguard/store/memory"
+	"github.com/idemguard/idemguard/store/postgres/postgrestest"
 )
+
+// pgKeyGuard is a guard that derives keys as the benchmark's do.
+func (b *bench) pgKeyGuard(t *testing.T) *guard.Guard {
+	g, err := guard.New(memory.New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
 
 // TestScenarioRequestCounts runs every scenario with a few operations
 // against DynamoDB Local and checks the deterministic targets: requests per
@@ -33,8 +45,8 @@ func TestScenarioRequestCounts(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Run: %v\n%s", err, log.String())
 	}
-	if len(results) != len(AllScenarios) {
-		t.Fatalf("got %d results, want one per scenario (%d)", len(results), len(AllScenarios))
+	if len(results) != len(DynamoScenarios) {
+		t.Fatalf("got %d results, want one per scenario (%d)", len(results), len(DynamoScenarios))
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	if len(lines) != len(results) {
@@ -142,5 +154,99 @@ func TestMedian(t *testing.T) {
 	}
 	if m := median(nil); m != nil {
 		t.Errorf("median(nil) = %v, want nil", *m)
+	}
+}
+
+// TestPgScenarioRequestCounts runs the PostgreSQL scenarios with a few
+// operations against the harness's server and checks the deterministic
+// targets: round trips per operation (2 on a miss, 1 on a replay, 0 from
+// the local cache, 3 for the plain transaction and 5 for the
+// transactional guard), function runs, no errors.
+func TestPgScenarioRequestCounts(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.PostgresURL = postgrestest.URL(t) // skips, or fails under CI=true, without the server
+	cfg.Scenarios = PgScenarios
+	cfg.Concurrency = 4
+	cfg.Ops = 24
+	cfg.Rounds = 2
+	cfg.Warmup = 4
+	cfg.ReplayKeys = 8
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var out, log bytes.Buffer
+	results, err := Run(ctx, cfg, &out, &log)
+	if err != nil {
+		t.Fatalf("Run: %v\n%s", err, log.String())
+	}
+	if len(results) != len(PgScenarios) {
+		t.Fatalf("got %d results, want %d", len(results), len(PgScenarios))
+	}
+	for _, r := range results {
+		for _, p := range Problems(r) {
+			if p.Hard {
+				t.Errorf("%s: %s", p.Scenario, p.Msg)
+			}
+		}
+		if r.Ops != cfg.Ops {
+			t.Errorf("%s ran %d ops, want %d", r.Scenario, r.Ops, cfg.Ops)
+		}
+		if base, ok := baselines[r.Scenario]; ok && (r.Baseline != base || r.CPURatio == nil) {
+			t.Errorf("%s: baseline %q; want ratios against %s", r.Scenario, r.Baseline, base)
+		}
+	}
+	if t.Failed() {
+		t.Logf("output:\n%s\n%s", out.String(), log.String())
+	}
+}
+
+// The raw PostgreSQL baseline sends the store's statements, text for text:
+// a guarded call and the raw one on fresh keys send the same SQL, and the
+// transactional guard sends the plain transaction's plus the claim and the
+// completion's UPDATE.
+func TestPgRawSendsTheStoresStatements(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.PostgresURL = postgrestest.URL(t)
+	cfg.Scenarios = PgScenarios
+	cfg.Concurrency = 1
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	b, err := newBench(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.close()
+	p := b.pg
+	sqls := func(call func() error) []string {
+		t.Helper()
+		p.counter.Reset()
+		if err := call(); err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, s := range p.counter.Statements() {
+			out = append(out, s.SQL)
+		}
+		return out
+	}
+	in := newOrder("statements-guarded")
+	guarded := sqls(func() error { _, err := p.missFn(ctx, in); return err })
+	raw := sqls(func() error { return p.rawMiss(ctx, b, "bench-miss#statements-raw", newOrder("statements-raw")) })
+	if strings.Join(guarded, "\n--\n") != strings.Join(raw, "\n--\n") {
+		t.Errorf("a guarded miss sent\n%s\nthe raw one\n%s", strings.Join(guarded, "\n--\n"), strings.Join(raw, "\n--\n"))
+	}
+	key, _, err := b.pgKeyGuard(t).Key(scopeMiss, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	guarded = sqls(func() error { _, err := p.missFn(ctx, in); return err }) // now completed: a replay
+	raw = sqls(func() error { return p.rawReplay(ctx, key) })
+	if len(guarded) != 1 || strings.Join(guarded, "") != strings.Join(raw, "") {
+		t.Errorf("a guarded replay sent %q, the raw one %q", guarded, raw)
+	}
+	plain := sqls(func() error { return p.rawTx(ctx, b, newOrder("statements-tx-raw")) })
+	tx := sqls(func() error { _, err := p.txFn(ctx, newOrder("statements-tx")); return err })
+	if len(plain) != 3 || len(tx) != 5 || tx[1] != plain[0] || tx[2] != plain[1] || tx[4] != plain[2] ||
+		!strings.Contains(tx[0], "ON CONFLICT") || !strings.HasPrefix(tx[3], "UPDATE") {
+		t.Errorf("the plain transaction sent %q, the transactional guard %q; want the same with the claim first and the UPDATE before COMMIT", plain, tx)
 	}
 }

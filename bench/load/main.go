@@ -1,8 +1,10 @@
 // Command load measures what a guard costs against DynamoDB, next to the raw
-// SDK doing the same requests, in one process and one run.
+// SDK doing the same requests, and against PostgreSQL, next to raw pgx
+// sending the same statements, in one process and one run.
 //
-//	IDEMGUARD_SERVICES=dynamodb scripts/harness.sh run go run ./bench/load
+//	IDEMGUARD_SERVICES="dynamodb postgres" scripts/harness.sh run go run ./bench/load
 //	go run ./bench/load -endpoint http://127.0.0.1:8000 -ops 4000 -concurrency 32
+//	go run ./bench/load -postgres postgres://app@127.0.0.1:5432/app -scenarios pg_tx_raw,pg_tx_guarded
 //
 // It creates a fresh table on the endpoint (DynamoDB Local or another
 // server that accepts the static credentials "local"/"local"), runs a
@@ -23,8 +25,20 @@
 //	hotkey_wait           -hot-calls concurrent calls with one key, guard.WithWait
 //	hotkey_reject         the same with guard.WithReject
 //
-// Every scenario uses the same SDK client (one HTTP client, one retryer,
-// one request-counting middleware).
+// With a PostgreSQL URL (-postgres, default $IDEMGUARD_POSTGRES_URL), in
+// the same rounds, on one pgx pool whose tracer counts round trips:
+//
+//	pg_miss_raw              the claim's pipeline and the completion's, as store/postgres sends them
+//	pg_miss_guarded          a guarded call with a fresh key
+//	pg_replay_raw            the claim's pipeline on a completed key, the result decoded from its row
+//	pg_replay_guarded        a guarded call whose key is completed
+//	pg_replay_cached_guarded the same with guard.WithCache
+//	pg_tx_raw                a plain transaction at READ COMMITTED: BEGIN, the business INSERT, COMMIT
+//	pg_tx_guarded            the same INSERT through postgres.WrapTx: claim, BEGIN, INSERT, completion, COMMIT
+//
+// Every DynamoDB scenario uses the same SDK client (one HTTP client, one
+// retryer, one request-counting middleware); every PostgreSQL scenario the
+// same pool.
 //
 // Flags: -concurrency (16), -ops (2000 per scenario), -rounds (20),
 // -warmup (300 per scenario), -hot-calls (2000), -scenarios, -v (figures of
@@ -47,11 +61,13 @@ import (
 	"time"
 
 	"github.com/idemguard/idemguard/store/dynamodb/dynamodbtest"
+	"github.com/idemguard/idemguard/store/postgres/postgrestest"
 )
 
 func main() {
 	cfg := DefaultConfig()
 	flag.StringVar(&cfg.Endpoint, "endpoint", os.Getenv(dynamodbtest.EndpointEnv), "DynamoDB endpoint URL (default $"+dynamodbtest.EndpointEnv+")")
+	flag.StringVar(&cfg.PostgresURL, "postgres", os.Getenv(postgrestest.URLEnv), "PostgreSQL URL for the pg_ scenarios (default $"+postgrestest.URLEnv+"; empty: none)")
 	flag.IntVar(&cfg.Concurrency, "concurrency", cfg.Concurrency, "concurrent callers in the miss and replay scenarios")
 	flag.IntVar(&cfg.Ops, "ops", cfg.Ops, "operations per miss and replay scenario, over all rounds")
 	flag.IntVar(&cfg.Rounds, "rounds", cfg.Rounds, "rounds the operations are split into, scenarios interleaved")
@@ -80,9 +96,10 @@ func main() {
 	if *stub {
 		cfg.Endpoint = "http://127.0.0.1:9" // never dialled
 		cfg.httpClient = newStubDynamo()
+		cfg.PostgresURL = "" // no stub for PostgreSQL
 	}
-	if cfg.Endpoint == "" {
-		fatal(fmt.Errorf("no endpoint: set -endpoint or %s, or run under scripts/harness.sh", dynamodbtest.EndpointEnv))
+	if cfg.Endpoint == "" && cfg.PostgresURL == "" {
+		fatal(fmt.Errorf("no server: set -endpoint or %s, and/or -postgres or %s, or run under scripts/harness.sh", dynamodbtest.EndpointEnv, postgrestest.URLEnv))
 	}
 
 	// Cancelled, not given a deadline: a deadline on the callers' context

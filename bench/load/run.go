@@ -106,8 +106,17 @@ func Run(ctx context.Context, cfg Config, out, log io.Writer) ([]Result, error) 
 	}
 	names := cfg.Scenarios
 	if len(names) == 0 {
-		names = AllScenarios
+		if cfg.Endpoint != "" {
+			names = append(names, DynamoScenarios...)
+		}
+		if cfg.PostgresURL != "" {
+			names = append(names, PgScenarios...)
+		}
 	}
+	if len(names) == 0 {
+		return nil, errors.New("no server: give a DynamoDB endpoint, a PostgreSQL URL, or both")
+	}
+	cfg.Scenarios = names
 	for _, n := range names {
 		if !slices.Contains(AllScenarios, n) {
 			return nil, fmt.Errorf("unknown scenario %q (have %v)", n, AllScenarios)
@@ -115,15 +124,21 @@ func Run(ctx context.Context, cfg Config, out, log io.Writer) ([]Result, error) 
 	}
 	b, err := newBench(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("setting up against %s: %w", cfg.Endpoint, err)
+		return nil, fmt.Errorf("setting up: %w", err)
 	}
 	defer func() {
 		if err := b.close(); err != nil {
 			fmt.Fprintf(log, "load: deleting table %s: %v\n", b.table, err)
 		}
 	}()
-	fmt.Fprintf(log, "load: %s table %s, GOMAXPROCS %d, %s; concurrency %d, ops %d in %d rounds, hot-key bursts of %d calls\n",
-		cfg.Endpoint, b.table, runtime.GOMAXPROCS(0), runtime.Version(), cfg.Concurrency, cfg.Ops, cfg.Rounds, cfg.HotCalls)
+	if b.client != nil {
+		fmt.Fprintf(log, "load: DynamoDB %s table %s\n", cfg.Endpoint, b.table)
+	}
+	if b.pg != nil {
+		fmt.Fprintf(log, "load: PostgreSQL table %s\n", b.pg.table)
+	}
+	fmt.Fprintf(log, "load: GOMAXPROCS %d, %s; concurrency %d, ops %d in %d rounds, hot-key bursts of %d calls\n",
+		runtime.GOMAXPROCS(0), runtime.Version(), cfg.Concurrency, cfg.Ops, cfg.Rounds, cfg.HotCalls)
 	if err := b.populate(ctx); err != nil {
 		return nil, err
 	}
@@ -353,7 +368,12 @@ type meter struct {
 // pays for its own, and starts measuring.
 func (b *bench) start() *meter {
 	runtime.GC()
-	b.counter.Reset()
+	if b.counter != nil {
+		b.counter.Reset()
+	}
+	if b.pg != nil {
+		b.pg.counter.Reset()
+	}
 	m := &meter{b: b, bodyRuns: b.bodyRuns.Load()}
 	m.allocs, m.allocBytes = readAllocs()
 	m.cpu = cpuTime()
@@ -366,7 +386,12 @@ func (m *meter) stop(s *segment) {
 	s.cpu = cpuTime() - m.cpu
 	a, ab := readAllocs()
 	s.allocs, s.allocBytes = a-m.allocs, ab-m.allocBytes
-	s.requests = m.b.counter.Total()
+	if m.b.counter != nil {
+		s.requests += m.b.counter.Total()
+	}
+	if m.b.pg != nil {
+		s.requests += m.b.pg.counter.Total()
+	}
 	s.bodyRuns = m.b.bodyRuns.Load() - m.bodyRuns
 }
 
@@ -385,46 +410,51 @@ type operation func(ctx context.Context, i, w, n int) error
 // operations, with its inputs made before the clock starts.
 func (b *bench) prepare(name string, ops int) (operation, error) {
 	switch name {
-	case MissGuarded:
-		in := make([]Order, ops)
-		for i := range in {
-			in[i] = newOrder(fmt.Sprintf("miss-%s-%d", b.runID, b.seq.Add(1)))
-		}
-		return func(ctx context.Context, i, _, _ int) error {
-			_, err := b.missFn(ctx, in[i])
-			return err
-		}, nil
-	case MissRaw:
+	case MissGuarded, MissRaw, PgMissGuarded, PgMissRaw, PgTxGuarded, PgTxRaw:
 		in := make([]Order, ops)
 		keys := make([]string, ops)
 		for i := range in {
 			in[i] = newOrder(fmt.Sprintf("miss-%s-%d", b.runID, b.seq.Add(1)))
-			// A key of the guard's shape, "<scope>#<64 hex>".
+			// A raw caller's key, of the guard's shape "<scope>#<64 hex>".
 			sum := sha256.Sum256([]byte(in[i].OrderID))
 			keys[i] = scopeMiss + "#" + hex.EncodeToString(sum[:])
 		}
-		return func(ctx context.Context, i, _, _ int) error { return b.rawMiss(ctx, keys[i], in[i]) }, nil
-	case ReplayGuarded, ReplayCachedGuarded, ReplayRaw:
+		guarded := func(fn func(context.Context, Order) (Receipt, error)) operation {
+			return func(ctx context.Context, i, _, _ int) error { _, err := fn(ctx, in[i]); return err }
+		}
+		switch name {
+		case MissGuarded:
+			return guarded(b.missFn), nil
+		case PgMissGuarded:
+			return guarded(b.pg.missFn), nil
+		case PgTxGuarded:
+			return guarded(b.pg.txFn), nil
+		case MissRaw:
+			return func(ctx context.Context, i, _, _ int) error { return b.rawMiss(ctx, keys[i], in[i]) }, nil
+		case PgMissRaw:
+			return func(ctx context.Context, i, _, _ int) error { return b.pg.rawMiss(ctx, b, keys[i], in[i]) }, nil
+		default:
+			return func(ctx context.Context, i, _, _ int) error { return b.pg.rawTx(ctx, b, in[i]) }, nil
+		}
+	case ReplayGuarded, ReplayCachedGuarded, ReplayRaw, PgReplayGuarded, PgReplayCachedGuarded, PgReplayRaw:
+		ins, keys, fn, cached, raw := b.replayIn, b.replayKey, b.replayFn, b.cachedFn, b.rawReplay
+		if isPg(name) {
+			ins, keys, fn, cached, raw = b.pg.replayIn, b.pg.replayKey, b.pg.replayFn, b.pg.cachedFn, b.pg.rawReplay
+		}
 		// Worker w replays keys w, w+W, w+2W, … (W workers), one at a
 		// time, so that no two calls in flight share a key: concurrent
 		// calls with one key would share one request in the guard.
 		workers := min(b.cfg.Concurrency, ops)
-		per := max(len(b.replayIn)/workers, 1)
+		per := max(len(ins)/workers, 1)
 		off := mathrand.IntN(per)
-		idx := func(w, n int) int { return (w + workers*((off+n)%per)) % len(b.replayIn) }
+		idx := func(w, n int) int { return (w + workers*((off+n)%per)) % len(ins) }
 		switch name {
-		case ReplayGuarded:
-			return func(ctx context.Context, _, w, n int) error {
-				_, err := b.replayFn(ctx, b.replayIn[idx(w, n)])
-				return err
-			}, nil
-		case ReplayCachedGuarded:
-			return func(ctx context.Context, _, w, n int) error {
-				_, err := b.cachedFn(ctx, b.replayIn[idx(w, n)])
-				return err
-			}, nil
+		case ReplayGuarded, PgReplayGuarded:
+			return func(ctx context.Context, _, w, n int) error { _, err := fn(ctx, ins[idx(w, n)]); return err }, nil
+		case ReplayCachedGuarded, PgReplayCachedGuarded:
+			return func(ctx context.Context, _, w, n int) error { _, err := cached(ctx, ins[idx(w, n)]); return err }, nil
 		default:
-			return func(ctx context.Context, _, w, n int) error { return b.rawReplay(ctx, b.replayKey[idx(w, n)]) }, nil
+			return func(ctx context.Context, _, w, n int) error { return raw(ctx, keys[idx(w, n)]) }, nil
 		}
 	}
 	return nil, fmt.Errorf("unknown scenario %q", name)

@@ -55,8 +55,8 @@ func TestRunWithStub(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Run: %v\n%s", err, log.String())
 	}
-	if len(results) != len(AllScenarios) {
-		t.Fatalf("%d results; want %d", len(results), len(AllScenarios))
+	if len(results) != len(DynamoScenarios) {
+		t.Fatalf("%d results; want %d", len(results), len(DynamoScenarios))
 	}
 	for _, r := range results {
 		for _, p := range Problems(r) {

@@ -1,14 +1,17 @@
 // Package postgres is a [store.Store] on PostgreSQL, through pgx v5 and a
-// [pgxpool.Pool], and the store of the transactional guard: the completion
-// of a claim can commit in the same transaction as the guarded function's
-// own writes ([Store.Begin], [Tx]).
+// [pgxpool.Pool], and the store of the transactional guard: [DoTx] and
+// [WrapTx] run a guarded function in a transaction ([Store.Begin], [Tx])
+// that also writes the call's completion, so that the function's writes to
+// this database and its record commit together or not at all.
 //
 // Each record is one row of one table (see [CreateTable] and [DDL] for its
 // columns; [WithTable] names it). Every step is one round trip: Acquire is a
 // pipeline of four statements (BEGIN, a conditional upsert, a SELECT,
 // COMMIT) sent together, which returns the live record on a conflict and is
 // correct under concurrent claims at READ COMMITTED; Complete, Extend and
-// Release are single statements conditional on the fencing token, each sent
+// Release are single statements conditional on the fencing token (Extend
+// and Release also on the in-progress status: a completed record is never
+// released), each sent
 // between BEGIN ISOLATION LEVEL READ COMMITTED and COMMIT in one pipeline,
 // so the server's default isolation level does not change them.
 //

@@ -174,7 +174,13 @@ func (s *Store) Extend(ctx context.Context, key, token string, leaseExpiresAt, e
 	return s.execFenced(ctx, "Extend", key, s.sql.extend, key, token, leaseParam(leaseExpiresAt), ceilMicro(expiresAt))
 }
 
-// Release implements [store.Store]: one DELETE conditional on the token.
+// Release implements [store.Store]: one DELETE conditional on the token
+// and the in-progress status. A completed record is never released, even
+// under its own token: the transactional guard releases a claim when a
+// commit's answer is lost and the record still shows the claim, and if
+// that commit was only late, the DELETE waits for it and must then leave
+// the completion alone (ErrTokenMismatch), or a retry would run the
+// function again after its writes committed.
 func (s *Store) Release(ctx context.Context, key, token string) error {
 	return s.execFenced(ctx, "Release", key, s.sql.release, key, token)
 }

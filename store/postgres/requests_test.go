@@ -75,8 +75,10 @@ func TestRequestCounts(t *testing.T) {
 		_, err := f.s.List(f.ctx, store.Query{})
 		return err
 	})
+	held := f.claim("scope#counts-release") // Release deletes a claim in progress only
+	f.mustAcquire(t, held)
 	step("Release", map[string]int{"BATCH": 1}, func() error {
-		return f.s.Release(f.ctx, rec.Key, rec.Token)
+		return f.s.Release(f.ctx, held.Key, held.Token)
 	})
 	tx := f.claim("scope#counts-tx")
 	f.mustAcquire(t, tx)

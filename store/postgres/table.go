@@ -123,7 +123,10 @@ RETURNING true`),
 WHERE key = $1 AND token = $2`),
 		extend: r.Replace(`UPDATE $T SET lease_expires_at = $3, expires_at = $4
 WHERE key = $1 AND token = $2 AND status = 'INPROGRESS'`),
-		release: r.Replace(`DELETE FROM $T WHERE key = $1 AND token = $2`),
+		// Only a claim in progress: a completion still committing when
+		// the guard gives up on its answer must survive the release that
+		// follows (the DELETE waits for the row and re-checks it).
+		release: r.Replace(`DELETE FROM $T WHERE key = $1 AND token = $2 AND status = 'INPROGRESS'`),
 		getMany: r.Replace(`SELECT $C FROM $T WHERE key = ANY($1)`),
 		delete:  r.Replace(`DELETE FROM $T WHERE key = $1`),
 		// ctid = ANY(ARRAY(…)) is a TID scan; SKIP LOCKED leaves the rows a

@@ -63,13 +63,22 @@ func (t *Tx) PgxTx() pgx.Tx { return t.tx }
 // completed record (or, after a rollback, the claim as it was). A result
 // over the store's limit is refused with [store.ErrTooLarge] before
 // anything is sent, and ErrTokenMismatch leaves the transaction usable, so
-// the caller decides what to do with it (the guard rolls back).
+// the caller decides what to do with it (the guard rolls back). If the
+// transaction was ended by SQL sent through it (COMMIT, ROLLBACK), Complete
+// refuses without sending anything.
 func (t *Tx) Complete(ctx context.Context, rec *store.Record) error {
+	if t.tx.Conn().PgConn().TxStatus() == 'I' {
+		// A COMMIT or ROLLBACK sent as SQL ended the transaction: the
+		// completion would commit on its own, apart from the writes.
+		return t.s.wrap("Tx.Complete", rec.Key, errTxEnded)
+	}
 	return t.s.complete(ctx, "Tx.Complete", rec, func(c context.Context, sql string, args ...any) (int64, error) {
 		tag, err := t.tx.Exec(c, sql, args...)
 		return tag.RowsAffected(), err
 	})
 }
+
+var errTxEnded = errors.New("the transaction was ended by a COMMIT or ROLLBACK sent through it; the completion was not written")
 
 // Commit implements [store.Tx]. An error may mean the transaction did not
 // commit (a statement in it had failed, or the server refused the commit)

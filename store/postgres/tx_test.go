@@ -326,3 +326,19 @@ func TestTxFailedStatement(t *testing.T) {
 	}
 	f.checkReleased(t)
 }
+
+// Release deletes only a claim in progress: a completed record survives
+// a release under its own token (see TestDoTxCommitLandsDuringRelease for
+// why the transactional guard needs this).
+func TestReleaseLeavesCompletedRecord(t *testing.T) {
+	f := newTxFixture(t, nil)
+	rec := f.claim("scope#release-completed")
+	f.mustAcquire(t, rec)
+	f.complete(t, rec, []byte(`1`))
+	if err := f.s.Release(f.ctx, rec.Key, rec.Token); !errors.Is(err, store.ErrTokenMismatch) {
+		t.Errorf("Release of a completed record = %v, want ErrTokenMismatch", err)
+	}
+	if got := f.get(t, rec.Key); got.Status != store.StatusCompleted {
+		t.Errorf("after the Release the record is %v, want COMPLETED", got.Status)
+	}
+}

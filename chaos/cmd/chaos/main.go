@@ -1,9 +1,11 @@
 // Command chaos runs idemguard's chaos suite against a Temporal dev server
-// and DynamoDB Local on loopback addresses (IDEMGUARD_TEMPORAL_ADDRESS,
-// IDEMGUARD_DYNAMODB_ENDPOINT; scripts/harness.sh sets both):
+// and DynamoDB Local, or PostgreSQL with -store postgres, on loopback
+// addresses (IDEMGUARD_TEMPORAL_ADDRESS, IDEMGUARD_DYNAMODB_ENDPOINT,
+// IDEMGUARD_POSTGRES_URL; scripts/harness.sh sets them):
 //
-//	scripts/harness.sh run go run ./chaos/cmd/chaos           # the full run (make chaos)
-//	scripts/harness.sh run go run ./chaos/cmd/chaos -short    # the short run of make test
+//	scripts/harness.sh run go run ./chaos/cmd/chaos                  # the full run (make chaos)
+//	scripts/harness.sh run go run ./chaos/cmd/chaos -store postgres  # the transactional scenario
+//	scripts/harness.sh run go run ./chaos/cmd/chaos -short           # the short run of make test
 //
 // It prints the figures as lines and as one JSON line, and exits 1 if a
 // check failed. The same executable, started by the driver with
@@ -25,6 +27,7 @@ func main() {
 	chaos.RunWorkerIfChild()
 
 	short := flag.Bool("short", false, "the short run of make test (50 workflows, frequent kills)")
+	storeFlag := flag.String("store", chaos.StoreDynamoDB, "the idempotency store: dynamodb (keyed and plain bodies, through the fault proxy) or postgres (transactional bodies, postgres.DoTx; needs IDEMGUARD_POSTGRES_URL)")
 	def := chaos.DefaultConfig()
 	workflows := flag.Int("workflows", 0, fmt.Sprintf("workflows (default %d; short %d)", def.Workflows, chaos.ShortConfig().Workflows))
 	ops := flag.Int("ops", def.OpsPerWorkflow, "guarded operations per workflow, half keyed and half plain")
@@ -38,12 +41,20 @@ func main() {
 	pauseRatio := flag.Float64("pause-ratio", def.PauseRatio, "share of chaos moments that pause a worker past its lease instead of killing it")
 	seed := flag.Uint64("seed", 0, "seed for faults and kills (0: random)")
 	workDir := flag.String("workdir", "", "keep worker logs and done files here (default: a temporary directory, removed on success)")
-	keep := flag.Bool("keep-tables", false, "keep the DynamoDB tables after the run")
+	keep := flag.Bool("keep-tables", false, "keep the tables after the run")
 	flag.Parse()
 
 	cfg := def
 	if *short {
 		cfg = chaos.ShortConfig()
+	}
+	switch *storeFlag {
+	case chaos.StorePostgres:
+		cfg = cfg.Postgres()
+	case chaos.StoreDynamoDB:
+	default:
+		fmt.Fprintf(os.Stderr, "chaos: unknown -store %q (dynamodb or postgres)\n", *storeFlag)
+		os.Exit(2)
 	}
 	setInt := func(dst *int, v int) {
 		if v > 0 {

@@ -1,0 +1,301 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/store/postgres"
+	"github.com/idemguard/idemguard/store/postgres/postgrestest"
+)
+
+// The PostgreSQL scenarios: the guard on store/postgres against raw pgx
+// sending the same statements, and the transactional guard (postgres.DoTx)
+// against a plain transaction doing the same business write. They run in
+// the same rounds as the DynamoDB scenarios when a PostgreSQL URL is given
+// (-postgres, default $IDEMGUARD_POSTGRES_URL), on one pool whose tracer
+// counts round trips (a statement or a pipelined batch is one).
+
+// PostgreSQL scenario names.
+const (
+	PgMissRaw             = "pg_miss_raw"
+	PgMissGuarded         = "pg_miss_guarded"
+	PgReplayRaw           = "pg_replay_raw"
+	PgReplayGuarded       = "pg_replay_guarded"
+	PgReplayCachedGuarded = "pg_replay_cached_guarded"
+	PgTxRaw               = "pg_tx_raw"
+	PgTxGuarded           = "pg_tx_guarded"
+)
+
+// PgScenarios lists the PostgreSQL scenarios.
+var PgScenarios = []string{PgMissRaw, PgMissGuarded, PgReplayRaw, PgReplayGuarded, PgReplayCachedGuarded, PgTxRaw, PgTxGuarded}
+
+func isPg(name string) bool {
+	for _, n := range PgScenarios {
+		if n == name {
+			return true
+		}
+	}
+	return false
+}
+
+const scopeTx = "bench-tx"
+
+// pgBench is the PostgreSQL side of the benchmark.
+type pgBench struct {
+	pool    *pgxpool.Pool
+	counter *postgrestest.Counter
+	table   string // the idempotency table
+	effects string // the business table of the transactional scenarios
+	sql     pgStatements
+
+	missFn   func(context.Context, Order) (Receipt, error)
+	replayFn func(context.Context, Order) (Receipt, error)
+	cachedFn func(context.Context, Order) (Receipt, error)
+	txFn     func(context.Context, Order) (Receipt, error) // postgres.WrapTx
+
+	replayIn  []Order
+	replayKey []string
+}
+
+// pgStatements are the statements store/postgres sends, written out by
+// hand for the raw baseline (TestPgRawSendsTheStoresStatements holds them
+// to the store's).
+type pgStatements struct {
+	acquire, get, complete, insertEffect string
+}
+
+func newPgStatements(table, effects string) pgStatements {
+	t := pgx.Identifier{table}.Sanitize()
+	const cols = "key, status, token, payload_hash, result_kind, result, expires_at, lease_expires_at"
+	return pgStatements{
+		acquire: `INSERT INTO ` + t + ` AS t (` + cols + `)
+VALUES ($1, 'INPROGRESS', $2, $3, 0, NULL, $4, $5)
+ON CONFLICT (key) DO UPDATE SET status = 'INPROGRESS', token = excluded.token, payload_hash = excluded.payload_hash,
+    result_kind = 0, result = NULL, expires_at = excluded.expires_at, lease_expires_at = excluded.lease_expires_at
+WHERE t.expires_at <= $6 OR (t.status = 'INPROGRESS' AND t.lease_expires_at <= $6)
+RETURNING true`,
+		get: `SELECT ` + cols + ` FROM ` + t + ` WHERE key = $1`,
+		complete: `UPDATE ` + t + ` SET status = 'COMPLETED', payload_hash = $3, result_kind = $4, result = $5,
+    expires_at = $6, lease_expires_at = $7
+WHERE key = $1 AND token = $2`,
+		insertEffect: `INSERT INTO ` + pgx.Identifier{effects}.Sanitize() + ` (order_id, amount) VALUES ($1, $2)`,
+	}
+}
+
+// newPgBench connects, creates the tables and builds the guards.
+func newPgBench(ctx context.Context, cfg Config, runID string, body func(context.Context, Order) (Receipt, error)) (*pgBench, error) {
+	pc, err := pgxpool.ParseConfig(cfg.PostgresURL)
+	if err != nil {
+		return nil, err
+	}
+	p := &pgBench{table: "bench_" + runID + "_idempotency", effects: "bench_" + runID + "_effects"}
+	p.counter = postgrestest.CountStatements(pc)
+	// A connection per caller, and as many for the lease keepers and the
+	// transactional scenario's claims while the callers hold transactions.
+	pc.MaxConns = int32(2*cfg.Concurrency + 4)
+	pc.MinConns = pc.MaxConns
+	if p.pool, err = pgxpool.NewWithConfig(ctx, pc); err != nil {
+		return nil, err
+	}
+	if err := postgres.CreateTable(ctx, p.pool, p.table); err != nil {
+		p.pool.Close()
+		return nil, err
+	}
+	if _, err := p.pool.Exec(ctx, `CREATE TABLE `+pgx.Identifier{p.effects}.Sanitize()+` (order_id text NOT NULL, amount bigint NOT NULL)`); err != nil {
+		p.close()
+		return nil, err
+	}
+	p.sql = newPgStatements(p.table, p.effects)
+	s, err := postgres.New(p.pool, postgres.WithTable(p.table))
+	if err != nil {
+		p.close()
+		return nil, err
+	}
+	g, err := guard.New(s)
+	if err != nil {
+		return nil, err
+	}
+	cached, err := guard.New(s, guard.WithCache(cfg.ReplayKeys))
+	if err != nil {
+		return nil, err
+	}
+	if p.missFn, err = guard.Wrap(g, scopeMiss, body); err != nil {
+		return nil, err
+	}
+	if p.replayFn, err = guard.Wrap(g, scopeReplay, body); err != nil {
+		return nil, err
+	}
+	if p.cachedFn, err = guard.Wrap(cached, scopeReplay, body); err != nil {
+		return nil, err
+	}
+	p.txFn, err = postgres.WrapTx(g, scopeTx, func(ctx context.Context, tx pgx.Tx, o Order) (Receipt, error) {
+		if _, err := tx.Exec(ctx, p.sql.insertEffect, o.OrderID, o.Amount); err != nil {
+			return Receipt{}, err
+		}
+		return body(ctx, o)
+	})
+	return p, err
+}
+
+func (p *pgBench) close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	defer p.pool.Close()
+	_, err := p.pool.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{p.table}.Sanitize()+", "+pgx.Identifier{p.effects}.Sanitize())
+	return err
+}
+
+// populate completes n records for the replay scenarios and primes the
+// cached guard.
+func (p *pgBench) populate(ctx context.Context, n int, runID string, g func() *guard.Guard) error {
+	p.replayIn, p.replayKey = make([]Order, n), make([]string, n)
+	for i := range n {
+		in := newOrder(fmt.Sprintf("pg-replay-%s-%d", runID, i))
+		if _, err := p.replayFn(ctx, in); err != nil {
+			return fmt.Errorf("completing replay record %d: %w", i, err)
+		}
+		key, _, err := g().Key(scopeReplay, in)
+		if err != nil {
+			return err
+		}
+		p.replayIn[i], p.replayKey[i] = in, key
+		if _, err := p.cachedFn(ctx, in); err != nil {
+			return fmt.Errorf("priming the cache with record %d: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// ceilMicro rounds t up to the microsecond, as the store does.
+func ceilMicro(t time.Time) time.Time {
+	u := t.Truncate(time.Microsecond)
+	if u.Before(t) {
+		u = u.Add(time.Microsecond)
+	}
+	return u
+}
+
+// rawClaim sends the claim's pipeline (BEGIN, the conditional upsert, the
+// SELECT of the row it met, COMMIT) as the store does, and returns whether
+// it won and the completed result it met otherwise.
+func (p *pgBench) rawClaim(ctx context.Context, key, token string, now time.Time) (won bool, result []byte, err error) {
+	c, err := p.pool.Acquire(ctx)
+	if err != nil {
+		return false, nil, err
+	}
+	defer c.Release()
+	var b pgx.Batch
+	b.Queue("BEGIN ISOLATION LEVEL READ COMMITTED")
+	b.Queue(p.sql.acquire, key, token, "", ceilMicro(now.Add(max(rawTTL, rawLease))), ceilMicro(now.Add(rawLease)), now.Add(-guard.DefaultClockSkew))
+	b.Queue(p.sql.get, key)
+	b.Queue("COMMIT")
+	br := c.SendBatch(ctx, &b)
+	defer func() {
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+	}()
+	if _, err := br.Exec(); err != nil {
+		return false, nil, err
+	}
+	if err := br.QueryRow().Scan(&won); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return false, nil, err
+	}
+	var (
+		k, status, tok, ph string
+		kind               int16
+		exp                time.Time
+		lease              *time.Time
+	)
+	if err := br.QueryRow().Scan(&k, &status, &tok, &ph, &kind, &result, &exp, &lease); err != nil {
+		return false, nil, err
+	}
+	if _, err := br.Exec(); err != nil {
+		return false, nil, err
+	}
+	if !won && status != "COMPLETED" {
+		return false, nil, fmt.Errorf("claim of %s: held by another caller", key)
+	}
+	return won, result, nil
+}
+
+// rawMiss claims key, runs the function and completes the claim with its
+// JSON result in the store's pipeline (BEGIN, the fenced UPDATE, COMMIT).
+func (p *pgBench) rawMiss(ctx context.Context, b *bench, key string, in Order) error {
+	token := newToken()
+	won, _, err := p.rawClaim(ctx, key, token, time.Now())
+	if err != nil {
+		return err
+	}
+	if !won {
+		return fmt.Errorf("miss of %s: the key was taken", key)
+	}
+	b.bodyRuns.Add(1)
+	data, err := json.Marshal(charge(in))
+	if err != nil {
+		return err
+	}
+	var bt pgx.Batch
+	bt.Queue("BEGIN ISOLATION LEVEL READ COMMITTED")
+	bt.Queue(p.sql.complete, key, token, "", int16(0), data, ceilMicro(time.Now().Add(rawTTL)), nil)
+	bt.Queue("COMMIT")
+	c, err := p.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Release()
+	br := c.SendBatch(ctx, &bt)
+	_, err = br.Exec()
+	if err == nil {
+		tag, e := br.Exec()
+		if err = e; err == nil && tag.RowsAffected() != 1 {
+			err = fmt.Errorf("completion of %s matched %d rows", key, tag.RowsAffected())
+		}
+	}
+	if err == nil {
+		_, err = br.Exec()
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// rawReplay sends the claim for a completed key and decodes the stored
+// result from the row it returns.
+func (p *pgBench) rawReplay(ctx context.Context, key string) error {
+	won, result, err := p.rawClaim(ctx, key, newToken(), time.Now())
+	if err != nil {
+		return err
+	}
+	if won {
+		return fmt.Errorf("replay of %s: the claim succeeded; the record was missing", key)
+	}
+	var r Receipt
+	return json.Unmarshal(result, &r)
+}
+
+// rawTx is the plain transaction of the transactional scenarios: BEGIN at
+// READ COMMITTED (as the store's Begin), the business write, COMMIT.
+func (p *pgBench) rawTx(ctx context.Context, b *bench, in Order) error {
+	tx, err := p.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	if _, err := tx.Exec(ctx, p.sql.insertEffect, in.OrderID, in.Amount); err != nil {
+		return err
+	}
+	b.bodyRuns.Add(1)
+	if _, err := json.Marshal(charge(in)); err != nil { // the result the guarded call stores
+		return err
+	}
+	return tx.Commit(ctx)
+}
