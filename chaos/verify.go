@@ -9,20 +9,22 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gowebpki/jcs"
+
 	"github.com/idemguard/idemguard/activity"
-	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/store"
 )
 
 // expectedKey is the key the guard must derive for op under the activity
 // type kind: "<scope>#<sha256 of the RFC 8785 canonical JSON of the
-// input>", as README.md documents it, computed here independently.
+// input>", as README.md documents it, computed here independently with the
+// RFC 8785 reference implementation.
 func expectedKey(kind string, op Op) (string, error) {
 	b, err := json.Marshal(op)
 	if err != nil {
 		return "", err
 	}
-	c, err := guard.Canonicalize(b)
+	c, err := jcs.Transform(b)
 	if err != nil {
 		return "", err
 	}
