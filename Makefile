@@ -17,8 +17,8 @@ GO ?= go
 
 .PHONY: test unit vet bench tools fmt
 
-# The library module and the nested examples, bench and chaos modules (go.work).
-PKGS = ./... ./examples/... ./bench/... ./chaos/...
+# The library module and the nested examples, bench, chaos and CLI modules (go.work).
+PKGS = ./... ./examples/... ./bench/... ./chaos/... ./cmd/idemguard/...
 
 test: vet
 	scripts/harness.sh run $(GO) test -race -count=1 $(PKGS)
