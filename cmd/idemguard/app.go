@@ -119,7 +119,7 @@ or store error.`,
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return &exitErr{code: exitError, err: fmt.Errorf("%w\nRun '%s --help' for usage", err, c.CommandPath())}
 	})
-	root.AddCommand(a.keyCmd())
+	root.AddCommand(a.keyCmd(), a.getCmd(), a.listCmd())
 	return root
 }
 
@@ -133,4 +133,28 @@ func (a *app) storeURLFlag() (string, error) {
 		return "", usage("no store given: pass --store URL or set %s (dynamodb://TABLE, redis://HOST:PORT or postgres://…; see idemguard --help)", StoreEnv)
 	}
 	return u, nil
+}
+
+// open opens the store the flags name. The caller closes it.
+func (a *app) open(ctx context.Context) (*backend, error) {
+	u, err := a.storeURLFlag()
+	if err != nil {
+		return nil, err
+	}
+	b, err := openStore(ctx, u, a.stderr)
+	if err != nil {
+		if h := a.hint(&backend{desc: "the store"}, err); h != "" {
+			err = fmt.Errorf("%w\n  %s", err, h)
+		}
+		return nil, &exitErr{code: exitError, err: err}
+	}
+	return b, nil
+}
+
+// call returns a context for one store request, bounded by --timeout.
+func (a *app) call(ctx context.Context) (context.Context, context.CancelFunc) {
+	if a.timeout <= 0 {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, a.timeout)
 }
