@@ -119,7 +119,7 @@ or store error.`,
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return &exitErr{code: exitError, err: fmt.Errorf("%w\nRun '%s --help' for usage", err, c.CommandPath())}
 	})
-	root.AddCommand(a.keyCmd(), a.getCmd(), a.listCmd(), a.releaseCmd())
+	root.AddCommand(a.keyCmd(), a.getCmd(), a.listCmd(), a.releaseCmd(), a.purgeCmd(), a.createTableCmd())
 	return root
 }
 
