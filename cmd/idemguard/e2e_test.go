@@ -218,11 +218,19 @@ func testEndToEnd(t *testing.T, f e2eStore) {
 	if out := charge(in1, ""); out != guard.OutcomeExecuted {
 		t.Errorf("call after --force: %v, want executed", out)
 	}
-	// --json reports what was deleted.
-	var rel releaseJSON
-	if err := json.Unmarshal([]byte(run(exitOK, "", "release", k3, "--force", "--json").stdout), &rel); err != nil ||
-		!rel.Released || !rel.Forced || rel.Record.Key != k3 || rel.Record.Token != tokenRenewed {
-		t.Errorf("release --force --json = %+v, %v", rel, err)
+	// --json reports what was deleted, and why nothing was.
+	rel := checkReleaseJSON(t, run(exitOK, "", "release", k3, "--force", "--json").stdout)
+	if !rel.Released || !rel.Forced || rel.Reason != "" || rel.Record.Key != k3 || rel.Record.Token != tokenRenewed {
+		t.Errorf("release --force --json = %+v", rel)
+	}
+	k4 := keyOf(`{"order": {"id": "o-4"}}`)
+	if _, err := f.s.Acquire(ctx, &store.Record{Key: k4, Status: store.StatusInProgress, Token: "t-4",
+		ExpiresAt: time.Now().Add(time.Hour), LeaseExpiresAt: time.Now().Add(time.Hour)}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	rel = checkReleaseJSON(t, run(exitNotFound, "", "release", k4, "--json").stdout)
+	if rel.Released || rel.Forced || !strings.Contains(rel.Reason, "is held") || rel.Record.State != stateLive {
+		t.Errorf("release --json of a held claim = %+v", rel)
 	}
 
 	// A Temporal activity's result, stored as payloads by
@@ -247,8 +255,16 @@ func testEndToEnd(t *testing.T, f e2eStore) {
 	if _, err := f.s.Acquire(ctx, expired, time.Now().Add(-2*time.Hour)); err != nil {
 		t.Fatal(err)
 	}
+	var purged map[string]any
+	if err := json.Unmarshal([]byte(run(exitOK, "", "purge", "--json", "--before", "3h").stdout), &purged); err != nil {
+		t.Fatal(err)
+	}
+	_, isPurger := f.s.(store.Purger)
+	if n, _ := purged["purged"].(float64); n != 0 || purged["before"] == nil || (purged["note"] != nil) == isPurger || len(purged) > 3 {
+		t.Errorf("purge --json --before 3h = %v; want 0 purged (the record expired 1h ago), before, and a note only where the store expires records itself", purged)
+	}
 	r = run(exitOK, "", "purge")
-	if _, ok := f.s.(store.Purger); ok {
+	if isPurger {
 		if !strings.HasPrefix(r.stdout, "purged 1 record that") {
 			t.Errorf("purge: %q", r.stdout)
 		}
@@ -392,6 +408,25 @@ func checkGetJSON(t *testing.T, out string) getJSON {
 		t.Fatal(err)
 	}
 	return g
+}
+
+// checkReleaseJSON checks release --json: exactly its four fields, the
+// record against the record schema.
+func checkReleaseJSON(t *testing.T, out string) releaseJSON {
+	t.Helper()
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(out), &obj); err != nil {
+		t.Fatalf("release --json %q: %v", out, err)
+	}
+	if len(obj) != 4 || obj["released"] == nil || obj["forced"] == nil || obj["reason"] == nil || obj["record"] == nil {
+		t.Errorf("release --json has fields %v; want released, forced, reason, record", obj)
+	}
+	checkGetJSON(t, string(obj["record"])+"\n")
+	var rel releaseJSON
+	if err := json.Unmarshal([]byte(out), &rel); err != nil {
+		t.Fatal(err)
+	}
+	return rel
 }
 
 // checkResultSchema checks a result object: its format, and exactly the
