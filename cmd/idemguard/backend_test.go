@@ -72,7 +72,7 @@ func TestIsLoopback(t *testing.T) {
 		"http://localhost:8000":                       true,
 		"http://[::1]:8000":                           true,
 		"http://127.8.9.1":                            true,
-		"https://dynamodb.eu-west-1.amazonaws.com":    false,
+		"https://dynamodb.eu-west-1.example.com":      false,
 		"http://10.0.0.5:8000":                        false,
 		"http://dynamodb-local.internal.example:8000": false,
 	} {
