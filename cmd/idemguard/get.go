@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"time"
 
@@ -44,15 +45,9 @@ Exit status 1 when there is no record under KEY.`,
 				return err
 			}
 			defer b.Close()
-			key := args[0]
-			cctx, cancel := a.call(ctx)
-			rec, err := b.store.Get(cctx, key)
-			cancel()
-			if errors.Is(err, store.ErrNotFound) {
-				return notFound("no record for %q in %s", key, b.desc)
-			}
+			rec, err := a.get(ctx, b, args[0], "")
 			if err != nil {
-				return a.storeErr(b, "reading "+key, err)
+				return err
 			}
 			now := a.now()
 			return a.showRecord(rec, now, now.Add(-skew), full)
@@ -61,6 +56,21 @@ Exit status 1 when there is no record under KEY.`,
 	addSkewFlag(c, &skew)
 	c.Flags().BoolVar(&full, "full", false, "print the whole result, however large (default: the first 64 KiB)")
 	return c
+}
+
+// get reads the record key; its errors end the command (exit status 1 if
+// there is none, with the message's tail after the key's).
+func (a *app) get(ctx context.Context, b *backend, key, tail string) (*store.Record, error) {
+	ctx, cancel := a.call(ctx)
+	defer cancel()
+	rec, err := b.store.Get(ctx, key)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, notFound("no record for %q in %s%s", key, b.desc, tail)
+	}
+	if err != nil {
+		return nil, a.storeErr(b, "reading "+key, err)
+	}
+	return rec, nil
 }
 
 // showRecord writes rec in the chosen format, with its result.

@@ -129,15 +129,12 @@ left alone (the reason is printed), 2 for an error.`,
 			}
 			defer b.Close()
 			key := args[0]
+			rec, err := a.get(ctx, b, key, "; nothing released")
+			if err != nil {
+				return err
+			}
 			cctx, cancel := a.call(ctx)
 			defer cancel()
-			rec, err := b.store.Get(cctx, key)
-			if errors.Is(err, store.ErrNotFound) {
-				return notFound("no record for %q in %s; nothing released", key, b.desc)
-			}
-			if err != nil {
-				return a.storeErr(b, "reading "+key, err)
-			}
 			now := a.now()
 			at := now.Add(-skew)
 			out := releaseJSON{Forced: force, Record: getJSON{recordJSON: toJSON(rec, now, at), Result: decodeResult(rec)}}

@@ -37,6 +37,11 @@ func postgresStore(t *testing.T) e2eStore {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return e2eStore{s, postgresURL(t, table)}
+}
+
+// postgresURL is the test server's URL with ?table=table for the CLI.
+func postgresURL(t *testing.T, table string) string {
 	u, err := url.Parse(postgrestest.URL(t))
 	if err != nil {
 		t.Fatal(err)
@@ -44,7 +49,7 @@ func postgresStore(t *testing.T) e2eStore {
 	q := u.Query()
 	q.Set("table", table)
 	u.RawQuery = q.Encode()
-	return e2eStore{s, u.String()}
+	return u.String()
 }
 
 var e2eStores = []struct {

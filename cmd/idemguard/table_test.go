@@ -85,20 +85,14 @@ func TestCreateTablePostgres(t *testing.T) {
 	pool := postgrestest.NewPool(t)
 	table := postgrestest.TableName(t)
 	t.Cleanup(func() { pool.Exec(context.Background(), `DROP TABLE IF EXISTS "`+table+`"`) })
-	u, err := url.Parse(postgrestest.URL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("table", table)
-	u.RawQuery = q.Encode()
+	u := postgresURL(t, table)
 
 	// --print needs no server: the statements create-table runs.
 	r := cli(t, nil, "", "create-table", "--print", "--store", "postgres://nobody@127.0.0.1:1/db?table="+table).want(t, exitOK)
 	if ddl, _ := postgres.DDL(table); r.stdout != ddl+"\n" {
 		t.Errorf("--print = %q, want postgres.DDL %q", r.stdout, ddl)
 	}
-	cli(t, nil, "", "create-table", "--store", u.String()).want(t, exitOK)
+	cli(t, nil, "", "create-table", "--store", u).want(t, exitOK)
 	s, err := postgres.New(pool, postgres.WithTable(table))
 	if err != nil {
 		t.Fatal(err)
@@ -108,7 +102,7 @@ func TestCreateTablePostgres(t *testing.T) {
 	if _, err := s.Acquire(ctx, rec, time.Now()); err != nil {
 		t.Errorf("Acquire on the new table = %v", err)
 	}
-	cli(t, nil, "", "create-table", "--store", u.String()).want(t, exitOK)
+	cli(t, nil, "", "create-table", "--store", u).want(t, exitOK)
 }
 
 func TestCreateTableRedis(t *testing.T) {

@@ -133,15 +133,7 @@ func (s *Store) listRequest(q store.Query) (*listRequest, error) {
 			return nil, fmt.Errorf("dynamodb: unknown status %v", q.Status)
 		}
 	}
-	attrs := []string{c.keyAttr, c.statusAttr, c.expiryAttr, c.leaseAttr, c.tokenAttr, c.validationAttr, c.dataAttr, c.kindAttr, c.encodingAttr}
-	if c.sortKeyAttr != "" {
-		attrs = append(attrs, c.sortKeyAttr)
-	}
-	nb := make([]expression.NameBuilder, 0, len(attrs))
-	for _, a := range attrs {
-		nb = append(nb, name(a))
-	}
-	b := expression.NewBuilder().WithProjection(expression.NamesList(nb[0], nb[1:]...))
+	b := expression.NewBuilder().WithProjection(c.recordProjection())
 
 	var filters []expression.ConditionBuilder
 	if q.Status != 0 {
