@@ -141,7 +141,10 @@ func testEndToEnd(t *testing.T, f e2eStore) {
 	// then lapses, as when a worker dies mid-call.
 	in2 := `{"order": {"id": "o-2"}}`
 	k2 := keyOf(in2)
-	lease := 300 * time.Millisecond
+	// Long enough (3 s with the 1 s skew tolerance) that the first list
+	// below runs before the claim counts as lapsed, even as a subprocess
+	// on a machine loaded by the rest of make test.
+	lease := 2 * time.Second
 	crashed := &store.Record{Key: k2, Status: store.StatusInProgress, Token: tokenCrashed,
 		ExpiresAt: time.Now().Add(time.Hour), LeaseExpiresAt: time.Now().Add(lease)}
 	if _, err := f.s.Acquire(ctx, crashed, time.Now()); err != nil {
