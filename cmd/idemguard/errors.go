@@ -17,11 +17,10 @@ import (
 // storeErr ends the command with exit status 2 for a failed store request,
 // saying what failed and, where the error is one we recognise, what to do.
 func (a *app) storeErr(b *backend, what string, err error) error {
-	msg := fmt.Sprintf("%s: %v", what, err)
 	if h := a.hint(b, err); h != "" {
-		msg += "\n  " + h
+		return &exitErr{code: exitError, err: fmt.Errorf("%s: %w\n  %s", what, err, h)}
 	}
-	return &exitErr{code: exitError, err: errors.New(msg)}
+	return &exitErr{code: exitError, err: fmt.Errorf("%s: %w", what, err)}
 }
 
 // hint says what to do about err, or "".

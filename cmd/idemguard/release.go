@@ -90,8 +90,9 @@ type releaseJSON struct {
 	Forced bool `json:"forced"`
 	// Reason says why nothing was released ("" when released).
 	Reason string `json:"reason"`
-	// Record is the record as read before deleting it.
-	Record getJSON `json:"record"`
+	// Record is the record as read before deleting it; nil for an item
+	// that could not be read as a record (deleted with --force).
+	Record *getJSON `json:"record"`
 }
 
 func (a *app) releaseCmd() *cobra.Command {
@@ -130,6 +131,9 @@ left alone (the reason is printed), 2 for an error.`,
 			defer b.Close()
 			key := args[0]
 			rec, err := a.get(ctx, b, key, "; nothing released")
+			if force && errors.Is(err, store.ErrCorrupt) {
+				return a.forceDeleteUnreadable(ctx, b, key, err)
+			}
 			if err != nil {
 				return err
 			}
@@ -137,7 +141,7 @@ left alone (the reason is printed), 2 for an error.`,
 			defer cancel()
 			now := a.now()
 			at := now.Add(-skew)
-			out := releaseJSON{Forced: force, Record: getJSON{recordJSON: toJSON(rec, now, at), Result: decodeResult(rec)}}
+			out := releaseJSON{Forced: force, Record: &getJSON{recordJSON: toJSON(rec, now, at), Result: decodeResult(rec)}}
 			if !a.json {
 				printRecord(a.stdout, rec, now, at, false)
 			}
@@ -190,4 +194,29 @@ func (a *app) forceDelete(ctx context.Context, b *backend, rec *store.Record, at
 		fmt.Fprintf(a.stderr, "idemguard: warning: %s is held under a running lease; if its holder is still running, the next call may run the side effect a second time (the holder's completion will fail with guard.ErrLeaseLost)\n", rec.Key)
 	}
 	return admin.Delete(ctx, rec.Key)
+}
+
+// forceDeleteUnreadable deletes, for --force, an item that cannot be read
+// as a record (readErr says why): such an item blocks its key until it
+// expires, and deleting it is the way out.
+func (a *app) forceDeleteUnreadable(ctx context.Context, b *backend, key string, readErr error) error {
+	admin, ok := b.store.(store.Admin)
+	if !ok {
+		return readErr
+	}
+	if !a.json {
+		fmt.Fprintf(a.stdout, "%s cannot be read as a record:\n  %v\n", key, errors.Unwrap(readErr))
+	}
+	ctx, cancel := a.call(ctx)
+	defer cancel()
+	if err := admin.Delete(ctx, key); errors.Is(err, store.ErrNotFound) {
+		return notFound("not released: %s was deleted by someone else meanwhile", key)
+	} else if err != nil {
+		return a.storeErr(b, "deleting "+key, err)
+	}
+	if a.json {
+		return writeJSONLine(a.stdout, releaseJSON{Released: true, Forced: true})
+	}
+	fmt.Fprintf(a.stdout, "\ndeleted (--force): the unreadable item %s; the next call with this key runs the function\n", key)
+	return nil
 }

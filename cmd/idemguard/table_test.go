@@ -111,3 +111,37 @@ func TestCreateTableRedis(t *testing.T) {
 		t.Errorf("create-table on Redis printed %q", r.stdout)
 	}
 }
+
+// An item list cannot read is reported on standard error and skipped; the
+// records around it are listed, and get says what to do about it.
+func TestListCorruptItem(t *testing.T) {
+	client := dynamodbtest.NewClient(t)
+	s := dynamodbtest.NewStore(t, client)
+	u := "dynamodb://" + s.Table() + "?endpoint=" + url.QueryEscape(dynamodbtest.Endpoint(t))
+	ctx := context.Background()
+	for _, k := range []string{"s#1", "s#2"} {
+		if _, err := s.Acquire(ctx, &store.Record{Key: k, Status: store.StatusInProgress, Token: "t", ExpiresAt: time.Now().Add(time.Hour)}, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := client.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(s.Table()), Item: map[string]types.AttributeValue{
+		"id": &types.AttributeValueMemberS{Value: "s#bad"}, "status": &types.AttributeValueMemberS{Value: "WEIRD"},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	r := cli(t, nil, "", "list", "--json", "--store", u).want(t, exitOK)
+	if n := strings.Count(r.stdout, "\n"); n != 2 || !strings.Contains(r.stderr, "warning") || !strings.Contains(r.stderr, "s#bad") {
+		t.Errorf("list with a corrupt item: %d records, stderr %q; want 2 and a warning naming s#bad", n, r.stderr)
+	}
+	r = cli(t, nil, "", "get", "s#bad", "--store", u).want(t, exitError)
+	if !strings.Contains(r.stderr, "release --force") {
+		t.Errorf("get of a corrupt item: %q; want the hint to delete it", r.stderr)
+	}
+	// Without --force release does not touch it; with it, the item goes.
+	cli(t, nil, "", "release", "s#bad", "--store", u).want(t, exitError)
+	r = cli(t, nil, "", "release", "s#bad", "--force", "--store", u).want(t, exitOK)
+	if !strings.Contains(r.stdout, "cannot be read as a record") || !strings.Contains(r.stdout, "deleted (--force): the unreadable item s#bad") {
+		t.Errorf("release --force of a corrupt item printed %q", r.stdout)
+	}
+	cli(t, nil, "", "get", "s#bad", "--store", u).want(t, exitNotFound)
+}
