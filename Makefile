@@ -14,13 +14,16 @@
 #             docs/benchmarks.md); pass flags to it with BENCHFLAGS, e.g.
 #             BENCHFLAGS='-ops 4000'.
 # make fuzz   every fuzz target for $$(FUZZTIME) (default 60s) each.
+# make cli-scale  loads 100,000 records into DynamoDB Local and lists them
+#             with the idemguard CLI, reporting time and peak RSS
+#             (docs/cli.md); about a minute and a half, so not in make test.
 
 GO ?= go
 
-.PHONY: test unit vet bench tools fmt
+.PHONY: test unit vet bench tools fmt cli-scale
 
-# The library module and the nested examples, bench and chaos modules (go.work).
-PKGS = ./... ./examples/... ./bench/... ./chaos/...
+# The library module and the nested examples, bench, chaos and CLI modules (go.work).
+PKGS = ./... ./examples/... ./bench/... ./chaos/... ./cmd/idemguard/...
 
 test: vet
 	scripts/harness.sh run $(GO) test -race -count=1 $(PKGS)
@@ -58,6 +61,9 @@ fuzz:
 		echo "fuzz: $$name in $$pkg for $(FUZZTIME)"; \
 		$(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 5s $$pkg; \
 	done
+
+cli-scale:
+	IDEMGUARD_SERVICES=dynamodb scripts/harness.sh run $(GO) test -count=1 -run '^TestListScale$$' -v ./cmd/idemguard/ -list-records 100000
 
 tools:
 	scripts/harness.sh install

@@ -159,10 +159,9 @@ type batchProjection struct {
 	names map[string]string
 }
 
-// projection lists the attributes a record is read from: the key
+// recordProjection lists the attributes a record is read from: the key
 // attributes and every attribute [config.decode] reads.
-func (s *Store) projection() (batchProjection, error) {
-	c := s.cfg
+func (c *config) recordProjection() expression.ProjectionBuilder {
 	attrs := []string{c.keyAttr, c.statusAttr, c.expiryAttr, c.leaseAttr, c.tokenAttr, c.validationAttr, c.dataAttr, c.kindAttr, c.encodingAttr}
 	if c.sortKeyAttr != "" {
 		attrs = append(attrs, c.sortKeyAttr)
@@ -171,7 +170,12 @@ func (s *Store) projection() (batchProjection, error) {
 	for _, a := range attrs {
 		nb = append(nb, name(a))
 	}
-	x, err := expression.NewBuilder().WithProjection(expression.NamesList(nb[0], nb[1:]...)).Build()
+	return expression.NamesList(nb[0], nb[1:]...)
+}
+
+// projection is the projection expression of [config.recordProjection].
+func (s *Store) projection() (batchProjection, error) {
+	x, err := expression.NewBuilder().WithProjection(s.cfg.recordProjection()).Build()
 	if err != nil {
 		return batchProjection{}, err
 	}

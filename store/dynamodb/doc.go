@@ -147,6 +147,16 @@
 // DescribeTimeToLive and UpdateTimeToLive; give those to your deployment
 // role, not to the application.
 //
+// # Operators
+//
+// The store implements [store.Admin], which the idemguard command-line
+// tool (cmd/idemguard) uses: [Store.List] reads the table page by page
+// with a consistent Scan (a Query of the store's partition in sort-key
+// mode), and [Store.Delete] deletes one item unconditionally. The
+// application never calls them. An operator's role needs dynamodb:Scan
+// (or dynamodb:Query in sort-key mode) and dynamodb:GetItem to inspect,
+// and dynamodb:PutItem and dynamodb:DeleteItem to release stuck claims.
+//
 // # Testing
 //
 // Package dynamodbtest connects tests to DynamoDB Local: a client from the

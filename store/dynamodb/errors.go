@@ -23,12 +23,12 @@ import (
 // only once the store's retryer has given up.
 type OpError struct {
 	// Op is the store method: "Acquire", "Complete", "Extend", "Release",
-	// "Get" or "GetMany".
+	// "Get", "GetMany", "List" or "Delete".
 	Op string
 	// Table is the table name.
 	Table string
 	// Key is the idempotency key (for GetMany, the first key of the failed
-	// request).
+	// request; for List, the query's prefix).
 	Key string
 	// Err is the cause.
 	Err error

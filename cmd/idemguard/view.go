@@ -1,0 +1,418 @@
+package main
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	commonpb "go.temporal.io/api/common/v1"
+	failurepb "go.temporal.io/api/failure/v1"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/idemguard/idemguard/store"
+)
+
+// States of a record at a time: what list --stuck and release go by.
+const (
+	stateLive    = "live"    // completed and not expired, or held under a running lease
+	stateStuck   = "stuck"   // in progress, its lease lapsed, not expired
+	stateExpired = "expired" // past its expiry: ignored and replaced by the next call
+)
+
+// state returns the state of r at time at (the operator's clock less the
+// skew tolerance, as the guard compares).
+func state(r *store.Record, at time.Time) string {
+	switch {
+	case !at.Before(r.ExpiresAt):
+		return stateExpired
+	case r.Live(at):
+		return stateLive
+	}
+	return stateStuck
+}
+
+// shortToken is the start of a fencing token, enough to tell claims apart.
+func shortToken(tok string) string {
+	if utf8.RuneCountInString(tok) <= 8 {
+		return tok
+	}
+	return string([]rune(tok)[:8])
+}
+
+// recordJSON is a record in --json output: list prints one per line; get
+// adds the result. docs/cli.md documents the schema; keep them together.
+type recordJSON struct {
+	Key              string   `json:"key"`
+	Status           string   `json:"status"`
+	State            string   `json:"state"`
+	Token            string   `json:"token"`
+	PayloadHash      string   `json:"payload_hash"`
+	ExpiresAt        string   `json:"expires_at"`
+	ExpiresInSeconds float64  `json:"expires_in_seconds"`
+	LeaseExpiresAt   *string  `json:"lease_expires_at"`
+	LeaseLeftSeconds *float64 `json:"lease_left_seconds"`
+	ResultKind       string   `json:"result_kind"`
+	ResultSize       int      `json:"result_size"`
+}
+
+// getJSON is get's --json output: the record and its result.
+type getJSON struct {
+	recordJSON
+	Result *resultJSON `json:"result"`
+}
+
+// resultJSON is a stored result, decoded as far as the CLI can.
+type resultJSON struct {
+	// Format is "json", "temporal-payloads", "temporal-failure" or
+	// "base64".
+	Format string `json:"format"`
+	// Value is the result (json) or the failure in protobuf's JSON form
+	// (temporal-failure).
+	Value json.RawMessage `json:"value,omitempty"`
+	// Payloads are the Temporal payloads (temporal-payloads).
+	Payloads []payloadJSON `json:"payloads,omitempty"`
+	// Base64 is the result's bytes (base64).
+	Base64 string `json:"base64,omitempty"`
+}
+
+// payloadJSON is one Temporal payload.
+type payloadJSON struct {
+	// Metadata holds the payload's metadata; values that are not UTF-8
+	// text are written "base64:" followed by their base64.
+	Metadata map[string]string `json:"metadata"`
+	// Size is the length of the payload's data.
+	Size int `json:"size"`
+	// Value is the data when the encoding is json/plain; else Base64 holds
+	// it (encrypted, compressed or binary payloads).
+	Value  json.RawMessage `json:"value,omitempty"`
+	Base64 string          `json:"base64,omitempty"`
+}
+
+func seconds(d time.Duration) float64 {
+	return math.Round(d.Seconds()*1000) / 1000
+}
+
+// toJSON describes r at time now, judged at at (now less the skew).
+func toJSON(r *store.Record, now, at time.Time) recordJSON {
+	j := recordJSON{
+		Key:              r.Key,
+		Status:           r.Status.String(),
+		State:            state(r, at),
+		Token:            r.Token,
+		PayloadHash:      r.PayloadHash,
+		ExpiresAt:        r.ExpiresAt.UTC().Format(time.RFC3339Nano),
+		ExpiresInSeconds: seconds(r.ExpiresAt.Sub(now)),
+		ResultKind:       r.ResultKind.String(),
+		ResultSize:       len(r.Result),
+	}
+	if !r.LeaseExpiresAt.IsZero() {
+		s := r.LeaseExpiresAt.UTC().Format(time.RFC3339Nano)
+		left := seconds(r.LeaseExpiresAt.Sub(now))
+		j.LeaseExpiresAt, j.LeaseLeftSeconds = &s, &left
+	}
+	return j
+}
+
+// decodeResult decodes a stored result as far as it can: JSON text; else
+// a Temporal failure (for a stored error) or Temporal payloads (what
+// activity.PayloadCodec stores); else raw bytes. It returns nil for an
+// empty result.
+func decodeResult(r *store.Record) *resultJSON {
+	b := r.Result
+	if len(b) == 0 {
+		return nil
+	}
+	if json.Valid(b) {
+		return &resultJSON{Format: "json", Value: json.RawMessage(b)}
+	}
+	if r.ResultKind == store.ResultError {
+		if v := decodeFailure(b); v != nil {
+			return v
+		}
+	}
+	if v := decodePayloads(b); v != nil {
+		return v
+	}
+	return &resultJSON{Format: "base64", Base64: base64.StdEncoding.EncodeToString(b)}
+}
+
+// decodePayloads reads b as *commonpb.Payloads in protobuf binary form, as
+// activity.PayloadCodec stores results. It accepts b only if it parses
+// with no unknown fields and every payload carries an "encoding" in its
+// metadata, as the SDK's converters write, so that arbitrary bytes are not
+// mistaken for payloads.
+func decodePayloads(b []byte) *resultJSON {
+	p := &commonpb.Payloads{}
+	if err := (proto.UnmarshalOptions{DiscardUnknown: false}).Unmarshal(b, p); err != nil || len(p.Payloads) == 0 {
+		return nil
+	}
+	if len(p.ProtoReflect().GetUnknown()) > 0 {
+		return nil
+	}
+	out := &resultJSON{Format: "temporal-payloads"}
+	for _, pl := range p.Payloads {
+		if len(pl.ProtoReflect().GetUnknown()) > 0 {
+			return nil
+		}
+		enc, ok := pl.Metadata["encoding"]
+		if !ok || len(enc) == 0 {
+			return nil
+		}
+		pj := payloadJSON{Metadata: make(map[string]string, len(pl.Metadata)), Size: len(pl.Data)}
+		for k, v := range pl.Metadata {
+			if utf8.Valid(v) {
+				pj.Metadata[k] = string(v)
+			} else {
+				pj.Metadata[k] = "base64:" + base64.StdEncoding.EncodeToString(v)
+			}
+		}
+		if string(enc) == "json/plain" && json.Valid(pl.Data) {
+			pj.Value = json.RawMessage(pl.Data)
+		} else {
+			pj.Base64 = base64.StdEncoding.EncodeToString(pl.Data)
+		}
+		out.Payloads = append(out.Payloads, pj)
+	}
+	return out
+}
+
+// decodeFailure reads b as a Temporal failure in protobuf binary form, as
+// the activity guard stores definite errors.
+func decodeFailure(b []byte) *resultJSON {
+	f := &failurepb.Failure{}
+	if err := proto.Unmarshal(b, f); err != nil || len(f.ProtoReflect().GetUnknown()) > 0 {
+		return nil
+	}
+	if f.Message == "" && f.FailureInfo == nil {
+		return nil
+	}
+	j, err := protojson.Marshal(f)
+	if err != nil {
+		return nil
+	}
+	var c bytes.Buffer
+	if json.Compact(&c, j) != nil {
+		return nil
+	}
+	return &resultJSON{Format: "temporal-failure", Value: json.RawMessage(c.Bytes())}
+}
+
+// Human output.
+
+// fmtDur writes d (≥ 0) in its two largest units: "3d4h", "4h5m", "5m6s",
+// "6s", "250ms".
+func fmtDur(d time.Duration) string {
+	if d < 0 {
+		d = -d
+	}
+	if d < time.Second {
+		return fmt.Sprintf("%dms", d.Milliseconds())
+	}
+	d = d.Truncate(time.Second)
+	units := []struct {
+		n    time.Duration
+		name string
+	}{{24 * time.Hour, "d"}, {time.Hour, "h"}, {time.Minute, "m"}, {time.Second, "s"}}
+	var b strings.Builder
+	parts := 0
+	for _, u := range units {
+		if parts == 2 {
+			break
+		}
+		if n := d / u.n; n > 0 || parts > 0 {
+			if n > 0 {
+				fmt.Fprintf(&b, "%d%s", n, u.name)
+			}
+			d -= n * u.n
+			parts++
+		}
+	}
+	return b.String()
+}
+
+// until says how far t is from now: "in 5m6s" or "5m6s ago".
+func until(t, now time.Time) string {
+	if d := t.Sub(now); d >= 0 {
+		return "in " + fmtDur(d)
+	}
+	return fmtDur(now.Sub(t)) + " ago"
+}
+
+func fmtTime(t time.Time) string { return t.UTC().Format(time.RFC3339) }
+
+// leaseCell is the LEASE column of list: "in 5m6s", "lapsed 5m6s", or
+// "-" for none.
+func leaseCell(r *store.Record, now time.Time) string {
+	switch {
+	case r.LeaseExpiresAt.IsZero() || r.Status != store.StatusInProgress:
+		return "-"
+	case r.LeaseExpiresAt.After(now):
+		return "in " + fmtDur(r.LeaseExpiresAt.Sub(now))
+	}
+	return "lapsed " + fmtDur(now.Sub(r.LeaseExpiresAt))
+}
+
+// expiresCell is the EXPIRES column of list: "in 23h59m" or "expired 5m".
+func expiresCell(r *store.Record, now time.Time) string {
+	if r.ExpiresAt.After(now) {
+		return "in " + fmtDur(r.ExpiresAt.Sub(now))
+	}
+	return "expired " + fmtDur(now.Sub(r.ExpiresAt))
+}
+
+// fmtSize writes n bytes as "21B", "1.2KiB", "3.4MiB".
+func fmtSize(n int) string {
+	switch {
+	case n < 1<<10:
+		return fmt.Sprintf("%dB", n)
+	case n < 1<<20:
+		return fmt.Sprintf("%.1fKiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%.1fMiB", float64(n)/(1<<20))
+}
+
+func resultCell(r *store.Record) string {
+	if r.Status != store.StatusCompleted {
+		return "-"
+	}
+	if r.ResultKind == store.ResultUnavailable {
+		return "unavailable"
+	}
+	return r.ResultKind.String() + " " + fmtSize(len(r.Result))
+}
+
+// The columns of list's table. The key comes last, so every other column
+// has a fixed width and pages line up without being buffered together.
+const listHeader = "STATUS      STATE    LEASE           EXPIRES         RESULT           TOKEN     KEY"
+
+func listRow(r *store.Record, now, at time.Time) string {
+	return fmt.Sprintf("%-10s  %-7s  %-14s  %-14s  %-15s  %-8s  %s",
+		r.Status, state(r, at), leaseCell(r, now), expiresCell(r, now), resultCell(r), shortToken(r.Token), r.Key)
+}
+
+// maxHumanResult is how much of a result get prints without --full.
+const maxHumanResult = 64 << 10
+
+// printRecord writes r for a person: one labelled line per field, then the
+// result.
+func printRecord(w io.Writer, r *store.Record, now, at time.Time, full bool) {
+	row := func(label, format string, args ...any) {
+		fmt.Fprintf(w, "%-13s %s\n", label, fmt.Sprintf(format, args...))
+	}
+	row("key", "%s", r.Key)
+	st := state(r, at)
+	switch {
+	case st == stateStuck:
+		row("status", "%s (stuck: the lease lapsed and no one holds the claim)", r.Status)
+	default:
+		row("status", "%s (%s)", r.Status, st)
+	}
+	switch {
+	case r.Status != store.StatusInProgress:
+		row("lease ends", "-")
+	case r.LeaseExpiresAt.IsZero():
+		row("lease ends", "never: the claim holds until the record expires")
+	default:
+		row("lease ends", "%s (%s)", fmtTime(r.LeaseExpiresAt), until(r.LeaseExpiresAt, now))
+	}
+	row("expires", "%s (%s)", fmtTime(r.ExpiresAt), until(r.ExpiresAt, now))
+	if r.PayloadHash == "" {
+		row("payload hash", "- (no payload validation)")
+	} else {
+		row("payload hash", "%s", r.PayloadHash)
+	}
+	if r.Token == "" {
+		row("token", "- (none: written by another library)")
+	} else {
+		row("token", "%s…", shortToken(r.Token))
+	}
+	if r.Status != store.StatusCompleted {
+		row("result", "- (in progress)")
+		return
+	}
+	row("result kind", "%s", r.ResultKind)
+	row("result size", "%d bytes", len(r.Result))
+	res := decodeResult(r)
+	if res == nil {
+		if r.ResultKind == store.ResultUnavailable {
+			row("result", "- (the result was too large or could not be encoded; replays fail with guard.ErrResultUnavailable)")
+		} else {
+			row("result", "- (empty)")
+		}
+		return
+	}
+	var body bytes.Buffer
+	switch res.Format {
+	case "json":
+		row("result", "JSON")
+		writeJSON(&body, res.Value, "  ")
+	case "temporal-failure":
+		row("result", "Temporal failure")
+		writeJSON(&body, res.Value, "  ")
+	case "temporal-payloads":
+		row("result", "Temporal payloads (%d)", len(res.Payloads))
+		for i, p := range res.Payloads {
+			fmt.Fprintf(&body, "  payload %d: %s, %d bytes\n", i, metadataString(p.Metadata), p.Size)
+			if p.Value != nil {
+				writeJSON(&body, p.Value, "    ")
+			} else {
+				writeBase64(&body, p.Base64, "    ")
+			}
+		}
+	default:
+		row("result", "base64 (not JSON, not Temporal payloads)")
+		writeBase64(&body, res.Base64, "  ")
+	}
+	if !full && body.Len() > maxHumanResult {
+		w.Write(body.Bytes()[:maxHumanResult])
+		fmt.Fprintf(w, "\n  … %d more bytes; --full prints all of it, --json gives it whole\n", body.Len()-maxHumanResult)
+		return
+	}
+	w.Write(body.Bytes())
+}
+
+// metadataString writes payload metadata as "encoding=json/plain, k=v",
+// encoding first.
+func metadataString(m map[string]string) string {
+	parts := []string{"encoding=" + m["encoding"]}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		if k != "encoding" {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		parts = append(parts, k+"="+m[k])
+	}
+	return strings.Join(parts, ", ")
+}
+
+// writeJSON writes v indented, each line prefixed.
+func writeJSON(w *bytes.Buffer, v json.RawMessage, prefix string) {
+	var out bytes.Buffer
+	if err := json.Indent(&out, v, prefix, "  "); err != nil {
+		out.Reset()
+		out.Write(v)
+	}
+	w.WriteString(prefix)
+	w.Write(out.Bytes())
+	w.WriteByte('\n')
+}
+
+// writeBase64 writes s in lines of 76 characters, each prefixed.
+func writeBase64(w *bytes.Buffer, s, prefix string) {
+	for len(s) > 0 {
+		n := min(76, len(s))
+		w.WriteString(prefix + s[:n] + "\n")
+		s = s[n:]
+	}
+}
