@@ -298,7 +298,14 @@ func (g *Guard) completeTx(ctx context.Context, c *config, claim *store.Record, 
 		case gerr == nil && rec.Token == claim.Token && rec.Status == store.StatusCompleted:
 			return rec, nil // committed; only the answer was lost
 		case gerr == nil && rec.Token == claim.Token:
-			g.release(ctx, claim)
+			// Still held: the commit did not land yet, or not at all. The
+			// release deletes only a claim in progress; if it finds none,
+			// the commit landed while it waited, and the record says so.
+			if errors.Is(g.release(ctx, claim), store.ErrTokenMismatch) {
+				if rec, gerr := g.store.Get(sctx, claim.Key); gerr == nil && rec.Token == claim.Token && rec.Status == store.StatusCompleted {
+					return rec, nil
+				}
+			}
 			return nil, &StoreError{Op: "commit", Key: claim.Key, Err: cerr}
 		case gerr != nil && !errors.Is(gerr, store.ErrNotFound):
 			return nil, &notRecordedError{key: claim.Key, err: errors.Join(cerr, gerr)}
@@ -340,9 +347,10 @@ func (e *notRecordedError) Error() string {
 }
 func (e *notRecordedError) Unwrap() []error { return []error{ErrNotRecorded, e.err} }
 
-// release deletes a claim so that the next call runs the function at once.
-// If it fails the claim lapses with its lease.
-func (g *Guard) release(ctx context.Context, claim *store.Record) {
+// release deletes a claim so that the next call runs the function at once,
+// and returns the store's answer. If it fails the claim lapses with its
+// lease; store.ErrTokenMismatch (taken over, or completed) is not logged.
+func (g *Guard) release(ctx context.Context, claim *store.Record) error {
 	ctx, span := g.child(ctx, telemetry.SpanRelease)
 	defer span.End()
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeCallTimeout)
@@ -354,6 +362,7 @@ func (g *Guard) release(ctx context.Context, claim *store.Record) {
 		recordError(span, err)
 		g.log(ctx, slog.LevelWarn, "idemguard: release failed; the key stays claimed until its lease lapses", claim.Key, slog.Any("error", err))
 	}
+	return err
 }
 
 // newToken returns a random fencing token: 128 bits, hex.

@@ -18,9 +18,9 @@
 // ErrConflict with a nil record and the caller tries again.
 //
 // [Store.Complete], [Store.Extend] and [Store.Release] are fenced: each is
-// conditional on the record existing under the caller's [Record.Token]. When
-// the record is absent or held under another token they change nothing and
-// return [ErrTokenMismatch].
+// conditional on the record existing under the caller's [Record.Token]
+// (Extend and Release, on its being in progress too). When it does not, they
+// change nothing and return [ErrTokenMismatch].
 //
 // # Time
 //
@@ -116,11 +116,14 @@ type Store interface {
 	// nothing otherwise.
 	Extend(ctx context.Context, key, token string, leaseExpiresAt, expiresAt time.Time) error
 
-	// Release deletes the record key if it is held under token, so that the
-	// next caller can acquire it at once. It returns [ErrTokenMismatch] and
-	// deletes nothing otherwise — also when a retried delete finds its own
-	// earlier attempt already succeeded, so callers treat ErrTokenMismatch
-	// from Release as harmless.
+	// Release deletes the record key if it is in progress under token, so
+	// that the next caller can acquire it at once. It returns
+	// [ErrTokenMismatch] and deletes nothing otherwise: also when the
+	// record is COMPLETED under token (an outcome is never given back,
+	// even by the claim that recorded it, whose completion may have landed
+	// unseen), and when a retried delete finds its own earlier attempt
+	// already succeeded, so callers treat ErrTokenMismatch from Release as
+	// harmless.
 	Release(ctx context.Context, key, token string) error
 
 	// Get returns the record stored under key, live or not, with a

@@ -195,7 +195,7 @@ func (s *Store) update(ctx context.Context, op, key string, i int, v *slotValues
 }
 
 // Release implements [store.Store] with one DeleteItem conditional on the
-// token.
+// token and the in-progress status.
 func (s *Store) Release(ctx context.Context, key, token string) error {
 	const op = "Release"
 	if err := ctx.Err(); err != nil {
@@ -207,7 +207,7 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 		Key:                       s.cfg.keyItem(key),
 		ConditionExpression:       x.cond,
 		ExpressionAttributeNames:  x.names,
-		ExpressionAttributeValues: x.fill(&slotValues{slotToken: strAttr(token)}),
+		ExpressionAttributeValues: x.fill(&slotValues{slotToken: strAttr(token), slotInProgress: inProgressAttr()}),
 	}, s.optFns...)
 	return s.wrapWriteErr(op, key, err)
 }

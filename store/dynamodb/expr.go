@@ -204,7 +204,7 @@ func (c *config) exprBuilder(i int, v *slotValues) expression.Builder {
 	case exprAcquire:
 		return c.acquireExpr(v)
 	case exprRelease:
-		return c.releaseExpr(v[slotToken])
+		return c.releaseExpr(v[slotToken], v[slotInProgress])
 	case exprExtend:
 		return c.extendExpr(v[slotExpiry], nil, v[slotToken], v[slotInProgress])
 	case exprExtendLease:
@@ -262,9 +262,11 @@ func (c *config) extendExpr(expiry, lease, token, inProgress types.AttributeValu
 	return expression.NewBuilder().WithCondition(cond).WithUpdate(upd)
 }
 
-// releaseExpr is Release's condition.
-func (c *config) releaseExpr(token types.AttributeValue) expression.Builder {
-	return expression.NewBuilder().WithCondition(name(c.tokenAttr).Equal(value(token)))
+// releaseExpr is Release's condition: held under token, and in progress.
+func (c *config) releaseExpr(token, inProgress types.AttributeValue) expression.Builder {
+	cond := name(c.tokenAttr).Equal(value(token)).
+		And(name(c.statusAttr).Equal(value(inProgress)))
+	return expression.NewBuilder().WithCondition(cond)
 }
 
 func inProgressAttr() types.AttributeValue { return strAttr(store.StatusInProgress.String()) }

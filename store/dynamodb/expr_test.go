@@ -109,7 +109,9 @@ func legacyExtend(c *config, token string, leaseExpiresAt, expiresAt time.Time) 
 }
 
 func legacyRelease(c *config, token string) (expression.Expression, error) {
-	return expression.NewBuilder().WithCondition(name(c.tokenAttr).Equal(value(strAttr(token)))).Build()
+	cond := name(c.tokenAttr).Equal(value(strAttr(token))).
+		And(name(c.statusAttr).Equal(value(strAttr(store.StatusInProgress.String()))))
+	return expression.NewBuilder().WithCondition(cond).Build()
 }
 
 // sameExpr checks that a request carries exactly the expressions, names

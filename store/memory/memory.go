@@ -86,7 +86,7 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if old, ok := s.records[key]; !ok || old.Token != token {
+	if old, ok := s.records[key]; !ok || old.Token != token || old.Status != store.StatusInProgress {
 		return store.ErrTokenMismatch
 	}
 	delete(s.records, key)

@@ -105,9 +105,12 @@ redis.call('PEXPIREAT', KEYS[1], ARGV[2])
 return 1
 `
 
-// releaseScript deletes the record KEYS[1] if it is held under ARGV[1]. It
-// returns 1 when it deleted, 0 otherwise.
+// releaseScript deletes the record KEYS[1] if it is in progress under
+// ARGV[1]. It returns 1 when it deleted, 0 otherwise.
 const releaseLua = heldPrelude + `
+if redis.call('HGET', KEYS[1], 'status') ~= 'INPROGRESS' then
+  return 0
+end
 redis.call('DEL', KEYS[1])
 return 1
 `

@@ -198,12 +198,13 @@ func TestScriptCacheFlushed(t *testing.T) {
 	}{
 		{"Acquire", func() error { _, err := f.s.Acquire(f.ctx, rec, f.t0); return err }},
 		{"Extend", func() error { return f.s.Extend(f.ctx, rec.Key, rec.Token, f.t0.Add(time.Minute), f.t0.Add(time.Hour)) }},
+		{"Release", func() error { return f.s.Release(f.ctx, rec.Key, rec.Token) }}, // a claim in progress
+		{"Acquire again", func() error { _, err := f.s.Acquire(f.ctx, rec, f.t0); return err }},
 		{"Complete", func() error {
 			done := *rec
 			done.Result = []byte(`"ok"`)
 			return f.s.Complete(f.ctx, &done)
 		}},
-		{"Release", func() error { return f.s.Release(f.ctx, rec.Key, rec.Token) }},
 	} {
 		if err := f.client.ScriptFlush(f.ctx).Err(); err != nil {
 			t.Fatal(err)

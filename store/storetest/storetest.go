@@ -69,6 +69,7 @@ func Run(t *testing.T, newStore MakeStore, opts ...Option) {
 		{"CompleteFenced", testCompleteFenced},
 		{"ExtendFenced", testExtendFenced},
 		{"ReleaseFenced", testReleaseFenced},
+		{"ReleaseLeavesCompleted", testReleaseLeavesCompleted},
 		{"ResultRoundTrip", testResultRoundTrip},
 		{"ResultKinds", testResultKinds},
 		{"NotFound", testNotFound},
@@ -628,5 +629,22 @@ func testInProgressUnderSameToken(t *testing.T, h *harness) {
 	}
 	if d := sameRecord(h.mustGet(t, rec.Key), rec); d != "" {
 		t.Errorf("the repeated claim changed the record: %s", d)
+	}
+}
+
+// Release deletes only a claim in progress: a completed record is an
+// outcome that must be replayed, even under the token that completed it.
+// A holder that releases after its completion landed unseen (a commit
+// whose answer was lost, a retried write) must not delete it, or the next
+// call would run the function again.
+func testReleaseLeavesCompleted(t *testing.T, h *harness) {
+	rec := h.claim("scope#release-completed", time.Minute)
+	h.mustAcquire(t, rec, h.t0)
+	done := h.mustComplete(t, rec, []byte(`"charged"`))
+	if err := h.s.Release(h.ctx, rec.Key, rec.Token); !errors.Is(err, store.ErrTokenMismatch) {
+		t.Errorf("Release of a completed record under its token = %v, want ErrTokenMismatch", err)
+	}
+	if d := sameRecord(h.mustGet(t, rec.Key), done); d != "" {
+		t.Errorf("Release changed the completed record: %s", d)
 	}
 }
