@@ -433,21 +433,36 @@ func missingCanonical(b []byte) bool {
 	return false
 }
 
-// keyString returns "<scope>#<hash of sel>".
+// keyString returns "<scope>#<hash of sel>", in one allocation.
 func (g *Guard) keyString(scope string, sel []byte) string {
-	return scope + "#" + g.hashHex(sel)
+	var hx [2 * sha256.Size]byte
+	var b strings.Builder
+	b.Grow(len(scope) + 1 + len(hx))
+	b.WriteString(scope)
+	b.WriteByte('#')
+	b.Write(g.hash(&hx, sel))
+	return b.String()
 }
 
-// hashHex returns the lowercase hex SHA-256 of b, or its HMAC-SHA-256 under
-// the guard's key secret.
+// hashHex returns the hash of b as a string.
 func (g *Guard) hashHex(b []byte) string {
+	var hx [2 * sha256.Size]byte
+	return string(g.hash(&hx, b))
+}
+
+// hash writes into hx and returns the lowercase hex SHA-256 of b, or its
+// HMAC-SHA-256 under the guard's key secret.
+func (g *Guard) hash(hx *[2 * sha256.Size]byte, b []byte) []byte {
+	var sum [sha256.Size]byte
 	if g.secret == nil {
-		sum := sha256.Sum256(b)
-		return hex.EncodeToString(sum[:])
+		sum = sha256.Sum256(b)
+	} else {
+		m := hmac.New(sha256.New, g.secret)
+		m.Write(b)
+		m.Sum(sum[:0])
 	}
-	m := hmac.New(sha256.New, g.secret)
-	m.Write(b)
-	return hex.EncodeToString(m.Sum(nil))
+	hex.Encode(hx[:], sum[:])
+	return hx[:]
 }
 
 // missing reports whether a selection identifies nothing: null, an empty

@@ -368,8 +368,10 @@ func (g *Guard) release(ctx context.Context, claim *store.Record) error {
 // newToken returns a random fencing token: 128 bits, hex.
 func newToken() string {
 	var b [16]byte
+	var h [32]byte
 	rand.Read(b[:])
-	return hex.EncodeToString(b[:])
+	hex.Encode(h[:], b[:])
+	return string(h[:])
 }
 
 // sleep pauses for d on clock, or until ctx is done.
