@@ -9,14 +9,10 @@ import (
 )
 
 // Concurrent calls with the same key and payload in one process share one
-// execution: the first (the leader) runs the protocol, the others
-// (followers) wait for its outcome instead of going to the store. Each
-// follower keeps its own mode: in Reject mode it returns ErrInProgress as
-// soon as the leader runs the function or finds the key held elsewhere; in
-// Wait mode it waits for the leader's outcome, and when the leader did not
-// get one it may replay (the leader failed and released the key, or gave up
-// waiting for another holder), it goes to the store itself, as a waiter in
-// another process would.
+// execution: the leader runs the protocol, the followers wait for its
+// outcome. Each keeps its own mode: in Reject mode it gets ErrInProgress as
+// soon as the leader runs or finds the key held; in Wait mode, when the
+// leader got no outcome it may replay, it goes to the store itself.
 
 // flight is a call in progress in this process.
 type flight struct {

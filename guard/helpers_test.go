@@ -157,13 +157,3 @@ func (m *memoryStore) each(f func(store.Record)) {
 		}
 	}
 }
-
-// guardOpts turns call options into options for guard.New, which takes
-// them as the guard's defaults.
-func guardOpts(cs ...guard.CallOption) []guard.Option {
-	out := make([]guard.Option, len(cs))
-	for i, c := range cs {
-		out[i] = c
-	}
-	return out
-}
