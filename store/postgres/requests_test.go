@@ -156,7 +156,7 @@ func TestAcquireOneNetworkRoundTrip(t *testing.T) {
 	}
 }
 
-// The guard's round-trip floor on PostgreSQL (DESIGN.md): first call 2,
+// The guard's round-trip floor on PostgreSQL (docs/architecture.md): first call 2,
 // replay 1, replay from the local cache 0, 1,000 concurrent duplicates in
 // one process 2, a batch of completed items 1.
 

@@ -71,7 +71,7 @@ func TestRequestCounts(t *testing.T) {
 	})
 }
 
-// These tests hold the guard to DESIGN.md's round-trip floor on a real
+// These tests hold the guard to its round-trip floor (docs/architecture.md) on a real
 // redis-server: first call 2; replay 1; replay with the local cache 0;
 // 1,000 concurrent duplicates in one process 2; a batch of 100 completed
 // items 1.
