@@ -295,9 +295,12 @@ func lead[T any](ctx context.Context, g *Guard, c *config, d derived, fkey strin
 		}
 		var rec *store.Record
 		switch {
-		case tx != nil:
-			// Nothing committed: fn's writes roll back with the claim's.
-			_ = tx.Rollback(context.WithoutCancel(ctx))
+		case tr != nil:
+			// fn's writes roll back with the transaction (or committed
+			// with the completion, which Release leaves alone).
+			if tx != nil {
+				_ = tx.Rollback(context.WithoutCancel(ctx))
+			}
 			g.release(ctx, claim)
 		case returned:
 			// The side effect happened: never run it again.

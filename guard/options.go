@@ -65,35 +65,27 @@ func (m Mode) String() string {
 	return "reject"
 }
 
-// Options come in three scopes, each its own type, so that an option
-// passed where it has no effect does not compile:
-//
-//   - an [Option] configures the whole guard and is accepted by [New] only:
-//     [WithCache], [WithClock], [WithClockSkew], [WithKeySecret],
-//     [WithTracerProvider], [WithMeterProvider], [WithLogger];
-//   - a [CallOption] configures guarded calls: given to [New] it is the
-//     default for every call, given to [Do], [Execute], [Wrap], [DoBatch]
-//     or the claim API it applies to that call;
-//   - a [BatchOption] configures [DoBatch] only: [WithConcurrency],
-//     [WithItemKey], [WithStopOnError], [WithResume], [WithItemDone].
-//
-// Two call options name one call and are refused by New with
-// [ErrInvalidOption]: [WithKey] (and by DoBatch, which has
-// [WithItemKey]) and [WithClaimToken].
-
-// Option configures a [Guard] in [New].
+// Option configures a [Guard] in [New]: [WithCache], [WithClock],
+// [WithClockSkew], [WithKeySecret], [WithTracerProvider],
+// [WithMeterProvider] and [WithLogger] apply to the whole guard, and a
+// [CallOption] sets the default for its calls. Options have one type per
+// scope, so that one passed where it has no effect does not compile.
 type Option interface{ applyGuard(*settings) }
 
-// CallOption configures guarded calls. Every CallOption is also an
-// [Option], setting the default for every call of the guard, and a
-// [BatchOption], applying to every item of a batch.
+// CallOption configures guarded calls ([Do], [Execute], [Wrap], [DoTx],
+// [Step], the claim API). Every CallOption is also an [Option], setting
+// the default for every call of the guard, and a [BatchOption], applying
+// to every item of a batch. [WithKey] and [WithClaimToken] name one call:
+// [New] refuses them with [ErrInvalidOption], and [DoBatch] refuses WithKey.
 type CallOption interface {
 	Option
 	BatchOption
 	applyCall(*config)
 }
 
-// BatchOption configures a batch run by [DoBatch].
+// BatchOption configures a batch run by [DoBatch]: every [CallOption], and
+// [WithConcurrency], [WithItemKey], [WithStopOnError], [WithResume] and
+// [WithItemDone].
 type BatchOption interface{ applyBatch(*batchConfig) }
 
 // guardOption is an [Option] for the whole guard.

@@ -1,0 +1,82 @@
+package guard_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/store"
+	"github.com/idemguard/idemguard/store/memory"
+)
+
+// txStore is a memory store whose transactions hold the completion until
+// they commit, as a database's would.
+type txStore struct{ *memory.Store }
+
+func (s txStore) Begin(context.Context) (store.Tx, error) { return &fakeTx{s: s.Store}, nil }
+
+type fakeTx struct {
+	s          *memory.Store
+	pending    *store.Record
+	rolledBack bool
+}
+
+func (t *fakeTx) Complete(ctx context.Context, rec *store.Record) error {
+	old, err := t.s.Get(ctx, rec.Key)
+	if err != nil || old.Token != rec.Token || old.Status != store.StatusInProgress {
+		return store.ErrTokenMismatch
+	}
+	t.pending = rec
+	return nil
+}
+
+func (t *fakeTx) Commit(ctx context.Context) error {
+	if t.pending == nil {
+		return nil
+	}
+	return t.s.Complete(ctx, t.pending)
+}
+
+func (t *fakeTx) Rollback(context.Context) error { t.rolledBack = true; return nil }
+
+// DoTx commits the completion with the function's transaction; a panic
+// after the function returned an error, with its transaction rolled back,
+// releases the key: nothing committed, so a retry must run again.
+func TestDoTx(t *testing.T) {
+	s := txStore{memory.New()}
+	g := mustGuard(t, s)
+	var txs []*fakeTx
+	fn := func(_ context.Context, tx store.Tx) (int, error) {
+		txs = append(txs, tx.(*fakeTx))
+		return 7, nil
+	}
+	if v, err := guard.DoTx(ctx, g, "move", "t-1", fn); err != nil || v != 7 || len(txs) != 1 {
+		t.Fatalf("DoTx = %d, %v after %d transactions", v, err, len(txs))
+	}
+	if v, err := guard.DoTx(ctx, g, "move", "t-1", fn); err != nil || v != 7 || len(txs) != 1 {
+		t.Errorf("replay = %d, %v; %d transactions, want no second one", v, err, len(txs))
+	}
+
+	boom := func(error) bool { panic("predicate exploded") }
+	failing := func(_ context.Context, tx store.Tx) (int, error) {
+		txs = append(txs, tx.(*fakeTx))
+		return 0, errors.New("insufficient funds")
+	}
+	if r := recoverPanic(func() { guard.DoTx(ctx, g, "move", "t-2", failing, guard.WithDefiniteErrors(boom)) }); r == nil {
+		t.Fatal("the predicate's panic did not reach the caller")
+	}
+	if !txs[len(txs)-1].rolledBack {
+		t.Error("the failed call's transaction was not rolled back")
+	}
+	if n := s.Len(); n != 1 {
+		t.Errorf("%d records; want the first call's only: the failed call's key is released, not completed", n)
+	}
+	if _, err := guard.DoTx(ctx, g, "move", "t-2", fn); err != nil {
+		t.Errorf("retry after the rolled-back call: %v", err)
+	}
+
+	if _, err := guard.DoTx(ctx, mustGuard(t, memory.New()), "move", "t-3", fn); !errors.Is(err, guard.ErrInvalidOption) {
+		t.Errorf("DoTx on a store without transactions = %v, want ErrInvalidOption", err)
+	}
+}
