@@ -2,19 +2,60 @@ package grpcguard_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"regexp"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/idemguard/idemguard/grpcguard"
+	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/teststores"
+	"github.com/idemguard/idemguard/store"
+	"github.com/idemguard/idemguard/store/dynamodb/dynamodbtest"
 	"github.com/idemguard/idemguard/store/memory"
 )
+
+// With WithCodePolicy(StoreAllErrors) every error is the answer: a server
+// failure, which releases the key by default (TestErrorPolicy), is stored
+// and replayed with its code and message, and the handler runs once.
+func TestStoreAllErrors(t *testing.T) {
+	for c := codes.OK; c <= codes.Unauthenticated; c++ {
+		if !grpcguard.StoreAllErrors(c) {
+			t.Errorf("StoreAllErrors(%v) = false", c)
+		}
+	}
+	eachStore(t, func(t *testing.T, s store.Store, _ *dynamodbtest.Counter) {
+		p := &payments{fail: func(run int64, _ string) error {
+			return status.Errorf(codes.Unavailable, "downstream timeout on run %d", run)
+		}}
+		conn := start(t, newGuard(t, s), p, grpcguard.WithCodePolicy(grpcguard.StoreAllErrors))
+		r1 := charge(t, conn, "key-all", "x")
+		r2 := charge(t, conn, "key-all", "x")
+		if statusOf(r1) != "executed" || statusOf(r2) != "replayed" {
+			t.Errorf("statuses %q, %q; want executed, replayed", statusOf(r1), statusOf(r2))
+		}
+		s1, s2 := status.Convert(r1.err), status.Convert(r2.err)
+		if s1.Code() != codes.Unavailable || s2.Code() != codes.Unavailable || s2.Message() != "downstream timeout on run 1" {
+			t.Errorf("errors %v and %v, want the first run's Unavailable twice", r1.err, r2.err)
+		}
+		if len(r2.trailer.Get(grpcguard.ExpiresMetadata)) != 1 {
+			t.Errorf("replayed error without an expiry in its trailer: %v", r2.trailer)
+		}
+		if got := p.runs.Load(); got != 1 {
+			t.Errorf("handler ran %d times, want 1", got)
+		}
+	})
+}
 
 // WithSkip passes the calls its predicate names through unguarded: here
 // the calls to Charge that carry x-internal. The predicate gets the call's
@@ -109,5 +150,103 @@ func TestStrictKey(t *testing.T) {
 	}
 	if got := p.runs.Load(); got != 1 {
 		t.Errorf("handler ran %d times, want 1", got)
+	}
+}
+
+// WithFingerprint decides which calls under one key are the same one.
+// Here it is the method and the request's amount (before ";"): another
+// note replays, another amount fails with FailedPrecondition. A
+// fingerprint that fails fails the call with Internal before the handler
+// runs.
+func TestFingerprint(t *testing.T) {
+	eachStore(t, func(t *testing.T, s store.Store, _ *dynamodbtest.Counter) {
+		var mu sync.Mutex
+		var seen []string // "method request" of each call fingerprinted; protected by mu
+		byAmount := func(fullMethod string, req any) (string, error) {
+			v := req.(*wrapperspb.StringValue).GetValue()
+			mu.Lock()
+			seen = append(seen, fullMethod+" "+v)
+			mu.Unlock()
+			amount, _, _ := strings.Cut(v, ";")
+			return fullMethod + " " + amount, nil
+		}
+		p := &payments{}
+		conn := start(t, newGuard(t, s), p, grpcguard.WithFingerprint(byAmount))
+		first := charge(t, conn, "key-fp", "100 EUR;web")
+		again := charge(t, conn, "key-fp", "100 EUR;phone")
+		if first.err != nil || first.value != "charge 1: 100 EUR;web" || statusOf(again) != "replayed" || again.value != first.value {
+			t.Errorf("another note: %q %v, then %q %v %q; want the first run replayed", first.value, first.err, again.value, again.err, statusOf(again))
+		}
+		wantRefusal(t, charge(t, conn, "key-fp", "999 EUR;web").err, codes.FailedPrecondition, grpcguard.ReasonKeyReused)
+		if got := p.runs.Load(); got != 1 {
+			t.Errorf("handler ran %d times, want 1", got)
+		}
+		mu.Lock()
+		want := []string{chargeMethod + " 100 EUR;web", chargeMethod + " 100 EUR;phone", chargeMethod + " 999 EUR;web"}
+		if !slices.Equal(seen, want) {
+			t.Errorf("the fingerprint saw %q, want %q", seen, want)
+		}
+		mu.Unlock()
+
+		broken := start(t, newGuard(t, s), p, grpcguard.WithFingerprint(func(string, any) (string, error) {
+			return "", errors.New("no amount")
+		}))
+		if r := charge(t, broken, "key-fp-err", "x"); status.Code(r.err) != codes.Internal || !strings.Contains(status.Convert(r.err).Message(), "no amount") {
+			t.Errorf("failing fingerprint: %v, want Internal with its error", r.err)
+		}
+		if got := p.runs.Load(); got != 1 {
+			t.Errorf("handler ran %d times after a failing fingerprint, want 1", got)
+		}
+	})
+}
+
+// WithFingerprint(nil) turns the fingerprint off: a key reused with
+// another request replays the first response.
+func TestFingerprintOff(t *testing.T) {
+	eachStore(t, func(t *testing.T, s store.Store, _ *dynamodbtest.Counter) {
+		p := &payments{}
+		conn := start(t, newGuard(t, s), p, grpcguard.WithFingerprint(nil))
+		first := charge(t, conn, "key-nofp", "100 EUR")
+		other := charge(t, conn, "key-nofp", "999 EUR")
+		if first.err != nil || other.err != nil || statusOf(other) != "replayed" || other.value != "charge 1: 100 EUR" {
+			t.Errorf("another request: %q %v %q, want the first response replayed", other.value, other.err, statusOf(other))
+		}
+		if got := p.runs.Load(); got != 1 {
+			t.Errorf("handler ran %d times, want 1", got)
+		}
+	})
+}
+
+// unrecorded is a store whose completions fail: the handler runs, and its
+// response cannot be recorded.
+type unrecorded struct{ store.Store }
+
+func (unrecorded) Complete(context.Context, *store.Record) error {
+	return errors.New("connection reset by peer")
+}
+
+// WithLogger: a response the handler returned but the store could not
+// record is returned as it is, without status metadata, and the
+// interceptor logs it at level Error on its logger, with the method and
+// the error.
+func TestLogger(t *testing.T) {
+	var logs teststores.Logs
+	p := &payments{}
+	// A 1 s lease: the guard retries the completion while the lease holds.
+	g := newGuard(t, unrecorded{memory.New()}, guard.WithLogger(slog.New(slog.DiscardHandler)))
+	conn := start(t, g, p, grpcguard.WithLease(time.Second), grpcguard.WithLogger(logs.Logger()))
+	r := charge(t, conn, "key-log", "x")
+	if r.err != nil || r.value != "charge 1: x" || statusOf(r) != "" {
+		t.Errorf("call: %q %v, status %q; want the handler's response without status metadata", r.value, r.err, statusOf(r))
+	}
+	recs := logs.Records(t)
+	if len(recs) != 1 {
+		t.Fatalf("the interceptor logged %d records, want 1: %v", len(recs), recs)
+	}
+	rec := recs[0]
+	msg, _ := rec["msg"].(string)
+	errText, _ := rec["error"].(string)
+	if rec["level"] != "ERROR" || !strings.Contains(msg, "not recorded") || rec["method"] != chargeMethod || !strings.Contains(errText, "connection reset by peer") {
+		t.Errorf("log record %v: want level ERROR, a message that says the response was not recorded, method %s and the store's error", rec, chargeMethod)
 	}
 }
