@@ -2,19 +2,28 @@ package workflow_test
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"fmt"
+	"log/slog"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	commonpb "go.temporal.io/api/common/v1"
+	tactivity "go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
+	tworkflow "go.temporal.io/sdk/workflow"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/idemguard/idemguard/activity"
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/temporaltest"
+	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/store/memory"
 	"github.com/idemguard/idemguard/workflow"
 )
@@ -109,5 +118,68 @@ func TestDataConverterEncodesStoredResult(t *testing.T) {
 				t.Errorf("second workflow: %+v after %d shipments, want %+v after 1", second, ships.count("ship"), first)
 			}
 		})
+	}
+}
+
+// refusing is a store whose claims fail, as a store that is down does. It
+// notes the local activity attempt of each claim and the time its context
+// had left.
+type refusing struct {
+	store.Store
+	mu       sync.Mutex
+	attempts []int32         // protected by mu
+	budgets  []time.Duration // protected by mu
+}
+
+func (r *refusing) Acquire(ctx context.Context, _ *store.Record, _ time.Time) (*store.Record, error) {
+	var attempt int32
+	if tactivity.IsActivity(ctx) {
+		attempt = tactivity.GetInfo(ctx).Attempt
+	}
+	var budget time.Duration
+	if dl, ok := ctx.Deadline(); ok {
+		budget = time.Until(dl)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.attempts = append(r.attempts, attempt)
+	r.budgets = append(r.budgets, budget)
+	return nil, errors.New("connection refused")
+}
+
+// WithLocalActivityOptions sets the timeout and retry policy of the local
+// activities that claim the key: with a 2 s start-to-close timeout and 3
+// attempts, a claim the store refuses is tried 3 times, each with 2 s,
+// and the workflow then fails with the store error, well before the
+// default policy (30 s per attempt, retried for 10 minutes) would give up.
+func TestLocalActivityOptions(t *testing.T) {
+	c := temporaltest.Client(t, client.Options{})
+	st := &refusing{Store: memory.New()}
+	g, err := guard.New(st, guard.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ships ledger
+	tq := shipWorker(t, c, g, &ships, workflow.WithLocalActivityOptions(tworkflow.LocalActivityOptions{
+		StartToCloseTimeout: 2 * time.Second,
+		RetryPolicy:         &temporal.RetryPolicy{InitialInterval: 50 * time.Millisecond, BackoffCoefficient: 1, MaximumAttempts: 3},
+	}))
+	err = temporaltest.Run(t, c, tq, temporaltest.Name(t, "wf"), 15*time.Second, nil, "shipOrder", Order{OrderID: "o-la", Amount: 1})
+	var ae *temporal.ApplicationError
+	if !errors.As(err, &ae) || ae.Type() != activity.ErrorTypeStore {
+		t.Errorf("workflow error %v, want the claim's %s", err, activity.ErrorTypeStore)
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if !slices.Equal(st.attempts, []int32{1, 2, 3}) {
+		t.Errorf("the claim ran attempts %v, want [1 2 3]", st.attempts)
+	}
+	for i, b := range st.budgets {
+		if b <= time.Second || b > 2*time.Second {
+			t.Errorf("attempt %d had %v left, want the 2 s start-to-close timeout", i+1, b)
+		}
+	}
+	if n := ships.count("ship"); n != 0 {
+		t.Errorf("shipped %d times without a claim", n)
 	}
 }
