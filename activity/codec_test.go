@@ -25,47 +25,6 @@ import (
 	"github.com/idemguard/idemguard/store/dynamodb/dynamodbtest"
 )
 
-// xorCodec is a payload codec standing in for encryption: it replaces each
-// payload with its protobuf form XORed with a key byte, under its own
-// encoding, so no byte of the plaintext survives.
-type xorCodec struct{}
-
-const xorEncoding = "binary/idemguard-test-xor"
-
-func (xorCodec) Encode(ps []*commonpb.Payload) ([]*commonpb.Payload, error) {
-	out := make([]*commonpb.Payload, len(ps))
-	for i, p := range ps {
-		b, err := proto.Marshal(p)
-		if err != nil {
-			return nil, err
-		}
-		for j := range b {
-			b[j] ^= 0xA5
-		}
-		out[i] = &commonpb.Payload{Metadata: map[string][]byte{converter.MetadataEncoding: []byte(xorEncoding)}, Data: b}
-	}
-	return out, nil
-}
-
-func (xorCodec) Decode(ps []*commonpb.Payload) ([]*commonpb.Payload, error) {
-	out := make([]*commonpb.Payload, len(ps))
-	for i, p := range ps {
-		if string(p.GetMetadata()[converter.MetadataEncoding]) != xorEncoding {
-			out[i] = p
-			continue
-		}
-		b := bytes.Clone(p.Data)
-		for j := range b {
-			b[j] ^= 0xA5
-		}
-		out[i] = &commonpb.Payload{}
-		if err := proto.Unmarshal(b, out[i]); err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
-}
-
 // Acceptance 8: with a payload codec in the data converter, the result
 // stored in DynamoDB's data attribute is codec-encoded, and a replay to
 // another workflow decodes it. The control run without the codec finds the
@@ -74,7 +33,7 @@ func TestPayloadCodecAppliesToStoredResults(t *testing.T) {
 	var requests *dynamodbtest.Counter
 	ddb := dynamodbtest.NewClient(t, func(o *dynamodb.Options) { requests = dynamodbtest.CountRequests(o) })
 	const marker = "plaintext-marker-7f3a9c"
-	codecDC := converter.NewCodecDataConverter(converter.GetDefaultDataConverter(), xorCodec{})
+	codecDC := temporaltest.XORDataConverter()
 	for _, tc := range []struct {
 		name        string
 		dc          converter.DataConverter
@@ -168,7 +127,7 @@ func TestPayloadCodecAppliesToStoredResults(t *testing.T) {
 			if err := proto.Unmarshal(rec.Result, &p); err != nil || len(p.Payloads) != 1 {
 				t.Fatalf("stored data is not one Temporal payload: %v", err)
 			}
-			if enc := string(p.Payloads[0].Metadata[converter.MetadataEncoding]); (enc == xorEncoding) != (tc.dc != nil) {
+			if enc := string(p.Payloads[0].Metadata[converter.MetadataEncoding]); (enc == temporaltest.XOREncoding) != (tc.dc != nil) {
 				t.Errorf("stored payload encoding %q", enc)
 			}
 			var stored Receipt

@@ -86,6 +86,13 @@ type problem struct {
 // wantProblem checks that r is the problem named name with status.
 func wantProblem(t *testing.T, r result, status int, name string) problem {
 	t.Helper()
+	return wantProblemType(t, r, status, httpguard.DefaultProblemBase+name)
+}
+
+// wantProblemType checks that r is a problem with status whose "type" is
+// typ.
+func wantProblemType(t *testing.T, r result, status int, typ string) problem {
+	t.Helper()
 	if r.status != status {
 		t.Errorf("status %d, want %d (body %s)", r.status, status, r.body)
 	}
@@ -96,8 +103,8 @@ func wantProblem(t *testing.T, r result, status int, name string) problem {
 	if err := json.Unmarshal(r.body, &p); err != nil {
 		t.Fatalf("problem body %q: %v", r.body, err)
 	}
-	if want := httpguard.DefaultProblemBase + name; p.Type != want {
-		t.Errorf("problem type %q, want %q", p.Type, want)
+	if p.Type != typ {
+		t.Errorf("problem type %q, want %q", p.Type, typ)
 	}
 	if p.Status != status || p.Title == "" || p.Detail == "" {
 		t.Errorf("problem %+v: want status %d, a title and a detail", p, status)

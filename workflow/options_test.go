@@ -1,12 +1,29 @@
 package workflow_test
 
 import (
+	"bytes"
+	"context"
+	"errors"
 	"fmt"
+	"log/slog"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	commonpb "go.temporal.io/api/common/v1"
+	tactivity "go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
+	tworkflow "go.temporal.io/sdk/workflow"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/idemguard/idemguard/activity"
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/temporaltest"
+	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/store/memory"
 	"github.com/idemguard/idemguard/workflow"
 )
@@ -35,4 +52,134 @@ func TestGuardRefusesLeaseAndModeThroughGuardOptions(t *testing.T) {
 	}
 	// Other guard options are taken.
 	workflow.Guard(g, shipOrder, workflow.WithGuardOptions(guard.WithTTL(time.Hour), guard.WithPayloadValidation("@")))
+}
+
+// WithDataConverter: a guarded workflow's stored result is encoded by the
+// data converter given, so that its payload codec applies to the stored
+// record (the payload has the codec's encoding and none of the result's
+// plaintext), and a second workflow with the key decodes it back to the
+// first one's result. The control, without the option, stores the
+// plaintext, which shows the check can fail.
+func TestDataConverterEncodesStoredResult(t *testing.T) {
+	dc := temporaltest.XORDataConverter()
+	c := temporaltest.Client(t, client.Options{DataConverter: dc})
+	for _, tc := range []struct {
+		name    string
+		opts    []workflow.Option
+		encoded bool
+	}{
+		{"codec", []workflow.Option{workflow.WithDataConverter(dc)}, true},
+		{"control without the option", nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := memory.New()
+			g, err := guard.New(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ships ledger
+			tq := shipWorker(t, c, g, &ships, tc.opts...)
+			o := Order{OrderID: "o-dc", Amount: 12, Note: "web"}
+			var first Receipt
+			if err := temporaltest.Run(t, c, tq, temporaltest.Name(t, "a"), time.Minute, &first, "shipOrder", o); err != nil {
+				t.Fatalf("first workflow: %v", err)
+			}
+
+			key, _, err := g.Key("shipOrder", o, guard.WithKeyPath("order_id"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec, err := s.Get(t.Context(), key)
+			if err != nil {
+				t.Fatalf("the stored record: %v", err)
+			}
+			var p commonpb.Payloads
+			if err := proto.Unmarshal(rec.Result, &p); err != nil || len(p.Payloads) != 1 {
+				t.Fatalf("stored result is not one Temporal payload: %v", err)
+			}
+			enc := string(p.Payloads[0].GetMetadata()[converter.MetadataEncoding])
+			if (enc == temporaltest.XOREncoding) != tc.encoded {
+				t.Errorf("stored payload encoding %q; want the codec's: %v", enc, tc.encoded)
+			}
+			if plain := bytes.Contains(rec.Result, []byte(first.ChargeID)); plain == tc.encoded {
+				t.Errorf("stored result holds the plaintext charge ID: %v, want %v", plain, !tc.encoded)
+			}
+			var stored Receipt
+			if err := (activity.PayloadCodec{DataConverter: dc}).Unmarshal(rec.Result, &stored); err != nil || stored != first {
+				t.Errorf("stored result decodes to %+v (%v), want %+v", stored, err, first)
+			}
+
+			o.Note = "phone"
+			var second Receipt
+			if err := temporaltest.Run(t, c, tq, temporaltest.Name(t, "b"), time.Minute, &second, "shipOrder", o); err != nil {
+				t.Fatalf("second workflow: %v", err)
+			}
+			if second != first || ships.count("ship") != 1 {
+				t.Errorf("second workflow: %+v after %d shipments, want %+v after 1", second, ships.count("ship"), first)
+			}
+		})
+	}
+}
+
+// refusing is a store whose claims fail, as a store that is down does. It
+// notes the local activity attempt of each claim and the time its context
+// had left.
+type refusing struct {
+	store.Store
+	mu       sync.Mutex
+	attempts []int32         // protected by mu
+	budgets  []time.Duration // protected by mu
+}
+
+func (r *refusing) Acquire(ctx context.Context, _ *store.Record, _ time.Time) (*store.Record, error) {
+	var attempt int32
+	if tactivity.IsActivity(ctx) {
+		attempt = tactivity.GetInfo(ctx).Attempt
+	}
+	var budget time.Duration
+	if dl, ok := ctx.Deadline(); ok {
+		budget = time.Until(dl)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.attempts = append(r.attempts, attempt)
+	r.budgets = append(r.budgets, budget)
+	return nil, errors.New("connection refused")
+}
+
+// WithLocalActivityOptions sets the timeout and retry policy of the local
+// activities that claim the key: with a 2 s start-to-close timeout and 3
+// attempts, a claim the store refuses is tried 3 times, each with 2 s,
+// and the workflow then fails with the store error, well before the
+// default policy (30 s per attempt, retried for 10 minutes) would give up.
+func TestLocalActivityOptions(t *testing.T) {
+	c := temporaltest.Client(t, client.Options{})
+	st := &refusing{Store: memory.New()}
+	g, err := guard.New(st, guard.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ships ledger
+	tq := shipWorker(t, c, g, &ships, workflow.WithLocalActivityOptions(tworkflow.LocalActivityOptions{
+		StartToCloseTimeout: 2 * time.Second,
+		RetryPolicy:         &temporal.RetryPolicy{InitialInterval: 50 * time.Millisecond, BackoffCoefficient: 1, MaximumAttempts: 3},
+	}))
+	err = temporaltest.Run(t, c, tq, temporaltest.Name(t, "wf"), 15*time.Second, nil, "shipOrder", Order{OrderID: "o-la", Amount: 1})
+	var ae *temporal.ApplicationError
+	if !errors.As(err, &ae) || ae.Type() != activity.ErrorTypeStore {
+		t.Errorf("workflow error %v, want the claim's %s", err, activity.ErrorTypeStore)
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if !slices.Equal(st.attempts, []int32{1, 2, 3}) {
+		t.Errorf("the claim ran attempts %v, want [1 2 3]", st.attempts)
+	}
+	for i, b := range st.budgets {
+		if b <= time.Second || b > 2*time.Second {
+			t.Errorf("attempt %d had %v left, want the 2 s start-to-close timeout", i+1, b)
+		}
+	}
+	if n := ships.count("ship"); n != 0 {
+		t.Errorf("shipped %d times without a claim", n)
+	}
 }
