@@ -10,7 +10,7 @@
 #             unless CI=true).
 # make bench  the micro-benchmarks of the guard and of the key canonicaliser
 #             (internal/canonjson), then the load benchmark against
-#             DynamoDB Local and PostgreSQL (bench/load; see
+#             DynamoDB Local, PostgreSQL and redis-server (bench/load; see
 #             docs/benchmarks.md); pass flags to it with BENCHFLAGS, e.g.
 #             BENCHFLAGS='-ops 4000'.
 # make fuzz   every fuzz target for $$(FUZZTIME) (default 60s) each.
@@ -38,7 +38,7 @@ vet:
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./guard/ ./internal/canonjson/
-	IDEMGUARD_SERVICES="dynamodb postgres" scripts/harness.sh run $(GO) run ./bench/load $(BENCHFLAGS)
+	IDEMGUARD_SERVICES="dynamodb postgres redis" scripts/harness.sh run $(GO) run ./bench/load $(BENCHFLAGS)
 
 # One run per fuzz target (PKG:Name), FUZZTIME each. `go test -fuzz` passes
 # silently when its pattern matches nothing, so each target is first checked
