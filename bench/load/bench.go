@@ -105,7 +105,9 @@ var baselines = map[string]string{
 	PgReplayCachedGuarded: PgReplayRaw,
 	PgTxGuarded:           PgTxRaw,
 
+	RedisMissStore:           RedisMissRaw,
 	RedisMissGuarded:         RedisMissRaw,
+	RedisReplayStore:         RedisReplayRaw,
 	RedisReplayGuarded:       RedisReplayRaw,
 	RedisReplayCachedGuarded: RedisReplayRaw,
 }

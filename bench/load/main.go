@@ -42,8 +42,10 @@
 // rounds, on one go-redis client whose hook counts round trips:
 //
 //	redis_miss_raw              EVALSHA of the store's claim script, the function, EVALSHA of its completion script
+//	redis_miss_store            the same through store/redis's Acquire and Complete, records built by hand, no guard
 //	redis_miss_guarded          a guarded call with a fresh key
 //	redis_replay_raw            the claim script on a completed key, the result decoded from the record it returns
+//	redis_replay_store          the same through store/redis's Acquire, no guard
 //	redis_replay_guarded        a guarded call whose key is completed
 //	redis_replay_cached_guarded the same with guard.WithCache
 //

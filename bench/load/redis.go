@@ -5,13 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/epoch"
+	"github.com/idemguard/idemguard/store"
 	idemredis "github.com/idemguard/idemguard/store/redis"
 	"github.com/idemguard/idemguard/store/redis/redistest"
 )
@@ -24,17 +24,22 @@ import (
 // or a pipeline, is one; go-redis's connection set-up (HELLO, CLIENT
 // SETINFO) is counted apart and left out.
 
-// Redis scenario names.
+// Redis scenario names. The _store scenarios call store/redis directly,
+// without a guard, with records built by hand: between the raw and the
+// guarded scenarios, they tell the store's share of the overhead from the
+// guard's.
 const (
 	RedisMissRaw             = "redis_miss_raw"
+	RedisMissStore           = "redis_miss_store"
 	RedisMissGuarded         = "redis_miss_guarded"
 	RedisReplayRaw           = "redis_replay_raw"
+	RedisReplayStore         = "redis_replay_store"
 	RedisReplayGuarded       = "redis_replay_guarded"
 	RedisReplayCachedGuarded = "redis_replay_cached_guarded"
 )
 
 // RedisScenarios lists the Redis scenarios.
-var RedisScenarios = []string{RedisMissRaw, RedisMissGuarded, RedisReplayRaw, RedisReplayGuarded, RedisReplayCachedGuarded}
+var RedisScenarios = []string{RedisMissRaw, RedisMissStore, RedisMissGuarded, RedisReplayRaw, RedisReplayStore, RedisReplayGuarded, RedisReplayCachedGuarded}
 
 func isRedis(name string) bool {
 	for _, n := range RedisScenarios {
@@ -50,6 +55,7 @@ type redisBench struct {
 	guardedSet
 	client  *goredis.Client
 	counter *redistest.Counter
+	store   *idemredis.Store
 	prefix  string // the store's key prefix, unique to the run
 
 	// The SHA-1s of the store's claim and completion scripts, which the
@@ -78,12 +84,12 @@ func newRedisBench(ctx context.Context, cfg Config, runID string, body func(cont
 			return nil, err
 		}
 	}
-	s, err := idemredis.New(r.client, idemredis.WithPrefix(r.prefix))
-	if err != nil {
+	var err error
+	if r.store, err = idemredis.New(r.client, idemredis.WithPrefix(r.prefix)); err != nil {
 		r.client.Close()
 		return nil, err
 	}
-	if r.guardedSet, _, err = newGuardedSet(s, cfg.ReplayKeys, body); err != nil {
+	if r.guardedSet, _, err = newGuardedSet(r.store, cfg.ReplayKeys, body); err != nil {
 		r.client.Close()
 		return nil, err
 	}
@@ -115,7 +121,8 @@ func (r *redisBench) close() error {
 
 // rawClaim sends the claim script for key under token, with the arguments
 // store/redis sends: now (the guard's clock less its skew) in seconds and
-// milliseconds, the key's PEXPIREAT, and the in-progress record's fields.
+// milliseconds, the key's PEXPIREAT, and the in-progress record's fields
+// (times as int64s, which go-redis writes as decimal text).
 // It returns the script's reply: 1 when it claimed, the record it met
 // (HGETALL, flattened) otherwise.
 func (r *redisBench) rawClaim(ctx context.Context, key, token string, now time.Time) (any, error) {
@@ -124,9 +131,9 @@ func (r *redisBench) rawClaim(ctx context.Context, key, token string, now time.T
 	return r.client.EvalSha(ctx, r.acquireSHA, []string{r.prefix + key},
 		epoch.FloorSeconds(seen), epoch.FloorMillis(seen), exp*1000+r.grace,
 		idemredis.FieldStatus, "INPROGRESS",
-		idemredis.FieldExpiry, strconv.FormatInt(exp, 10),
+		idemredis.FieldExpiry, exp,
 		idemredis.FieldToken, token,
-		idemredis.FieldLease, strconv.FormatInt(epoch.CeilMillis(now.Add(rawLease)), 10),
+		idemredis.FieldLease, epoch.CeilMillis(now.Add(rawLease)),
 	).Result()
 }
 
@@ -150,7 +157,7 @@ func (r *redisBench) rawMiss(ctx context.Context, b *bench, key string, in Order
 	v, err = r.client.EvalSha(ctx, r.completeSHA, []string{r.prefix + key},
 		token, exp*1000+r.grace,
 		idemredis.FieldStatus, "COMPLETED",
-		idemredis.FieldExpiry, strconv.FormatInt(exp, 10),
+		idemredis.FieldExpiry, exp,
 		idemredis.FieldToken, token,
 		idemredis.FieldData, data,
 	).Result()
@@ -188,4 +195,41 @@ func (r *redisBench) rawReplay(ctx context.Context, key string) error {
 	}
 	var rc Receipt
 	return json.Unmarshal([]byte(data), &rc)
+}
+
+// storeMiss is rawMiss through the store, without a guard: Acquire of an
+// in-progress record built by hand, the function, Complete.
+func (r *redisBench) storeMiss(ctx context.Context, b *bench, key string, in Order) error {
+	now := time.Now()
+	claim := &store.Record{Key: key, Status: store.StatusInProgress, Token: newToken(),
+		ExpiresAt: now.Add(max(rawTTL, rawLease)), LeaseExpiresAt: now.Add(rawLease)}
+	if _, err := r.store.Acquire(ctx, claim, now.Add(-guard.DefaultClockSkew)); err != nil {
+		return err
+	}
+	b.bodyRuns.Add(1)
+	data, err := json.Marshal(charge(in))
+	if err != nil {
+		return err
+	}
+	return r.store.Complete(ctx, &store.Record{Key: key, Status: store.StatusCompleted, Token: claim.Token,
+		Result: data, ExpiresAt: time.Now().Add(rawTTL)})
+}
+
+// storeReplay is rawReplay through the store, without a guard.
+func (r *redisBench) storeReplay(ctx context.Context, key string) error {
+	now := time.Now()
+	claim := &store.Record{Key: key, Status: store.StatusInProgress, Token: newToken(),
+		ExpiresAt: now.Add(max(rawTTL, rawLease)), LeaseExpiresAt: now.Add(rawLease)}
+	old, err := r.store.Acquire(ctx, claim, now.Add(-guard.DefaultClockSkew))
+	if !errors.Is(err, store.ErrConflict) {
+		if err == nil {
+			return fmt.Errorf("replay of %s: the claim succeeded; the record was missing", key)
+		}
+		return err
+	}
+	if old.Status != store.StatusCompleted || old.Result == nil {
+		return errors.New("replay of " + key + ": the record is not a completed one with a result")
+	}
+	var rc Receipt
+	return json.Unmarshal(old.Result, &rc)
 }

@@ -422,7 +422,8 @@ type operation func(ctx context.Context, i, w, n int) error
 // operations, with its inputs made before the clock starts.
 func (b *bench) prepare(name string, ops int) (operation, error) {
 	switch name {
-	case MissGuarded, MissRaw, PgMissGuarded, PgMissRaw, PgTxGuarded, PgTxRaw, RedisMissGuarded, RedisMissRaw:
+	case MissGuarded, MissRaw, PgMissGuarded, PgMissRaw, PgTxGuarded, PgTxRaw,
+		RedisMissGuarded, RedisMissStore, RedisMissRaw:
 		in := make([]Order, ops)
 		keys := make([]string, ops)
 		for i := range in {
@@ -445,6 +446,8 @@ func (b *bench) prepare(name string, ops int) (operation, error) {
 			return guarded(b.rd.missFn), nil
 		case RedisMissRaw:
 			return func(ctx context.Context, i, _, _ int) error { return b.rd.rawMiss(ctx, b, keys[i], in[i]) }, nil
+		case RedisMissStore:
+			return func(ctx context.Context, i, _, _ int) error { return b.rd.storeMiss(ctx, b, keys[i], in[i]) }, nil
 		case MissRaw:
 			return func(ctx context.Context, i, _, _ int) error { return b.rawMiss(ctx, keys[i], in[i]) }, nil
 		case PgMissRaw:
@@ -453,7 +456,7 @@ func (b *bench) prepare(name string, ops int) (operation, error) {
 			return func(ctx context.Context, i, _, _ int) error { return b.pg.rawTx(ctx, b, in[i]) }, nil
 		}
 	case ReplayGuarded, ReplayCachedGuarded, ReplayRaw, PgReplayGuarded, PgReplayCachedGuarded, PgReplayRaw,
-		RedisReplayGuarded, RedisReplayCachedGuarded, RedisReplayRaw:
+		RedisReplayGuarded, RedisReplayCachedGuarded, RedisReplayStore, RedisReplayRaw:
 		ins, keys, fn, cached, raw := b.replayIn, b.replayKey, b.replayFn, b.cachedFn, b.rawReplay
 		switch {
 		case isPg(name):
@@ -473,6 +476,8 @@ func (b *bench) prepare(name string, ops int) (operation, error) {
 			return func(ctx context.Context, _, w, n int) error { _, err := fn(ctx, ins[idx(w, n)]); return err }, nil
 		case ReplayCachedGuarded, PgReplayCachedGuarded, RedisReplayCachedGuarded:
 			return func(ctx context.Context, _, w, n int) error { _, err := cached(ctx, ins[idx(w, n)]); return err }, nil
+		case RedisReplayStore:
+			return func(ctx context.Context, _, w, n int) error { return b.rd.storeReplay(ctx, keys[idx(w, n)]) }, nil
 		default:
 			return func(ctx context.Context, _, w, n int) error { return raw(ctx, keys[idx(w, n)]) }, nil
 		}
