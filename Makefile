@@ -75,7 +75,9 @@ fmt:
 #             SIGKILLed and restarted, 5% store faults, ≥ 10,000 guarded
 #             operations against the harness's servers; prints the figures
 #             and a JSON line, fails on a duplicate effect or a stuck record.
-#             Pass flags with CHAOSFLAGS, e.g. CHAOSFLAGS='-workflows 200'.
+#             Pass flags with CHAOSFLAGS, e.g. CHAOSFLAGS='-workflows 200',
+#             or CHAOSFLAGS='-store postgres' / '-store redis' for the other
+#             stores.
 .PHONY: chaos
 chaos:
 	scripts/harness.sh run $(GO) run ./chaos/cmd/chaos $(CHAOSFLAGS)
