@@ -21,6 +21,22 @@ import (
 	"github.com/idemguard/idemguard/store/redis/redistest"
 )
 
+// setUp builds cfg's bench with one caller, as the tests that look at
+// single calls need it, and closes it when the test ends; the context ends
+// after a minute.
+func setUp(t *testing.T, cfg Config) (context.Context, *bench) {
+	t.Helper()
+	cfg.Concurrency = 1
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	b, err := newBench(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.close() })
+	return ctx, b
+}
+
 // pgKeyGuard is a guard that derives keys as the benchmark's do.
 func (b *bench) pgKeyGuard(t *testing.T) *guard.Guard {
 	g, err := guard.New(memory.New())
@@ -234,14 +250,7 @@ func TestPgRawSendsTheStoresStatements(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.PostgresURL = postgrestest.URL(t)
 	cfg.Scenarios = PgScenarios
-	cfg.Concurrency = 1
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	b, err := newBench(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.close()
+	ctx, b := setUp(t, cfg)
 	p := b.pg
 	sqls := func(call func() error) []string {
 		t.Helper()
@@ -349,14 +358,7 @@ func TestRedisRawSendsTheStoresCommands(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.RedisAddr = redistest.Addr(t)
 	cfg.Scenarios = RedisScenarios
-	cfg.Concurrency = 1
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	b, err := newBench(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.close()
+	ctx, b := setUp(t, cfg)
 	r := b.rd
 	h := &evalHook{}
 	r.client.AddHook(h)

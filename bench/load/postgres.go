@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -36,14 +37,7 @@ const (
 // PgScenarios lists the PostgreSQL scenarios.
 var PgScenarios = []string{PgMissRaw, PgMissGuarded, PgReplayRaw, PgReplayGuarded, PgReplayCachedGuarded, PgTxRaw, PgTxGuarded}
 
-func isPg(name string) bool {
-	for _, n := range PgScenarios {
-		if n == name {
-			return true
-		}
-	}
-	return false
-}
+func isPg(name string) bool { return slices.Contains(PgScenarios, name) }
 
 const scopeTx = "bench-tx"
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -41,14 +42,7 @@ const (
 // RedisScenarios lists the Redis scenarios.
 var RedisScenarios = []string{RedisMissRaw, RedisMissStore, RedisMissGuarded, RedisReplayRaw, RedisReplayStore, RedisReplayGuarded, RedisReplayCachedGuarded}
 
-func isRedis(name string) bool {
-	for _, n := range RedisScenarios {
-		if n == name {
-			return true
-		}
-	}
-	return false
-}
+func isRedis(name string) bool { return slices.Contains(RedisScenarios, name) }
 
 // redisBench is the Redis side of the benchmark.
 type redisBench struct {
