@@ -10,7 +10,7 @@
 #             unless CI=true).
 # make bench  the micro-benchmarks of the guard and of the key canonicaliser
 #             (internal/canonjson), then the load benchmark against
-#             DynamoDB Local and PostgreSQL (bench/load; see
+#             DynamoDB Local, PostgreSQL and redis-server (bench/load; see
 #             docs/benchmarks.md); pass flags to it with BENCHFLAGS, e.g.
 #             BENCHFLAGS='-ops 4000'.
 # make fuzz   every fuzz target for $$(FUZZTIME) (default 60s) each.
@@ -38,7 +38,7 @@ vet:
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./guard/ ./internal/canonjson/
-	IDEMGUARD_SERVICES="dynamodb postgres" scripts/harness.sh run $(GO) run ./bench/load $(BENCHFLAGS)
+	IDEMGUARD_SERVICES="dynamodb postgres redis" scripts/harness.sh run $(GO) run ./bench/load $(BENCHFLAGS)
 
 # One run per fuzz target (PKG:Name), FUZZTIME each. `go test -fuzz` passes
 # silently when its pattern matches nothing, so each target is first checked
@@ -75,7 +75,9 @@ fmt:
 #             SIGKILLed and restarted, 5% store faults, ≥ 10,000 guarded
 #             operations against the harness's servers; prints the figures
 #             and a JSON line, fails on a duplicate effect or a stuck record.
-#             Pass flags with CHAOSFLAGS, e.g. CHAOSFLAGS='-workflows 200'.
+#             Pass flags with CHAOSFLAGS, e.g. CHAOSFLAGS='-workflows 200',
+#             or CHAOSFLAGS='-store postgres' / '-store redis' for the other
+#             stores.
 .PHONY: chaos
 chaos:
 	scripts/harness.sh run $(GO) run ./chaos/cmd/chaos $(CHAOSFLAGS)

@@ -81,6 +81,31 @@ func TestChaosShortPostgres(t *testing.T) {
 	}
 }
 
+// A shorter run of the Redis scenario than the other stores' (the full run
+// is make chaos CHAOSFLAGS='-store redis'): the DynamoDB scenario's bodies,
+// with store/redis through the TCP fault proxy, 20 workflows (220
+// operations) and a kill or pause every 1–2.5 s, so that it adds about 20 s
+// to make test.
+func TestChaosShortRedis(t *testing.T) {
+	temporal := testenv.Require(t, chaos.TemporalAddressEnv, "Temporal dev server")
+	addr := testenv.Require(t, chaos.RedisAddrEnv, "redis-server")
+	cfg := chaos.ShortConfig().Redis()
+	cfg.RedisAddr, cfg.TemporalAddress = addr, temporal
+	cfg.Workflows, cfg.InFlight = 20, 10
+	cfg.KillMin, cfg.KillMax = time.Second, 2500*time.Millisecond
+	start := time.Now()
+	rep := runShort(t, cfg)
+	if rep.Operations < 220 || rep.Kills < 3 {
+		t.Errorf("%d operations, %d kills; want at least 220 and 3", rep.Operations, rep.Kills)
+	}
+	if rep.FaultsTotal == 0 {
+		t.Errorf("no fault injected in %d store commands", rep.Requests)
+	}
+	if d := time.Since(start); d > time.Minute {
+		t.Errorf("the short run took %s, want under a minute", d.Round(time.Second))
+	}
+}
+
 // runShort runs cfg with this test binary as the workers, logs the report,
 // and fails the test on a violation.
 func runShort(t *testing.T, cfg chaos.Config) *chaos.Report {

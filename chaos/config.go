@@ -13,6 +13,7 @@ const (
 	DynamoDBEndpointEnv = "IDEMGUARD_DYNAMODB_ENDPOINT"
 	TemporalAddressEnv  = "IDEMGUARD_TEMPORAL_ADDRESS"
 	PostgresURLEnv      = "IDEMGUARD_POSTGRES_URL"
+	RedisAddrEnv        = "IDEMGUARD_REDIS_ADDR"
 )
 
 // Config is one chaos run. Start from [DefaultConfig] or [ShortConfig].
@@ -21,13 +22,18 @@ type Config struct {
 	// empty) runs keyed and plain bodies against DynamoDB Local through
 	// the fault proxy; [StorePostgres] runs transactional bodies
 	// (postgres.DoTx) whose side effect is a row in the same PostgreSQL
-	// database, without the proxy.
+	// database, without the proxy; [StoreRedis] runs the keyed and plain
+	// bodies against redis-server through a TCP fault proxy
+	// ([RedisProxy]).
 	Store string
 	// DynamoDBEndpoint is DynamoDB Local's URL (http on a loopback address).
 	DynamoDBEndpoint string
 	// PostgresURL is the PostgreSQL database of the postgres scenario (a
 	// loopback host).
 	PostgresURL string
+	// RedisAddr is the redis-server of the redis scenario (a loopback
+	// host:port).
+	RedisAddr string
 	// TemporalAddress is the Temporal dev server's host:port (loopback).
 	TemporalAddress string
 
@@ -109,6 +115,7 @@ func DefaultConfig() Config {
 		Store:             StoreDynamoDB,
 		DynamoDBEndpoint:  os.Getenv(DynamoDBEndpointEnv),
 		PostgresURL:       os.Getenv(PostgresURLEnv),
+		RedisAddr:         os.Getenv(RedisAddrEnv),
 		TemporalAddress:   os.Getenv(TemporalAddressEnv),
 		Workflows:         1000,
 		OpsPerWorkflow:    10,
@@ -167,6 +174,14 @@ func (c Config) Postgres() Config {
 	return c
 }
 
+// Redis returns c set for the Redis scenario: Store is [StoreRedis]; the
+// bodies, kills, pauses and fault rate are the DynamoDB scenario's, the
+// faults those of [RedisProxy].
+func (c Config) Redis() Config {
+	c.Store = StoreRedis
+	return c
+}
+
 func (c *Config) validate() error {
 	var errs []error
 	switch c.Store {
@@ -180,8 +195,14 @@ func (c *Config) validate() error {
 		} else if err := checkLoopbackURL(c.PostgresURL); err != nil {
 			errs = append(errs, err)
 		}
+	case StoreRedis:
+		if c.RedisAddr == "" {
+			errs = append(errs, fmt.Errorf("no Redis address (set %s; scripts/harness.sh run … does)", RedisAddrEnv))
+		} else if err := checkLoopback(c.RedisAddr); err != nil {
+			errs = append(errs, err)
+		}
 	default:
-		errs = append(errs, fmt.Errorf("unknown store %q (dynamodb or postgres)", c.Store))
+		errs = append(errs, fmt.Errorf("unknown store %q (dynamodb, postgres or redis)", c.Store))
 	}
 	if c.TemporalAddress == "" {
 		errs = append(errs, fmt.Errorf("no Temporal address (set %s; scripts/harness.sh run … does)", TemporalAddressEnv))

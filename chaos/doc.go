@@ -60,9 +60,19 @@
 // one write per line) whenever the guard returns an effect of theirs as
 // recorded; SIGKILL does not lose a write that returned.
 //
+// # Other stores
+//
+// With Config.Store set to [StorePostgres] the operations are
+// transactional bodies on PostgreSQL (postgres.DoTx), without a proxy; with
+// [StoreRedis] they are the keyed and plain bodies above on store/redis,
+// through [RedisProxy], a TCP proxy that injects connection-level faults
+// (resets before and after a command ran, lost replies, error replies,
+// latency), with the ledger on the same redis-server reached directly.
+//
 // # Running
 //
 //	make chaos                                              # the full run (cmd/chaos)
+//	make chaos CHAOSFLAGS='-store redis'                    # the same on Redis
 //	scripts/harness.sh run go test -count=1 -v ./chaos/...  # the short run (TestChaosShort)
 //
 // See docs/chaos.md for the options and recorded figures.

@@ -2,7 +2,6 @@ package chaos
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -15,7 +14,6 @@ import (
 
 	"github.com/idemguard/idemguard/activity"
 	"github.com/idemguard/idemguard/guard"
-	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/store/postgres"
 )
 
@@ -78,29 +76,6 @@ func (l *pgLedger) Scan(ctx context.Context) ([]Entry, error) {
 		e.At = time.UnixMilli(at)
 		return e, err
 	})
-}
-
-// scanPgRecords reads the idempotency table through the store's List.
-func scanPgRecords(ctx context.Context, s *postgres.Store) (map[string]*store.Record, []string, error) {
-	recs := map[string]*store.Record{}
-	var corrupt []string
-	q := store.Query{Limit: 1000}
-	for {
-		page, err := s.List(ctx, q)
-		if err != nil && !errors.Is(err, store.ErrCorrupt) {
-			return nil, nil, fmt.Errorf("chaos: listing the idempotency records: %w", err)
-		}
-		if err != nil {
-			corrupt = append(corrupt, err.Error())
-		}
-		for _, rec := range page.Records {
-			recs[rec.Key] = rec
-		}
-		if page.Next == "" {
-			return recs, corrupt, nil
-		}
-		q.Cursor = page.Next
-	}
 }
 
 // checkLoopbackURL refuses a PostgreSQL URL whose host is not a loopback

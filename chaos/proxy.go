@@ -68,47 +68,43 @@ type FaultConfig struct {
 // injects faults into the requests passing through it. Point a client's
 // endpoint at [Proxy.URL]. It is safe for concurrent use.
 type Proxy struct {
-	cfg     FaultConfig
-	rp      *httputil.ReverseProxy
-	srv     *http.Server
-	ln      net.Listener
-	kinds   []Fault
-	weights []float64
-
-	mu     sync.Mutex
-	rng    *rand.Rand // protected by mu
-	script []Fault    // protected by mu
-	counts map[Fault]int64
+	*faultPicker
+	rp  *httputil.ReverseProxy
+	srv *http.Server
+	ln  net.Listener
 
 	requests atomic.Int64
 }
 
-// NewProxy starts a fault-injecting proxy on 127.0.0.1 (a free port) in
-// front of target, an http URL on a loopback address.
-func NewProxy(target string, cfg FaultConfig) (*Proxy, error) {
-	u, err := url.Parse(target)
-	if err != nil {
-		return nil, fmt.Errorf("chaos: proxy target %q: %w", target, err)
-	}
-	if u.Scheme != "http" {
-		return nil, fmt.Errorf("chaos: proxy target %q: want an http:// URL", target)
-	}
-	if err := checkLoopback(u.Host); err != nil {
-		return nil, fmt.Errorf("chaos: proxy target: %w", err)
-	}
+// faultPicker draws the fault of each request or command a proxy passes
+// on, and counts them. It is safe for concurrent use.
+type faultPicker struct {
+	cfg     FaultConfig
+	kinds   []Fault
+	weights []float64
+
+	mu     sync.Mutex
+	rng    *rand.Rand      // protected by mu
+	script []Fault         // protected by mu
+	counts map[Fault]int64 // protected by mu
+}
+
+// newFaultPicker checks cfg and returns a picker that draws from kinds,
+// weighted by cfg.Weights.
+func newFaultPicker(cfg FaultConfig, kinds []Fault) (*faultPicker, error) {
 	if cfg.Rate < 0 || cfg.Rate > 1 {
 		return nil, fmt.Errorf("chaos: fault rate %v is not in [0, 1]", cfg.Rate)
 	}
 	if cfg.MaxLatency <= 0 {
 		cfg.MaxLatency = 300 * time.Millisecond
 	}
-	p := &Proxy{
+	p := &faultPicker{
 		cfg:    cfg,
 		rng:    rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
 		script: append([]Fault(nil), cfg.Script...),
 		counts: make(map[Fault]int64),
 	}
-	for _, k := range Faults {
+	for _, k := range kinds {
 		w := 1.0
 		if len(cfg.Weights) > 0 {
 			w = cfg.Weights[k]
@@ -124,6 +120,27 @@ func NewProxy(target string, cfg FaultConfig) (*Proxy, error) {
 	if len(p.kinds) == 0 && cfg.Rate > 0 {
 		return nil, errors.New("chaos: fault rate > 0 but every fault weight is 0")
 	}
+	return p, nil
+}
+
+// NewProxy starts a fault-injecting proxy on 127.0.0.1 (a free port) in
+// front of target, an http URL on a loopback address.
+func NewProxy(target string, cfg FaultConfig) (*Proxy, error) {
+	u, err := url.Parse(target)
+	if err != nil {
+		return nil, fmt.Errorf("chaos: proxy target %q: %w", target, err)
+	}
+	if u.Scheme != "http" {
+		return nil, fmt.Errorf("chaos: proxy target %q: want an http:// URL", target)
+	}
+	if err := checkLoopback(u.Host); err != nil {
+		return nil, fmt.Errorf("chaos: proxy target: %w", err)
+	}
+	fp, err := newFaultPicker(cfg, Faults)
+	if err != nil {
+		return nil, err
+	}
+	p := &Proxy{faultPicker: fp}
 	tr := &http.Transport{
 		Proxy:               nil,
 		DialContext:         (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
@@ -187,7 +204,7 @@ func (p *Proxy) Close() error {
 func (p *Proxy) Requests() int64 { return p.requests.Load() }
 
 // Counts returns the faults injected so far, by kind.
-func (p *Proxy) Counts() map[Fault]int64 {
+func (p *faultPicker) Counts() map[Fault]int64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	m := make(map[Fault]int64, len(p.counts))
@@ -199,7 +216,7 @@ func (p *Proxy) Counts() map[Fault]int64 {
 
 // pick decides the fault of the next request ("" for none) and, for
 // latency, its delay.
-func (p *Proxy) pick() (Fault, time.Duration) {
+func (p *faultPicker) pick() (Fault, time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var f Fault
@@ -272,7 +289,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (p *Proxy) coin() bool {
+func (p *faultPicker) coin() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.rng.IntN(2) == 0

@@ -25,6 +25,9 @@ func (r *Report) Print(w io.Writer) {
 			r.TxEffects, r.TxWindowRuns, r.TxRolledBack, r.TxRolledBackByKill, r.TxRolledBackByPause, r.TxRolledBackByLease, r.TxRolledBackOther)
 		fmt.Fprintf(w, "  lost transfers:    %d (must be 0: completed operations without their committed row)\n", r.LostTransfers)
 	} else {
+		if r.Store == StoreRedis {
+			fmt.Fprintf(w, "  store:             Redis (store/redis), keyed and plain bodies, through the TCP fault proxy; requests are commands\n")
+		}
 		fmt.Fprintf(w, "  faults injected:   %d of %d store requests (rate %.1f%%): %s\n",
 			r.FaultsTotal, r.Requests, 100*r.FaultRate, r.Faults)
 		fmt.Fprintf(w, "  keyed bodies:      %d effects, %d re-runs closed downstream by the key\n", r.KeyedEffects, r.KeyedRerunsDeduped)

@@ -21,11 +21,13 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	goredis "github.com/redis/go-redis/v9"
 	"go.temporal.io/sdk/client"
 
 	"github.com/idemguard/idemguard/store"
 	idemddb "github.com/idemguard/idemguard/store/dynamodb"
 	"github.com/idemguard/idemguard/store/postgres"
+	idemredis "github.com/idemguard/idemguard/store/redis"
 )
 
 // plannedWorkflow is one workflow the driver starts.
@@ -95,14 +97,17 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	// Tables, created directly (not through the proxy), and the proxy.
 	var (
 		direct    *dynamodb.Client // DynamoDB
-		proxy     *Proxy           // DynamoDB
+		rdb       *goredis.Client  // Redis, reached directly
+		proxy     faultProxy       // DynamoDB, Redis
 		pgPool    *pgxpool.Pool    // PostgreSQL
 		storeURL  string
-		idemTable string
-		ledgerTbl string
+		ledgerURL string
+		idemTable string // Redis: the idempotency records' key prefix
+		ledgerTbl string // Redis: the ledger's key prefix
 	)
 	pgMode := cfg.Store == StorePostgres
-	if pgMode {
+	switch cfg.Store {
+	case StorePostgres:
 		idemTable, ledgerTbl = "chaos_idem_"+strings.ReplaceAll(runID, "-", "_"), "chaos_ledger_"+strings.ReplaceAll(runID, "-", "_")
 		if pgPool, err = pgxpool.New(ctx, cfg.PostgresURL); err != nil {
 			return nil, fmt.Errorf("chaos: connecting to PostgreSQL: %w", err)
@@ -122,7 +127,28 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 			}()
 		}
 		cfg.Faults.Rate = 0 // no proxy: the faults are the kills and pauses
-	} else {
+	case StoreRedis:
+		idemTable, ledgerTbl = "chaos-idem:"+runID+":", "chaos-ledger:"+runID+":"
+		rdb = redisClient(cfg.RedisAddr, 8, true)
+		defer rdb.Close()
+		if err := rdb.Ping(ctx).Err(); err != nil {
+			return nil, fmt.Errorf("chaos: connecting to Redis at %s: %w", cfg.RedisAddr, err)
+		}
+		if !cfg.KeepTables {
+			defer func() {
+				dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+				defer dcancel()
+				deleteKeys(dctx, rdb, idemTable)
+				deleteKeys(dctx, rdb, ledgerTbl)
+			}()
+		}
+		rp, err := NewRedisProxy(cfg.RedisAddr, cfg.Faults)
+		if err != nil {
+			return nil, err
+		}
+		defer rp.Close()
+		proxy, storeURL, ledgerURL = rp, rp.Addr(), cfg.RedisAddr
+	default:
 		direct = dynamodb.New(dynamoOptions(cfg.DynamoDBEndpoint))
 		idemTable, ledgerTbl = "chaos-idem-"+runID, "chaos-ledger-"+runID
 		if err := idemddb.CreateTable(ctx, direct, idemTable); err != nil && !errors.Is(err, idemddb.ErrTTLNotEnabled) {
@@ -140,11 +166,12 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 				}
 			}()
 		}
-		if proxy, err = NewProxy(cfg.DynamoDBEndpoint, cfg.Faults); err != nil {
+		hp, err := NewProxy(cfg.DynamoDBEndpoint, cfg.Faults)
+		if err != nil {
 			return nil, err
 		}
-		defer proxy.Close()
-		storeURL = proxy.URL()
+		defer hp.Close()
+		proxy, storeURL, ledgerURL = hp, hp.URL(), cfg.DynamoDBEndpoint
 	}
 
 	tc, err := client.Dial(client.Options{HostPort: cfg.TemporalAddress, Namespace: "default", Logger: quietLogger()})
@@ -158,7 +185,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		TemporalAddress: cfg.TemporalAddress,
 		TaskQueue:       taskQueue,
 		StoreEndpoint:   storeURL,
-		LedgerEndpoint:  cfg.DynamoDBEndpoint,
+		LedgerEndpoint:  ledgerURL,
 		IdemTable:       idemTable,
 		LedgerTable:     ledgerTbl,
 		DoneDir:         doneDir,
@@ -355,7 +382,8 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	sctx := context.WithoutCancel(ctx)
 	sctx, scancel := context.WithTimeout(sctx, 5*time.Minute)
 	defer scancel()
-	if pgMode {
+	switch cfg.Store {
+	case StorePostgres:
 		if ev.entries, err = (&pgLedger{pool: pgPool, table: ledgerTbl}).Scan(sctx); err != nil {
 			return nil, err
 		}
@@ -363,10 +391,21 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		if err != nil {
 			return nil, err
 		}
-		if ev.records, ev.corrupt, err = scanPgRecords(sctx, ps); err != nil {
+		if ev.records, ev.corrupt, err = scanStoreRecords(sctx, ps); err != nil {
 			return nil, err
 		}
-	} else {
+	case StoreRedis:
+		if ev.entries, err = (&redisLedger{client: rdb, prefix: ledgerTbl}).Scan(sctx); err != nil {
+			return nil, err
+		}
+		rs, err := idemredis.New(rdb, idemredis.WithPrefix(idemTable), idemredis.WithoutServerCheck())
+		if err != nil {
+			return nil, err
+		}
+		if ev.records, ev.corrupt, err = scanStoreRecords(sctx, rs); err != nil {
+			return nil, err
+		}
+	default:
 		if ev.entries, err = (&Ledger{Client: direct, Table: ledgerTbl}).Scan(sctx); err != nil {
 			return nil, err
 		}
@@ -396,6 +435,13 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		rep.WorkerLogTails = tails(workDir, 30)
 	}
 	return rep, nil
+}
+
+// faultProxy is a fault-injecting proxy in front of the idempotency store:
+// [Proxy] (DynamoDB) or [RedisProxy].
+type faultProxy interface {
+	Requests() int64
+	Counts() map[Fault]int64
 }
 
 // opPlan is one operation of the plan.

@@ -330,18 +330,30 @@ func (ev *evidence) verify() *Report {
 				r.ResultMismatches++
 				r.violate("op %s (keyed): the workflows got effect %s, the ledger holds %s", id, effect, keyed[0].Effect)
 			}
-			// Every run but the last must have been cut short; the first
-			// run's process knows when it returned the effect as recorded.
-			if len(rs) > 1 {
-				recorded, hasDone := doneAt[rs[0].e.Effect]
-				for i, x := range rs[:len(rs)-1] {
-					next := rs[i+1].e
-					if hasDone && recorded.Before(next.At) {
-						r.RerunsUnexplained++
-						r.violate("op %s (keyed): ran again at %s after its first run's result was recorded at %s: %s", id,
-							next.At.Format(time.RFC3339Nano), recorded.Format(time.RFC3339Nano), describeRuns(rs, killsOf))
-						break
+			// No run may follow the recording of the result, except a
+			// zombie's: a run paused past its lease, which resumed after
+			// another run had taken the key over and recorded its result,
+			// and whose completion the fencing token then refused (a
+			// pause, or the guard's lease-lost report, explains it; as for
+			// plain bodies, a kill cannot). The first run's process knows
+			// when it returned the effect as recorded.
+			recorded, hasDone := doneAt[effectOf(rs)]
+			live := rs[:0:0]
+			for _, x := range rs {
+				if hasDone && recorded.Before(x.e.At) {
+					if why := explain(id, x.e); why == "pause" || why == "window" {
+						continue
 					}
+					r.RerunsUnexplained++
+					r.violate("op %s (keyed): ran again at %s after its first run's result was recorded at %s: %s", id,
+						x.e.At.Format(time.RFC3339Nano), recorded.Format(time.RFC3339Nano), describeRuns(rs, killsOf))
+					break
+				}
+				live = append(live, x)
+			}
+			// Every other run but the last must have been cut short.
+			if len(live) > 1 {
+				for _, x := range live[:len(live)-1] {
 					if explain(id, x.e) == "" {
 						r.RerunsUnexplained++
 						r.violate("op %s (keyed): run by pid %d at %s was followed by another, with no kill or lease-lost/not-recorded report to explain it: %s",
@@ -455,6 +467,15 @@ func (ev *evidence) verify() *Report {
 		}
 	}
 	return r
+}
+
+// effectOf returns the effect of an operation's keyed runs: the first
+// run's, which every later run found in the ledger.
+func effectOf(rs []run) string {
+	if len(rs) == 0 {
+		return ""
+	}
+	return rs[0].e.Effect
 }
 
 func describe(es []Entry, kills map[int][]time.Time) string {

@@ -122,6 +122,21 @@ func TestVerifyPlainRerunAfterPause(t *testing.T) {
 	}
 }
 
+// A keyed body's zombie: its worker was paused past the lease mid-run,
+// another run took the key over and recorded the result, and the zombie,
+// resumed, reached the ledger (which deduplicated it) before it learnt its
+// lease was lost. Explained by the pause, not a violation.
+func TestVerifyKeyedZombieAfterRecord(t *testing.T) {
+	s := newScenario(t).happy()
+	s.ev.done = []doneLine{{kind: "done", op: s.keyed.ID, effect: "ek", pid: 1, at: s.t0.Add(100 * time.Millisecond)}}
+	s.ev.entries = append(s.ev.entries, Entry{ID: "dedup#z", Kind: EntryDedup, Op: s.keyed.ID, Key: s.key(s.keyed), Effect: "ek", PID: 7, At: s.t0.Add(2 * time.Second)})
+	s.ev.pauses = []Pause{{PID: 7, At: s.t0.Add(-3 * time.Second), For: 4500 * time.Millisecond}}
+	r := s.ev.verify()
+	if !r.OK() || r.KeyedRerunsDeduped != 1 || r.RerunsUnexplained != 0 {
+		t.Fatalf("report %+v", r)
+	}
+}
+
 func TestVerifyFindsViolations(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -147,6 +162,11 @@ func TestVerifyFindsViolations(t *testing.T) {
 		{"keyed re-run without cause", func(s *scenario) {
 			s.ev.entries = append(s.ev.entries, Entry{ID: "dedup#1", Kind: EntryDedup, Op: s.keyed.ID, Key: s.key(s.keyed), Effect: "ek", PID: 2, At: s.t0.Add(time.Second)})
 		}, "no kill", func(r *Report) bool { return r.RerunsUnexplained == 1 && r.DuplicateEffects == 0 }},
+		{"keyed re-run after a recorded result", func(s *scenario) {
+			s.ev.done = []doneLine{{kind: "done", op: s.keyed.ID, effect: "ek", pid: 1, at: s.t0.Add(100 * time.Millisecond)}}
+			s.ev.entries = append(s.ev.entries, Entry{ID: "dedup#1", Kind: EntryDedup, Op: s.keyed.ID, Key: s.key(s.keyed), Effect: "ek", PID: 2, At: s.t0.Add(2 * time.Second)})
+			s.ev.kills = []Kill{{PID: 2, At: s.t0.Add(2100 * time.Millisecond)}}
+		}, "after its first run's result was recorded", func(r *Report) bool { return r.RerunsUnexplained == 1 }},
 		{"wrong key", func(s *scenario) {
 			s.ev.entries[0].Key = "ChaosKeyed#0000"
 		}, "ran under key", nil},

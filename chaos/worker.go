@@ -27,6 +27,7 @@ import (
 	"github.com/idemguard/idemguard/store"
 	idemddb "github.com/idemguard/idemguard/store/dynamodb"
 	"github.com/idemguard/idemguard/store/postgres"
+	idemredis "github.com/idemguard/idemguard/store/redis"
 )
 
 // WorkerEnv is the environment variable that turns a process into a chaos
@@ -39,10 +40,10 @@ type workerConfig struct {
 	Slot            int           `json:"slot"`
 	TemporalAddress string        `json:"temporal_address"`
 	TaskQueue       string        `json:"task_queue"`
-	StoreEndpoint   string        `json:"store_endpoint"`  // the fault proxy
-	LedgerEndpoint  string        `json:"ledger_endpoint"` // DynamoDB Local itself
-	IdemTable       string        `json:"idem_table"`
-	LedgerTable     string        `json:"ledger_table"`
+	StoreEndpoint   string        `json:"store_endpoint"`  // the fault proxy (Redis: its host:port)
+	LedgerEndpoint  string        `json:"ledger_endpoint"` // DynamoDB Local itself (Redis: the server's host:port)
+	IdemTable       string        `json:"idem_table"`      // Redis: the records' key prefix
+	LedgerTable     string        `json:"ledger_table"`    // Redis: the ledger's key prefix
 	DoneDir         string        `json:"done_dir"`
 	Concurrency     int           `json:"concurrency"`
 	BodyWork        time.Duration `json:"body_work"`
@@ -133,7 +134,8 @@ func runWorker(cfg workerConfig) error {
 		mine: make(map[string]bool),
 	}
 	var s store.Store
-	if cfg.Store == StorePostgres {
+	switch cfg.Store {
+	case StorePostgres:
 		pcfg, err := pgxpool.ParseConfig(cfg.PostgresURL)
 		if err != nil {
 			return err
@@ -153,12 +155,33 @@ func runWorker(cfg workerConfig) error {
 		s = ps
 		wk.pg = &pgLedger{pool: pool, table: cfg.LedgerTable}
 		wk.events = wk.pg
-	} else {
+	case StoreRedis:
+		for _, a := range []string{cfg.StoreEndpoint, cfg.LedgerEndpoint} {
+			if err := checkLoopback(a); err != nil {
+				return err
+			}
+		}
+		// Through the proxy: a connection per running activity, and a few
+		// for the lease keepers' extensions. go-redis sends a command
+		// again after a reset, EOF or LOADING (up to three times), so a
+		// script whose reply was lost runs again and meets its own write;
+		// slot 0 turns that off, so that its lost replies reach the store
+		// and the guard as errors after the write happened.
+		sc := redisClient(cfg.StoreEndpoint, cfg.Concurrency+4, cfg.Slot != 0)
+		defer sc.Close()
+		if s, err = idemredis.New(sc, idemredis.WithPrefix(cfg.IdemTable), idemredis.WithLogger(logger)); err != nil {
+			return err
+		}
+		lc := redisClient(cfg.LedgerEndpoint, cfg.Concurrency+4, true)
+		defer lc.Close()
+		wk.ledger = &redisLedger{client: lc, prefix: cfg.LedgerTable}
+		wk.events = wk.ledger
+	default:
 		if s, err = idemddb.New(dynamodb.New(dynamoOptions(cfg.StoreEndpoint)), cfg.IdemTable); err != nil {
 			return err
 		}
-		wk.ledger = &Ledger{Client: dynamodb.New(dynamoOptions(cfg.LedgerEndpoint)), Table: cfg.LedgerTable}
-		wk.events = wk.ledger
+		l := &Ledger{Client: dynamodb.New(dynamoOptions(cfg.LedgerEndpoint)), Table: cfg.LedgerTable}
+		wk.ledger, wk.events = l, l
 	}
 	if wk.g, err = guard.New(s, guard.WithLogger(logger)); err != nil {
 		return err
@@ -185,13 +208,20 @@ func runWorker(cfg workerConfig) error {
 	return nil
 }
 
+// ledgerWriter is where the keyed and plain bodies write their effects:
+// the DynamoDB [Ledger], or the Redis one.
+type ledgerWriter interface {
+	Put(context.Context, *Entry) error
+	PutOnce(context.Context, *Entry) (Entry, bool, error)
+}
+
 // chaosWorker holds what the activities of one worker process share.
 type chaosWorker struct {
 	cfg    workerConfig
 	g      *guard.Guard
-	ledger *Ledger     // DynamoDB: the keyed and plain bodies' ledger
-	pg     *pgLedger   // PostgreSQL: the transactional body's ledger
-	events interface { // where the guard's reports of the window go
+	ledger ledgerWriter // DynamoDB, Redis: the keyed and plain bodies' ledger
+	pg     *pgLedger    // PostgreSQL: the transactional body's ledger
+	events interface {  // where the guard's reports of the window go
 		Put(context.Context, *Entry) error
 	}
 	pid int

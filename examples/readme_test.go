@@ -206,6 +206,9 @@ func (c *commandChecker) check(at string, w []string) {
 		c.compose(at, w[2:])
 	case w[0] == "scripts/harness.sh":
 		c.harness(at, w[1:])
+	case len(w) >= 2 && w[0] == "idemguard":
+		// The operator's CLI: its subcommand exists and parses --help.
+		c.goRun(at, "./cmd/idemguard", []string{w[1], "--help"})
 	default:
 		c.errorf(at, "%q is not a command readme_test.go knows how to check; teach commandChecker.check", strings.Join(w, " "))
 	}
@@ -356,6 +359,8 @@ var snippetImports = []string{
 	`idemddb "github.com/idemguard/idemguard/store/dynamodb"`,
 	`"github.com/idemguard/idemguard/store/memory"`,
 	`"github.com/idemguard/idemguard/store/postgres"`,
+	`idemredis "github.com/idemguard/idemguard/store/redis"`,
+	`redis "github.com/redis/go-redis/v9"`,
 	`"github.com/idemguard/idemguard/workflow"`,
 	`"github.com/jackc/pgx/v5"`,
 }
@@ -464,7 +469,7 @@ func wrapSnippet(snippet string) string {
 	}
 	b.WriteString(")\n\n")
 	// Keep every import used, whatever the snippet needs.
-	b.WriteString("var (\n\t_ = context.Background\n\t_ = http.NewServeMux\n\t_ = time.Second\n\t_ = aws.String\n\t_ = dynamodb.New\n\t_ = client.Dial\n\t_ converter.DataConverter\n\t_ interceptor.WorkerInterceptor\n\t_ = worker.New\n\t_ tworkflow.Context\n\t_ = activity.Register\n\t_ = guard.New\n\t_ = httpguard.Middleware\n\t_ store.Store\n\t_ = idemddb.New\n\t_ = memory.New\n\t_ = postgres.New\n\t_ = workflow.StepKey\n\t_ pgx.Tx\n)\n\n")
+	b.WriteString("var (\n\t_ = context.Background\n\t_ = http.NewServeMux\n\t_ = time.Second\n\t_ = aws.String\n\t_ = dynamodb.New\n\t_ = client.Dial\n\t_ converter.DataConverter\n\t_ interceptor.WorkerInterceptor\n\t_ = worker.New\n\t_ tworkflow.Context\n\t_ = activity.Register\n\t_ = guard.New\n\t_ = httpguard.Middleware\n\t_ store.Store\n\t_ = idemddb.New\n\t_ = memory.New\n\t_ = postgres.New\n\t_ = idemredis.New\n\t_ = redis.NewClient\n\t_ = workflow.StepKey\n\t_ pgx.Tx\n)\n\n")
 	names := make([]string, 0, len(standIns))
 	for name := range standIns {
 		names = append(names, name)

@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/store"
 	idemddb "github.com/idemguard/idemguard/store/dynamodb"
 	"github.com/idemguard/idemguard/store/dynamodb/dynamodbtest"
 	"github.com/idemguard/idemguard/store/memory"
@@ -27,6 +28,9 @@ type Config struct {
 	// PostgresURL is a PostgreSQL database for the pg_ scenarios; empty
 	// leaves them out.
 	PostgresURL string
+	// RedisAddr is a Redis server's host:port for the redis_ scenarios;
+	// empty leaves them out.
+	RedisAddr string
 	// Concurrency is the number of concurrent callers in the miss and
 	// replay scenarios.
 	Concurrency int
@@ -88,8 +92,8 @@ const (
 // round.
 var DynamoScenarios = []string{MissRaw, MissGuarded, ReplayRaw, ReplayGuarded, ReplayCachedGuarded, HotKeyWait, HotKeyReject}
 
-// AllScenarios lists every scenario: DynamoDB's, then PostgreSQL's.
-var AllScenarios = append(append([]string(nil), DynamoScenarios...), PgScenarios...)
+// AllScenarios lists every scenario: DynamoDB's, PostgreSQL's, Redis's.
+var AllScenarios = append(append(append([]string(nil), DynamoScenarios...), PgScenarios...), RedisScenarios...)
 
 // baselines maps a guarded scenario to the raw scenario it is compared with.
 var baselines = map[string]string{
@@ -100,6 +104,12 @@ var baselines = map[string]string{
 	PgReplayGuarded:       PgReplayRaw,
 	PgReplayCachedGuarded: PgReplayRaw,
 	PgTxGuarded:           PgTxRaw,
+
+	RedisMissStore:           RedisMissRaw,
+	RedisMissGuarded:         RedisMissRaw,
+	RedisReplayStore:         RedisReplayRaw,
+	RedisReplayGuarded:       RedisReplayRaw,
+	RedisReplayCachedGuarded: RedisReplayRaw,
 }
 
 // Order is the input of the guarded function: what a payment job receives.
@@ -154,12 +164,70 @@ type bench struct {
 	seq       atomic.Int64
 	hot       atomic.Pointer[burst] // the burst in progress
 
-	pg *pgBench // the PostgreSQL scenarios' side; nil without them
+	pg *pgBench    // the PostgreSQL scenarios' side; nil without them
+	rd *redisBench // the Redis scenarios' side; nil without them
+}
+
+// guardedSet is what the miss and replay scenarios of a store other than
+// DynamoDB call: a guarded function for fresh keys, one for completed keys
+// and the same on a guard with a local cache, and the inputs and keys of
+// the completed records the replay scenarios read.
+type guardedSet struct {
+	missFn   func(context.Context, Order) (Receipt, error)
+	replayFn func(context.Context, Order) (Receipt, error)
+	cachedFn func(context.Context, Order) (Receipt, error) // on a guard with a cache
+
+	replayIn  []Order
+	replayKey []string // as the guard derived them
+}
+
+// newGuardedSet wraps body on a guard over s, and on one with a cache of
+// cacheSize records; it returns the set and the guard without the cache.
+func newGuardedSet(s store.Store, cacheSize int, body func(context.Context, Order) (Receipt, error)) (guardedSet, *guard.Guard, error) {
+	var gs guardedSet
+	g, err := guard.New(s)
+	if err != nil {
+		return gs, nil, err
+	}
+	cached, err := guard.New(s, guard.WithCache(cacheSize))
+	if err != nil {
+		return gs, nil, err
+	}
+	if gs.missFn, err = guard.Wrap(g, scopeMiss, body); err != nil {
+		return gs, nil, err
+	}
+	if gs.replayFn, err = guard.Wrap(g, scopeReplay, body); err != nil {
+		return gs, nil, err
+	}
+	gs.cachedFn, err = guard.Wrap(cached, scopeReplay, body)
+	return gs, g, err
+}
+
+// populate completes n records for the replay scenarios, with order IDs
+// idPrefix-0 … idPrefix-(n-1), notes their keys as keyer derives them (keys
+// do not depend on the store) and primes the cache.
+func (gs *guardedSet) populate(ctx context.Context, n int, idPrefix string, keyer *guard.Guard) error {
+	gs.replayIn, gs.replayKey = make([]Order, n), make([]string, n)
+	for i := range n {
+		in := newOrder(fmt.Sprintf("%s-%d", idPrefix, i))
+		if _, err := gs.replayFn(ctx, in); err != nil {
+			return fmt.Errorf("completing replay record %d: %w", i, err)
+		}
+		key, _, err := keyer.Key(scopeReplay, in)
+		if err != nil {
+			return err
+		}
+		gs.replayIn[i], gs.replayKey[i] = in, key
+		if _, err := gs.cachedFn(ctx, in); err != nil {
+			return fmt.Errorf("priming the cache with record %d: %w", i, err)
+		}
+	}
+	return nil
 }
 
 // newBench connects to the endpoint, creates a table and builds the
-// guards, for DynamoDB if cfg.Scenarios has a DynamoDB scenario and for
-// PostgreSQL if it has a pg_ one.
+// guards, for DynamoDB if cfg.Scenarios has a DynamoDB scenario, for
+// PostgreSQL if it has a pg_ one and for Redis if it has a redis_ one.
 func newBench(ctx context.Context, cfg Config) (*bench, error) {
 	cfg.ReplayKeys = max(cfg.ReplayKeys, cfg.Concurrency, 1)
 	b := &bench{cfg: cfg, runID: randomHex(4)}
@@ -167,10 +235,20 @@ func newBench(ctx context.Context, cfg Config) (*bench, error) {
 		b.bodyRuns.Add(1)
 		return charge(o), nil
 	}
-	var needDynamo, needPg bool
+	var needDynamo, needPg, needRedis bool
 	for _, n := range cfg.Scenarios {
 		needPg = needPg || isPg(n)
-		needDynamo = needDynamo || !isPg(n)
+		needRedis = needRedis || isRedis(n)
+		needDynamo = needDynamo || !isPg(n) && !isRedis(n)
+	}
+	if needRedis {
+		if cfg.RedisAddr == "" {
+			return nil, errors.New("the redis_ scenarios need a Redis address (-redis)")
+		}
+		var err error
+		if b.rd, err = newRedisBench(ctx, cfg, b.runID, body); err != nil {
+			return nil, fmt.Errorf("redis: %w", err)
+		}
 	}
 	if needPg {
 		if cfg.PostgresURL == "" {
@@ -244,6 +322,9 @@ func (b *bench) close() error {
 	if b.pg != nil {
 		errs = append(errs, b.pg.close())
 	}
+	if b.rd != nil {
+		errs = append(errs, b.rd.close())
+	}
 	if b.client != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -257,12 +338,17 @@ func (b *bench) close() error {
 // keys for the raw replay, and fills the cached guard's cache.
 func (b *bench) populate(ctx context.Context) error {
 	n := b.cfg.ReplayKeys
+	keyer, err := guard.New(memory.New()) // derives keys only: they do not depend on the store
+	if err != nil {
+		return err
+	}
 	if b.pg != nil {
-		g, err := guard.New(memory.New()) // derives keys only: they do not depend on the store
-		if err != nil {
+		if err := b.pg.populate(ctx, n, "pg-replay-"+b.runID, keyer); err != nil {
 			return err
 		}
-		if err := b.pg.populate(ctx, n, b.runID, func() *guard.Guard { return g }); err != nil {
+	}
+	if b.rd != nil {
+		if err := b.rd.populate(ctx, n, "redis-replay-"+b.runID, keyer); err != nil {
 			return err
 		}
 	}

@@ -31,10 +31,19 @@ var wantRequestsPerOp = map[string]float64{
 	PgReplayCachedGuarded: 0,
 	PgTxRaw:               3, // BEGIN, the business INSERT, COMMIT
 	PgTxGuarded:           5, // the claim's batch, BEGIN, the INSERT, the completion's UPDATE, COMMIT
+	// Redis: round trips (a command, or a pipeline).
+	RedisMissRaw:             2, // EVALSHA of the claim script, EVALSHA of the completion script
+	RedisMissStore:           2,
+	RedisMissGuarded:         2,
+	RedisReplayRaw:           1, // the claim script, returning the completed record
+	RedisReplayStore:         1,
+	RedisReplayGuarded:       1,
+	RedisReplayCachedGuarded: 0,
 }
 
 // runsEveryOp are the scenarios whose every operation runs the function.
-var runsEveryOp = map[string]bool{MissRaw: true, MissGuarded: true, PgMissRaw: true, PgMissGuarded: true, PgTxRaw: true, PgTxGuarded: true}
+var runsEveryOp = map[string]bool{MissRaw: true, MissGuarded: true, PgMissRaw: true, PgMissGuarded: true, PgTxRaw: true, PgTxGuarded: true,
+	RedisMissRaw: true, RedisMissStore: true, RedisMissGuarded: true}
 
 // Problem is a target a result missed.
 type Problem struct {

@@ -4,15 +4,38 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/store/dynamodb/dynamodbtest"
 	"github.com/idemguard/idemguard/store/memory"
 	"github.com/idemguard/idemguard/store/postgres/postgrestest"
+	idemredis "github.com/idemguard/idemguard/store/redis"
+	"github.com/idemguard/idemguard/store/redis/redistest"
 )
+
+// setUp builds cfg's bench with one caller, as the tests that look at
+// single calls need it, and closes it when the test ends; the context ends
+// after a minute.
+func setUp(t *testing.T, cfg Config) (context.Context, *bench) {
+	t.Helper()
+	cfg.Concurrency = 1
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	b, err := newBench(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.close() })
+	return ctx, b
+}
 
 // pgKeyGuard is a guard that derives keys as the benchmark's do.
 func (b *bench) pgKeyGuard(t *testing.T) *guard.Guard {
@@ -166,6 +189,23 @@ func TestPgScenarioRequestCounts(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.PostgresURL = postgrestest.URL(t) // skips, or fails under CI=true, without the server
 	cfg.Scenarios = PgScenarios
+	checkScenarioCounts(t, cfg)
+}
+
+// TestRedisScenarioRequestCounts does the same for the Redis scenarios:
+// round trips counted by the client's hook, 2 on a miss, 1 on a replay, 0
+// from the local cache.
+func TestRedisScenarioRequestCounts(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.RedisAddr = redistest.Addr(t) // skips, or fails under CI=true, without the server
+	cfg.Scenarios = RedisScenarios
+	checkScenarioCounts(t, cfg)
+}
+
+// checkScenarioCounts runs cfg's scenarios with a few operations and checks
+// their deterministic targets.
+func checkScenarioCounts(t *testing.T, cfg Config) {
+	t.Helper()
 	cfg.Concurrency = 4
 	cfg.Ops = 24
 	cfg.Rounds = 2
@@ -178,8 +218,8 @@ func TestPgScenarioRequestCounts(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Run: %v\n%s", err, log.String())
 	}
-	if len(results) != len(PgScenarios) {
-		t.Fatalf("got %d results, want %d", len(results), len(PgScenarios))
+	if len(results) != len(cfg.Scenarios) {
+		t.Fatalf("got %d results, want %d", len(results), len(cfg.Scenarios))
 	}
 	for _, r := range results {
 		for _, p := range Problems(r) {
@@ -189,6 +229,9 @@ func TestPgScenarioRequestCounts(t *testing.T) {
 		}
 		if r.Ops != cfg.Ops {
 			t.Errorf("%s ran %d ops, want %d", r.Scenario, r.Ops, cfg.Ops)
+		}
+		if _, ok := wantRequestsPerOp[r.Scenario]; !ok {
+			t.Errorf("%s has no request-count target", r.Scenario)
 		}
 		if base, ok := baselines[r.Scenario]; ok && (r.Baseline != base || r.CPURatio == nil) {
 			t.Errorf("%s: baseline %q; want ratios against %s", r.Scenario, r.Baseline, base)
@@ -207,14 +250,7 @@ func TestPgRawSendsTheStoresStatements(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.PostgresURL = postgrestest.URL(t)
 	cfg.Scenarios = PgScenarios
-	cfg.Concurrency = 1
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	b, err := newBench(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.close()
+	ctx, b := setUp(t, cfg)
 	p := b.pg
 	sqls := func(call func() error) []string {
 		t.Helper()
@@ -248,5 +284,111 @@ func TestPgRawSendsTheStoresStatements(t *testing.T) {
 	if len(plain) != 3 || len(tx) != 5 || tx[1] != plain[0] || tx[2] != plain[1] || tx[4] != plain[2] ||
 		!strings.Contains(tx[0], "ON CONFLICT") || !strings.HasPrefix(tx[3], "UPDATE") {
 		t.Errorf("the plain transaction sent %q, the transactional guard %q; want the same with the claim first and the UPDATE before COMMIT", plain, tx)
+	}
+}
+
+// evalHook records the arguments of every EVALSHA a client sends.
+type evalHook struct {
+	mu    sync.Mutex
+	calls [][]any
+}
+
+func (h *evalHook) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+
+func (h *evalHook) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		if strings.EqualFold(cmd.Name(), "evalsha") {
+			h.mu.Lock()
+			h.calls = append(h.calls, slices.Clone(cmd.Args()))
+			h.mu.Unlock()
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *evalHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return next
+}
+
+// take returns the shape of the calls recorded since the last take, one
+// line per EVALSHA: the script's SHA-1, the store's field names and status
+// values and the stored result as they are; the key, token and times as
+// their type and length (times taken a few milliseconds apart have the
+// same number of digits), since they differ from call to call.
+func (h *evalHook) take(sha map[string]string) []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	literal := map[string]bool{"INPROGRESS": true, "COMPLETED": true}
+	for _, f := range []string{idemredis.FieldStatus, idemredis.FieldExpiry, idemredis.FieldLease, idemredis.FieldData,
+		idemredis.FieldValidation, idemredis.FieldToken, idemredis.FieldResultKind, idemredis.FieldEncoding} {
+		literal[f] = true
+	}
+	var lines []string
+	for _, args := range h.calls {
+		var parts []string
+		for i, a := range args {
+			switch v := a.(type) {
+			case string:
+				switch {
+				case i == 0:
+					parts = append(parts, strings.ToLower(v))
+				case i == 1:
+					parts = append(parts, "sha="+sha[v])
+				case literal[v]:
+					parts = append(parts, v)
+				default:
+					parts = append(parts, fmt.Sprintf("string/%d", len(v)))
+				}
+			case []byte:
+				parts = append(parts, "bytes="+string(v))
+			default:
+				parts = append(parts, fmt.Sprintf("%T/%d", v, len(fmt.Sprint(v))))
+			}
+		}
+		lines = append(lines, strings.Join(parts, " "))
+	}
+	h.calls = nil
+	return lines
+}
+
+// The raw Redis baseline sends what the store sends: EVALSHA of the same
+// scripts, with arguments of the same types, lengths and field names, and
+// the same stored result, on a first call and on a replay.
+func TestRedisRawSendsTheStoresCommands(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.RedisAddr = redistest.Addr(t)
+	cfg.Scenarios = RedisScenarios
+	ctx, b := setUp(t, cfg)
+	r := b.rd
+	h := &evalHook{}
+	r.client.AddHook(h)
+	sha := map[string]string{r.acquireSHA: "acquire", r.completeSHA: "complete"}
+	sent := func(call func() error) []string {
+		t.Helper()
+		h.take(sha)
+		if err := call(); err != nil {
+			t.Fatal(err)
+		}
+		return h.take(sha)
+	}
+	in := newOrder("commands")
+	guarded := sent(func() error { _, err := r.missFn(ctx, in); return err })
+	key, _, err := b.pgKeyGuard(t).Key(scopeMiss, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Another key of the same length, the same order: the same result.
+	other := key[:len(key)-8] + "00000000"
+	raw := sent(func() error { return r.rawMiss(ctx, b, other, in) })
+	if len(guarded) != 2 || !slices.Equal(guarded, raw) {
+		t.Errorf("a guarded miss sent\n%s\nthe raw one\n%s", strings.Join(guarded, "\n"), strings.Join(raw, "\n"))
+	}
+	if !strings.HasPrefix(guarded[0], "evalsha sha=acquire ") || !strings.Contains(guarded[1], `bytes={"charge_id":"ch_commands","status":"charged"}`) {
+		t.Errorf("a guarded miss sent\n%s\nwant the claim script, then the completion with the result", strings.Join(guarded, "\n"))
+	}
+	guarded = sent(func() error { _, err := r.missFn(ctx, in); return err }) // now completed: a replay
+	raw = sent(func() error { return r.rawReplay(ctx, key) })
+	if len(guarded) != 1 || !slices.Equal(guarded, raw) {
+		t.Errorf("a guarded replay sent %q, the raw one %q", guarded, raw)
 	}
 }

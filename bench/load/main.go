@@ -1,10 +1,12 @@
 // Command load measures what a guard costs against DynamoDB, next to the raw
-// SDK doing the same requests, and against PostgreSQL, next to raw pgx
-// sending the same statements, in one process and one run.
+// SDK doing the same requests, against PostgreSQL, next to raw pgx sending
+// the same statements, and against Redis, next to raw go-redis sending the
+// same scripts, in one process and one run.
 //
-//	IDEMGUARD_SERVICES="dynamodb postgres" scripts/harness.sh run go run ./bench/load
+//	IDEMGUARD_SERVICES="dynamodb postgres redis" scripts/harness.sh run go run ./bench/load
 //	go run ./bench/load -endpoint http://127.0.0.1:8000 -ops 4000 -concurrency 32
 //	go run ./bench/load -postgres postgres://app@127.0.0.1:5432/app -scenarios pg_tx_raw,pg_tx_guarded
+//	go run ./bench/load -endpoint '' -redis 127.0.0.1:6379
 //
 // It creates a fresh table on the endpoint (DynamoDB Local or another
 // server that accepts the static credentials "local"/"local"), runs a
@@ -36,9 +38,20 @@
 //	pg_tx_raw                a plain transaction at READ COMMITTED: BEGIN, the business INSERT, COMMIT
 //	pg_tx_guarded            the same INSERT through postgres.WrapTx: claim, BEGIN, INSERT, completion, COMMIT
 //
+// With a Redis address (-redis, default $IDEMGUARD_REDIS_ADDR), in the same
+// rounds, on one go-redis client whose hook counts round trips:
+//
+//	redis_miss_raw              EVALSHA of the store's claim script, the function, EVALSHA of its completion script
+//	redis_miss_store            the same through store/redis's Acquire and Complete, records built by hand, no guard
+//	redis_miss_guarded          a guarded call with a fresh key
+//	redis_replay_raw            the claim script on a completed key, the result decoded from the record it returns
+//	redis_replay_store          the same through store/redis's Acquire, no guard
+//	redis_replay_guarded        a guarded call whose key is completed
+//	redis_replay_cached_guarded the same with guard.WithCache
+//
 // Every DynamoDB scenario uses the same SDK client (one HTTP client, one
 // retryer, one request-counting middleware); every PostgreSQL scenario the
-// same pool.
+// same pool; every Redis scenario the same client.
 //
 // Flags: -concurrency (16), -ops (2000 per scenario), -rounds (20),
 // -warmup (300 per scenario), -hot-calls (2000), -scenarios, -v (figures of
@@ -62,12 +75,14 @@ import (
 
 	"github.com/idemguard/idemguard/store/dynamodb/dynamodbtest"
 	"github.com/idemguard/idemguard/store/postgres/postgrestest"
+	"github.com/idemguard/idemguard/store/redis/redistest"
 )
 
 func main() {
 	cfg := DefaultConfig()
 	flag.StringVar(&cfg.Endpoint, "endpoint", os.Getenv(dynamodbtest.EndpointEnv), "DynamoDB endpoint URL (default $"+dynamodbtest.EndpointEnv+")")
 	flag.StringVar(&cfg.PostgresURL, "postgres", os.Getenv(postgrestest.URLEnv), "PostgreSQL URL for the pg_ scenarios (default $"+postgrestest.URLEnv+"; empty: none)")
+	flag.StringVar(&cfg.RedisAddr, "redis", os.Getenv(redistest.AddrEnv), "Redis host:port for the redis_ scenarios (default $"+redistest.AddrEnv+"; empty: none)")
 	flag.IntVar(&cfg.Concurrency, "concurrency", cfg.Concurrency, "concurrent callers in the miss and replay scenarios")
 	flag.IntVar(&cfg.Ops, "ops", cfg.Ops, "operations per miss and replay scenario, over all rounds")
 	flag.IntVar(&cfg.Rounds, "rounds", cfg.Rounds, "rounds the operations are split into, scenarios interleaved")
@@ -97,9 +112,11 @@ func main() {
 		cfg.Endpoint = "http://127.0.0.1:9" // never dialled
 		cfg.httpClient = newStubDynamo()
 		cfg.PostgresURL = "" // no stub for PostgreSQL
+		cfg.RedisAddr = ""   // nor for Redis
 	}
-	if cfg.Endpoint == "" && cfg.PostgresURL == "" {
-		fatal(fmt.Errorf("no server: set -endpoint or %s, and/or -postgres or %s, or run under scripts/harness.sh", dynamodbtest.EndpointEnv, postgrestest.URLEnv))
+	if cfg.Endpoint == "" && cfg.PostgresURL == "" && cfg.RedisAddr == "" {
+		fatal(fmt.Errorf("no server: set -endpoint or %s, -postgres or %s, or -redis or %s, or run under scripts/harness.sh",
+			dynamodbtest.EndpointEnv, postgrestest.URLEnv, redistest.AddrEnv))
 	}
 
 	// Cancelled, not given a deadline: a deadline on the callers' context

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -36,32 +37,20 @@ const (
 // PgScenarios lists the PostgreSQL scenarios.
 var PgScenarios = []string{PgMissRaw, PgMissGuarded, PgReplayRaw, PgReplayGuarded, PgReplayCachedGuarded, PgTxRaw, PgTxGuarded}
 
-func isPg(name string) bool {
-	for _, n := range PgScenarios {
-		if n == name {
-			return true
-		}
-	}
-	return false
-}
+func isPg(name string) bool { return slices.Contains(PgScenarios, name) }
 
 const scopeTx = "bench-tx"
 
 // pgBench is the PostgreSQL side of the benchmark.
 type pgBench struct {
+	guardedSet
 	pool    *pgxpool.Pool
 	counter *postgrestest.Counter
 	table   string // the idempotency table
 	effects string // the business table of the transactional scenarios
 	sql     pgStatements
 
-	missFn   func(context.Context, Order) (Receipt, error)
-	replayFn func(context.Context, Order) (Receipt, error)
-	cachedFn func(context.Context, Order) (Receipt, error)
-	txFn     func(context.Context, Order) (Receipt, error) // postgres.WrapTx
-
-	replayIn  []Order
-	replayKey []string
+	txFn func(context.Context, Order) (Receipt, error) // postgres.WrapTx
 }
 
 // pgStatements are the statements store/postgres sends, written out by
@@ -118,21 +107,8 @@ func newPgBench(ctx context.Context, cfg Config, runID string, body func(context
 		p.close()
 		return nil, err
 	}
-	g, err := guard.New(s)
-	if err != nil {
-		return nil, err
-	}
-	cached, err := guard.New(s, guard.WithCache(cfg.ReplayKeys))
-	if err != nil {
-		return nil, err
-	}
-	if p.missFn, err = guard.Wrap(g, scopeMiss, body); err != nil {
-		return nil, err
-	}
-	if p.replayFn, err = guard.Wrap(g, scopeReplay, body); err != nil {
-		return nil, err
-	}
-	if p.cachedFn, err = guard.Wrap(cached, scopeReplay, body); err != nil {
+	var g *guard.Guard
+	if p.guardedSet, g, err = newGuardedSet(s, cfg.ReplayKeys, body); err != nil {
 		return nil, err
 	}
 	p.txFn, err = postgres.WrapTx(g, scopeTx, func(ctx context.Context, tx pgx.Tx, o Order) (Receipt, error) {
@@ -150,27 +126,6 @@ func (p *pgBench) close() error {
 	defer p.pool.Close()
 	_, err := p.pool.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{p.table}.Sanitize()+", "+pgx.Identifier{p.effects}.Sanitize())
 	return err
-}
-
-// populate completes n records for the replay scenarios and primes the
-// cached guard.
-func (p *pgBench) populate(ctx context.Context, n int, runID string, g func() *guard.Guard) error {
-	p.replayIn, p.replayKey = make([]Order, n), make([]string, n)
-	for i := range n {
-		in := newOrder(fmt.Sprintf("pg-replay-%s-%d", runID, i))
-		if _, err := p.replayFn(ctx, in); err != nil {
-			return fmt.Errorf("completing replay record %d: %w", i, err)
-		}
-		key, _, err := g().Key(scopeReplay, in)
-		if err != nil {
-			return err
-		}
-		p.replayIn[i], p.replayKey[i] = in, key
-		if _, err := p.cachedFn(ctx, in); err != nil {
-			return fmt.Errorf("priming the cache with record %d: %w", i, err)
-		}
-	}
-	return nil
 }
 
 // ceilMicro rounds t up to the microsecond, as the store does.

@@ -112,9 +112,12 @@ func Run(ctx context.Context, cfg Config, out, log io.Writer) ([]Result, error) 
 		if cfg.PostgresURL != "" {
 			names = append(names, PgScenarios...)
 		}
+		if cfg.RedisAddr != "" {
+			names = append(names, RedisScenarios...)
+		}
 	}
 	if len(names) == 0 {
-		return nil, errors.New("no server: give a DynamoDB endpoint, a PostgreSQL URL, or both")
+		return nil, errors.New("no server: give a DynamoDB endpoint, a PostgreSQL URL or a Redis address")
 	}
 	cfg.Scenarios = names
 	for _, n := range names {
@@ -136,6 +139,9 @@ func Run(ctx context.Context, cfg Config, out, log io.Writer) ([]Result, error) 
 	}
 	if b.pg != nil {
 		fmt.Fprintf(log, "load: PostgreSQL table %s\n", b.pg.table)
+	}
+	if b.rd != nil {
+		fmt.Fprintf(log, "load: Redis %s prefix %s\n", b.cfg.RedisAddr, b.rd.prefix)
 	}
 	fmt.Fprintf(log, "load: GOMAXPROCS %d, %s; concurrency %d, ops %d in %d rounds, hot-key bursts of %d calls\n",
 		runtime.GOMAXPROCS(0), runtime.Version(), cfg.Concurrency, cfg.Ops, cfg.Rounds, cfg.HotCalls)
@@ -374,6 +380,9 @@ func (b *bench) start() *meter {
 	if b.pg != nil {
 		b.pg.counter.Reset()
 	}
+	if b.rd != nil {
+		b.rd.counter.Reset()
+	}
 	m := &meter{b: b, bodyRuns: b.bodyRuns.Load()}
 	m.allocs, m.allocBytes = readAllocs()
 	m.cpu = cpuTime()
@@ -391,6 +400,9 @@ func (m *meter) stop(s *segment) {
 	}
 	if m.b.pg != nil {
 		s.requests += m.b.pg.counter.Total()
+	}
+	if m.b.rd != nil {
+		s.requests += m.b.rd.counter.RoundTrips()
 	}
 	s.bodyRuns = m.b.bodyRuns.Load() - m.bodyRuns
 }
@@ -410,7 +422,8 @@ type operation func(ctx context.Context, i, w, n int) error
 // operations, with its inputs made before the clock starts.
 func (b *bench) prepare(name string, ops int) (operation, error) {
 	switch name {
-	case MissGuarded, MissRaw, PgMissGuarded, PgMissRaw, PgTxGuarded, PgTxRaw:
+	case MissGuarded, MissRaw, PgMissGuarded, PgMissRaw, PgTxGuarded, PgTxRaw,
+		RedisMissGuarded, RedisMissStore, RedisMissRaw:
 		in := make([]Order, ops)
 		keys := make([]string, ops)
 		for i := range in {
@@ -429,6 +442,12 @@ func (b *bench) prepare(name string, ops int) (operation, error) {
 			return guarded(b.pg.missFn), nil
 		case PgTxGuarded:
 			return guarded(b.pg.txFn), nil
+		case RedisMissGuarded:
+			return guarded(b.rd.missFn), nil
+		case RedisMissRaw:
+			return func(ctx context.Context, i, _, _ int) error { return b.rd.rawMiss(ctx, b, keys[i], in[i]) }, nil
+		case RedisMissStore:
+			return func(ctx context.Context, i, _, _ int) error { return b.rd.storeMiss(ctx, b, keys[i], in[i]) }, nil
 		case MissRaw:
 			return func(ctx context.Context, i, _, _ int) error { return b.rawMiss(ctx, keys[i], in[i]) }, nil
 		case PgMissRaw:
@@ -436,10 +455,14 @@ func (b *bench) prepare(name string, ops int) (operation, error) {
 		default:
 			return func(ctx context.Context, i, _, _ int) error { return b.pg.rawTx(ctx, b, in[i]) }, nil
 		}
-	case ReplayGuarded, ReplayCachedGuarded, ReplayRaw, PgReplayGuarded, PgReplayCachedGuarded, PgReplayRaw:
+	case ReplayGuarded, ReplayCachedGuarded, ReplayRaw, PgReplayGuarded, PgReplayCachedGuarded, PgReplayRaw,
+		RedisReplayGuarded, RedisReplayCachedGuarded, RedisReplayStore, RedisReplayRaw:
 		ins, keys, fn, cached, raw := b.replayIn, b.replayKey, b.replayFn, b.cachedFn, b.rawReplay
-		if isPg(name) {
+		switch {
+		case isPg(name):
 			ins, keys, fn, cached, raw = b.pg.replayIn, b.pg.replayKey, b.pg.replayFn, b.pg.cachedFn, b.pg.rawReplay
+		case isRedis(name):
+			ins, keys, fn, cached, raw = b.rd.replayIn, b.rd.replayKey, b.rd.replayFn, b.rd.cachedFn, b.rd.rawReplay
 		}
 		// Worker w replays keys w, w+W, w+2W, … (W workers), one at a
 		// time, so that no two calls in flight share a key: concurrent
@@ -449,10 +472,12 @@ func (b *bench) prepare(name string, ops int) (operation, error) {
 		off := mathrand.IntN(per)
 		idx := func(w, n int) int { return (w + workers*((off+n)%per)) % len(ins) }
 		switch name {
-		case ReplayGuarded, PgReplayGuarded:
+		case ReplayGuarded, PgReplayGuarded, RedisReplayGuarded:
 			return func(ctx context.Context, _, w, n int) error { _, err := fn(ctx, ins[idx(w, n)]); return err }, nil
-		case ReplayCachedGuarded, PgReplayCachedGuarded:
+		case ReplayCachedGuarded, PgReplayCachedGuarded, RedisReplayCachedGuarded:
 			return func(ctx context.Context, _, w, n int) error { _, err := cached(ctx, ins[idx(w, n)]); return err }, nil
+		case RedisReplayStore:
+			return func(ctx context.Context, _, w, n int) error { return b.rd.storeReplay(ctx, keys[idx(w, n)]) }, nil
 		default:
 			return func(ctx context.Context, _, w, n int) error { return raw(ctx, keys[idx(w, n)]) }, nil
 		}

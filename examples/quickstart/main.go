@@ -54,7 +54,10 @@
 //
 // # Which store
 //
-// The memory store by default. DynamoDB when IDEMGUARD_DYNAMODB_ENDPOINT is
+// The memory store by default. Redis when IDEMGUARD_REDIS_ADDR names a
+// server (host:port, for example 127.0.0.1:6379), with the records under
+// the store's default prefix "idemguard:". Otherwise DynamoDB when
+// IDEMGUARD_DYNAMODB_ENDPOINT is
 // set (for example to DynamoDB Local, http://127.0.0.1:8000), when the AWS
 // SDK's own endpoint variables AWS_ENDPOINT_URL_DYNAMODB or AWS_ENDPOINT_URL
 // are set, or when IDEMGUARD_DYNAMODB_TABLE names a table (then with the
@@ -134,6 +137,7 @@ func quickstart(ctx context.Context, out io.Writer, cfg config) (*result, error)
 	if err != nil {
 		return nil, err
 	}
+	defer st.close()
 
 	provider, mailer := &payment.Provider{}, &Mailer{}
 	w, err := newWorker(st.store, tp, provider, mailer)

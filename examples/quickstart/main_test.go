@@ -135,6 +135,17 @@ func TestDevServerFromCLI(t *testing.T) {
 	}
 }
 
+// The harness's Temporal server and redis-server, as named by the
+// environment: Redis keeps the records.
+func TestServerAndRedis(t *testing.T) {
+	addr := requireEnv(t, addressEnv)
+	redisAddr := requireEnv(t, redisAddrEnv)
+	res := quickstartRun(t, config{Temporal: "auto", Getenv: env(addressEnv, redisAddrEnv)})
+	if !strings.Contains(res.Temporal, addr) || !strings.HasPrefix(res.Store, "Redis at "+redisAddr+" (IDEMGUARD_REDIS_ADDR)") {
+		t.Errorf("ran on %q with %q, want the server at %s and Redis at %s", res.Temporal, res.Store, addr, redisAddr)
+	}
+}
+
 // The harness's Temporal server and DynamoDB Local, as named by the
 // environment.
 func TestServerAndDynamoDB(t *testing.T) {

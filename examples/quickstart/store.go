@@ -9,17 +9,20 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/idemguard/idemguard/store"
 	idemddb "github.com/idemguard/idemguard/store/dynamodb"
 	"github.com/idemguard/idemguard/store/memory"
+	idemredis "github.com/idemguard/idemguard/store/redis"
 )
 
-// Environment variables that choose DynamoDB (see the package
+// Environment variables that choose DynamoDB or Redis (see the package
 // documentation).
 const (
-	endpointEnv = "IDEMGUARD_DYNAMODB_ENDPOINT"
-	tableEnv    = "IDEMGUARD_DYNAMODB_TABLE"
+	endpointEnv  = "IDEMGUARD_DYNAMODB_ENDPOINT"
+	tableEnv     = "IDEMGUARD_DYNAMODB_TABLE"
+	redisAddrEnv = "IDEMGUARD_REDIS_ADDR"
 )
 
 const defaultTable = "idemguard-quickstart"
@@ -27,16 +30,31 @@ const defaultTable = "idemguard-quickstart"
 type storeChoice struct {
 	desc  string
 	store store.Store
+	close func() // releases the store's client, if it has one
 }
 
-// openStore returns the memory store, or a DynamoDB store when the
-// environment asks for one, creating its table if needed.
+// openStore returns the memory store, or a Redis or DynamoDB store when
+// the environment asks for one (Redis first), creating the DynamoDB table
+// if needed.
 func openStore(ctx context.Context, getenv func(string) string) (*storeChoice, error) {
+	if addr := getenv(redisAddrEnv); addr != "" {
+		client := goredis.NewClient(&goredis.Options{Addr: addr})
+		s, err := idemredis.New(client)
+		if err != nil {
+			client.Close()
+			return nil, err
+		}
+		return &storeChoice{
+			desc:  fmt.Sprintf("Redis at %s (%s), keys under %q", addr, redisAddrEnv, s.Prefix()),
+			store: s,
+			close: func() { client.Close() },
+		}, nil
+	}
 	endpoint := getenv(endpointEnv)
 	table := getenv(tableEnv)
 	sdkEndpoint := getenv("AWS_ENDPOINT_URL_DYNAMODB") != "" || getenv("AWS_ENDPOINT_URL") != ""
 	if endpoint == "" && table == "" && !sdkEndpoint {
-		return &storeChoice{desc: "memory (in this process)", store: memory.New()}, nil
+		return &storeChoice{desc: "memory (in this process)", store: memory.New(), close: func() {}}, nil
 	}
 	if table == "" {
 		table = defaultTable
@@ -71,7 +89,7 @@ func openStore(ctx context.Context, getenv func(string) string) (*storeChoice, e
 	if err != nil {
 		return nil, err
 	}
-	return &storeChoice{desc: fmt.Sprintf("DynamoDB table %s at %s", table, where), store: s}, nil
+	return &storeChoice{desc: fmt.Sprintf("DynamoDB table %s at %s", table, where), store: s, close: func() {}}, nil
 }
 
 // dynamoDBLocal returns a client for DynamoDB Local at endpoint, made the

@@ -18,6 +18,21 @@ import (
 	idemddb "github.com/idemguard/idemguard/store/dynamodb"
 )
 
+// IDEMGUARD_REDIS_ADDR picks Redis even when DynamoDB's variables are set
+// too (as scripts/harness.sh sets them all); nothing needs to answer at
+// the address for the choice.
+func TestRedisComesFirst(t *testing.T) {
+	vars := map[string]string{redisAddrEnv: "127.0.0.1:1", endpointEnv: "http://127.0.0.1:1", tableEnv: "t"}
+	st, err := openStore(context.Background(), func(k string) string { return vars[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.close()
+	if !strings.HasPrefix(st.desc, "Redis at 127.0.0.1:1 (IDEMGUARD_REDIS_ADDR)") {
+		t.Errorf("store %q; want Redis", st.desc)
+	}
+}
+
 // syncBuffer is a log sink for the SDK, which may log from any goroutine.
 type syncBuffer struct {
 	mu sync.Mutex

@@ -5,10 +5,18 @@
 // Every message's effect happens once.
 //
 //	go run ./examples/workerpool
+//	IDEMGUARD_REDIS_ADDR=127.0.0.1:6379 go run ./examples/workerpool
+//
+// The two processes share the memory store by default, standing in for a
+// shared one; with IDEMGUARD_REDIS_ADDR set they share a Redis server, the
+// records under a key prefix of this run's own (the messages' IDs are the
+// same every run), deleted at the end.
 package main
 
 import (
 	"context"
+	crand "crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -19,9 +27,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/store/memory"
+	idemredis "github.com/idemguard/idemguard/store/redis"
 )
 
 // Message is one delivery from the broker.
@@ -52,15 +63,52 @@ func (l *ledger) apply(key string, m Message) {
 	l.byMsg[m.ID]++
 }
 
+// redisAddrEnv names the Redis server the processes share, if any.
+const redisAddrEnv = "IDEMGUARD_REDIS_ADDR"
+
 func main() {
-	if err := run(context.Background(), os.Stdout, 200, 8); err != nil {
+	ctx := context.Background()
+	shared, desc, closeStore, err := openStore(ctx, os.Getenv(redisAddrEnv))
+	if err == nil {
+		defer closeStore()
+		err = run(ctx, os.Stdout, shared, desc, 200, 8)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "workerpool:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, out io.Writer, unique, workers int) error {
-	shared := memory.New() // stands in for DynamoDB, shared by both processes
+// openStore returns the store both processes share: Redis at addr under a
+// prefix of this run's own, or, with no address, the memory store; close
+// deletes the run's records and closes the client.
+func openStore(ctx context.Context, addr string) (s store.Store, desc string, close func(), err error) {
+	if addr == "" {
+		return memory.New(), "memory (in this process), standing in for a shared store", func() {}, nil
+	}
+	var b [4]byte
+	crand.Read(b[:])
+	prefix := "idemguard-workerpool:" + hex.EncodeToString(b[:]) + ":"
+	client := goredis.NewClient(&goredis.Options{Addr: addr})
+	rs, err := idemredis.New(client, idemredis.WithPrefix(prefix))
+	if err != nil {
+		client.Close()
+		return nil, "", nil, err
+	}
+	close = func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		iter := client.Scan(cctx, 0, prefix+"*", 1000).Iterator()
+		for iter.Next(cctx) {
+			client.Unlink(cctx, iter.Val())
+		}
+		client.Close()
+	}
+	return rs, fmt.Sprintf("Redis at %s (%s), keys under %q", addr, redisAddrEnv, prefix), close, nil
+}
+
+func run(ctx context.Context, out io.Writer, shared store.Store, desc string, unique, workers int) error {
+	fmt.Fprintf(out, "store: %s\n", desc)
 	led := &ledger{applied: map[string]int{}, byMsg: map[string]int{}}
 
 	// The broker's stream: every message once, a third of them twice,

@@ -42,66 +42,94 @@ const (
 	kindUnavailable = "unavailable"
 )
 
-// encoded is a record as the scripts write it.
-type encoded struct {
-	fields   []any // field, value pairs for HSET
-	pexpire  int64 // when the server deletes the key, epoch ms
-	expiry   int64 // FieldExpiry, epoch seconds
-	dataSize int   // stored size of FieldData
-}
+// Status values as script arguments, boxed once: converting a string
+// that is not a constant to an interface allocates.
+var (
+	argInProgress any = store.StatusInProgress.String()
+	argCompleted  any = store.StatusCompleted.String()
+	argError      any = kindError
+	argUnavail    any = kindUnavailable
+	argGzip       any = compress.Encoding
+)
 
-// encode turns rec into hash fields. It refuses times it could not store,
-// and results over the store's limit with an error matching
-// [store.ErrTooLarge].
-func (s *Store) encode(rec *store.Record) (*encoded, error) {
-	if _, ok := store.ParseStatus(rec.Status.String()); !ok {
-		return nil, fmt.Errorf("redis: record %q has an invalid status %v", rec.Key, rec.Status)
-	}
-	if err := epoch.Check("redis", "ExpiresAt", rec.ExpiresAt); err != nil {
-		return nil, err
-	}
-	if n := len(rec.Result); n > s.maxResult {
-		return nil, fmt.Errorf("%w: the result is %d bytes, over the store's limit of %d", store.ErrTooLarge, n, s.maxResult)
-	}
-	e := &encoded{expiry: epoch.CeilSeconds(rec.ExpiresAt)}
-	e.pexpire = s.pexpireAt(e.expiry)
-	e.fields = make([]any, 0, 16)
-	e.fields = append(e.fields,
-		FieldStatus, rec.Status.String(),
-		FieldExpiry, strconv.FormatInt(e.expiry, 10),
-		FieldToken, rec.Token)
-	if !rec.LeaseExpiresAt.IsZero() {
-		if err := epoch.Check("redis", "LeaseExpiresAt", rec.LeaseExpiresAt); err != nil {
-			return nil, err
-		}
-		e.fields = append(e.fields, FieldLease, strconv.FormatInt(epoch.CeilMillis(rec.LeaseExpiresAt), 10))
-	}
-	if rec.PayloadHash != "" {
-		e.fields = append(e.fields, FieldValidation, rec.PayloadHash)
+// encode appends rec's hash fields, as field, value pairs for HSET, to a
+// new argument list that starts with header (the script's own arguments),
+// allocated once at its final length. status replaces rec.Status. Times are
+// int64s, which go-redis writes as decimal text, without a string of their
+// own. It refuses times it could not store, and results over the store's
+// limit with an error matching [store.ErrTooLarge]. expiry is the record's
+// FieldExpiry, epoch seconds.
+func (s *Store) encode(rec *store.Record, status store.Status, header ...any) (args []any, expiry int64, err error) {
+	var st, kind any
+	switch status {
+	case store.StatusInProgress:
+		st = argInProgress
+	case store.StatusCompleted:
+		st = argCompleted
+	default:
+		return nil, 0, fmt.Errorf("redis: record %q has an invalid status %v", rec.Key, status)
 	}
 	switch rec.ResultKind {
 	case store.ResultValue:
 	case store.ResultError:
-		e.fields = append(e.fields, FieldResultKind, kindError)
+		kind = argError
 	case store.ResultUnavailable:
-		e.fields = append(e.fields, FieldResultKind, kindUnavailable)
+		kind = argUnavail
 	default:
-		return nil, fmt.Errorf("redis: record %q has an invalid result kind %v", rec.Key, rec.ResultKind)
+		return nil, 0, fmt.Errorf("redis: record %q has an invalid result kind %v", rec.Key, rec.ResultKind)
 	}
-	if rec.Result != nil {
-		data := rec.Result
+	if err := epoch.Check("redis", "ExpiresAt", rec.ExpiresAt); err != nil {
+		return nil, 0, err
+	}
+	hasLease := !rec.LeaseExpiresAt.IsZero()
+	if hasLease {
+		if err := epoch.Check("redis", "LeaseExpiresAt", rec.LeaseExpiresAt); err != nil {
+			return nil, 0, err
+		}
+	}
+	if n := len(rec.Result); n > s.maxResult {
+		return nil, 0, fmt.Errorf("%w: the result is %d bytes, over the store's limit of %d", store.ErrTooLarge, n, s.maxResult)
+	}
+	data, zipped := rec.Result, false
+	if data != nil {
 		z, ok, err := compress.Gzip(data, s.compressAbove)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		if ok {
-			data = z
-			e.fields = append(e.fields, FieldEncoding, compress.Encoding)
+			data, zipped = z, true
 		}
-		e.fields = append(e.fields, FieldData, data)
-		e.dataSize = len(data)
 	}
-	return e, nil
+
+	n := 3 // status, expiry, token
+	for _, b := range []bool{hasLease, rec.PayloadHash != "", kind != nil, zipped, data != nil} {
+		if b {
+			n++
+		}
+	}
+	expiry = epoch.CeilSeconds(rec.ExpiresAt)
+	args = make([]any, 0, len(header)+2*n)
+	args = append(args, header...)
+	args = append(args,
+		FieldStatus, st,
+		FieldExpiry, expiry,
+		FieldToken, rec.Token)
+	if hasLease {
+		args = append(args, FieldLease, epoch.CeilMillis(rec.LeaseExpiresAt))
+	}
+	if rec.PayloadHash != "" {
+		args = append(args, FieldValidation, rec.PayloadHash)
+	}
+	if kind != nil {
+		args = append(args, FieldResultKind, kind)
+	}
+	if zipped {
+		args = append(args, FieldEncoding, argGzip)
+	}
+	if data != nil {
+		args = append(args, FieldData, data)
+	}
+	return args, expiry, nil
 }
 
 // pexpireAt returns when the server should delete a record whose expiry is
@@ -149,53 +177,100 @@ func notHash(typ string) error {
 	return &DecodeError{Reason: fmt.Sprintf("the key holds a %s, not a hash", typ)}
 }
 
-// flatToMap turns an HGETALL reply returned by a script (field, value,
-// field, value, ...) into a map.
-func flatToMap(v []any) (map[string]string, error) {
+// fields are the values of a record's hash that the store reads; others
+// are ignored.
+type fields struct {
+	status, expiry, lease, token, validation, kind, encoding, data string
+	// has says which were present, by the bits below.
+	has uint8
+}
+
+const (
+	hasStatus uint8 = 1 << iota
+	hasExpiry
+	hasLease
+	hasEncoding
+	hasData
+)
+
+// set notes the hash field name's value.
+func (f *fields) set(name, value string) {
+	switch name {
+	case FieldStatus:
+		f.status, f.has = value, f.has|hasStatus
+	case FieldExpiry:
+		f.expiry, f.has = value, f.has|hasExpiry
+	case FieldLease:
+		f.lease, f.has = value, f.has|hasLease
+	case FieldToken:
+		f.token = value
+	case FieldValidation:
+		f.validation = value
+	case FieldResultKind:
+		f.kind = value
+	case FieldEncoding:
+		f.encoding, f.has = value, f.has|hasEncoding
+	case FieldData:
+		f.data, f.has = value, f.has|hasData
+	}
+}
+
+// decodeMap reads the hash h of the record key, as HGETALL returns it.
+func (s *Store) decodeMap(key string, h map[string]string) (*store.Record, error) {
+	var f fields
+	for name, value := range h {
+		f.set(name, value)
+	}
+	return s.decode(key, &f)
+}
+
+// decodeFlat reads the hash of the record key as a script returns it
+// (HGETALL's field, value, field, value, …), without building a map.
+func (s *Store) decodeFlat(key string, v []any) (*store.Record, error) {
 	if len(v)%2 != 0 {
 		return nil, fmt.Errorf("redis: a script returned %d elements for a hash", len(v))
 	}
-	m := make(map[string]string, len(v)/2)
+	var f fields
 	for i := 0; i < len(v); i += 2 {
-		k, ok1 := v[i].(string)
-		val, ok2 := v[i+1].(string)
+		name, ok1 := v[i].(string)
+		value, ok2 := v[i+1].(string)
 		if !ok1 || !ok2 {
 			return nil, fmt.Errorf("redis: a script returned a hash element of type %T", v[i+1])
 		}
-		m[k] = val
+		f.set(name, value)
 	}
-	return m, nil
+	return s.decode(key, &f)
 }
 
-// decode reads the hash h of the record key. It never panics; a hash it
-// cannot read gives a [*DecodeError].
-func (s *Store) decode(key string, h map[string]string) (*store.Record, error) {
+// decode reads the fields f of the record key. It never panics; fields it
+// cannot read give a [*DecodeError].
+func (s *Store) decode(key string, f *fields) (*store.Record, error) {
 	rec := &store.Record{Key: key}
-	status, ok := h[FieldStatus]
-	if !ok {
+	if f.has&hasStatus == 0 {
 		return nil, corrupt(FieldStatus, "is missing")
 	}
-	if rec.Status, ok = store.ParseStatus(status); !ok {
-		return nil, corrupt(FieldStatus, "has the unknown status %.40q", status)
+	var ok bool
+	if rec.Status, ok = store.ParseStatus(f.status); !ok {
+		return nil, corrupt(FieldStatus, "has the unknown status %.40q", f.status)
 	}
-	exp, ok, err := intField(h, FieldExpiry, epoch.MinSeconds, epoch.MaxSeconds)
-	if err != nil {
-		return nil, err
-	}
-	if !ok {
+	if f.has&hasExpiry == 0 {
 		return nil, corrupt(FieldExpiry, "is missing")
 	}
-	rec.ExpiresAt = time.Unix(exp, 0).UTC()
-	lease, ok, err := intField(h, FieldLease, epoch.MinSeconds*1000, epoch.MaxSeconds*1000)
+	exp, err := intField(FieldExpiry, f.expiry, epoch.MinSeconds, epoch.MaxSeconds)
 	if err != nil {
 		return nil, err
 	}
-	if ok {
+	rec.ExpiresAt = time.Unix(exp, 0).UTC()
+	if f.has&hasLease != 0 {
+		lease, err := intField(FieldLease, f.lease, epoch.MinSeconds*1000, epoch.MaxSeconds*1000)
+		if err != nil {
+			return nil, err
+		}
 		rec.LeaseExpiresAt = time.UnixMilli(lease).UTC()
 	}
-	rec.Token = h[FieldToken]
-	rec.PayloadHash = h[FieldValidation]
-	switch kind := h[FieldResultKind]; kind {
+	rec.Token = f.token
+	rec.PayloadHash = f.validation
+	switch f.kind {
 	case "":
 		rec.ResultKind = store.ResultValue
 	case kindError:
@@ -203,17 +278,16 @@ func (s *Store) decode(key string, h map[string]string) (*store.Record, error) {
 	case kindUnavailable:
 		rec.ResultKind = store.ResultUnavailable
 	default:
-		return nil, corrupt(FieldResultKind, "has the unknown result kind %.40q", kind)
+		return nil, corrupt(FieldResultKind, "has the unknown result kind %.40q", f.kind)
 	}
-	enc, hasEnc := h[FieldEncoding]
-	data, hasData := h[FieldData]
+	hasEnc, hasData := f.has&hasEncoding != 0, f.has&hasData != 0
 	switch {
-	case hasEnc && enc != compress.Encoding:
-		return nil, corrupt(FieldEncoding, "has the unknown encoding %.40q", enc)
+	case hasEnc && f.encoding != compress.Encoding:
+		return nil, corrupt(FieldEncoding, "has the unknown encoding %.40q", f.encoding)
 	case hasEnc && !hasData:
 		return nil, corrupt(FieldEncoding, "marks a result as compressed, but there is none")
 	case hasEnc:
-		out, err := compress.Gunzip([]byte(data), s.maxResult)
+		out, err := compress.Gunzip([]byte(f.data), s.maxResult)
 		if errors.Is(err, compress.ErrLimit) {
 			return nil, corrupt(FieldData, "decompresses to more than the store's limit of %d bytes", s.maxResult)
 		}
@@ -222,21 +296,17 @@ func (s *Store) decode(key string, h map[string]string) (*store.Record, error) {
 		}
 		rec.Result = out
 	case hasData:
-		rec.Result = []byte(data)
+		rec.Result = []byte(f.data)
 	}
 	return rec, nil
 }
 
-// intField returns the integer field name of h, which must lie in [lo, hi];
-// ok is false if it is absent.
-func intField(h map[string]string, name string, lo, hi int64) (n int64, ok bool, err error) {
-	v, ok := h[name]
-	if !ok {
-		return 0, false, nil
-	}
-	n, err = strconv.ParseInt(v, 10, 64)
+// intField parses the integer field name's value v, which must lie in
+// [lo, hi].
+func intField(name, v string, lo, hi int64) (int64, error) {
+	n, err := strconv.ParseInt(v, 10, 64)
 	if err != nil || n < lo || n > hi {
-		return 0, false, corrupt(name, "holds %.40q, not a time", v)
+		return 0, corrupt(name, "holds %.40q, not a time", v)
 	}
-	return n, true, nil
+	return n, nil
 }

@@ -261,13 +261,13 @@ func (s *Store) Acquire(ctx context.Context, rec *store.Record, now time.Time) (
 	if err := ctx.Err(); err != nil {
 		return nil, s.opErr(op, rec.Key, err)
 	}
-	e, err := s.encode(rec)
+	// The header's third argument, the key's PEXPIREAT, depends on the
+	// expiry encode computes: it is set afterwards.
+	args, exp, err := s.encode(rec, rec.Status, epoch.FloorSeconds(now), epoch.FloorMillis(now), nil)
 	if err != nil {
 		return nil, s.opErr(op, rec.Key, err)
 	}
-	args := make([]any, 0, 3+len(e.fields))
-	args = append(args, epoch.FloorSeconds(now), epoch.FloorMillis(now), e.pexpire)
-	args = append(args, e.fields...)
+	args[2] = s.pexpireAt(exp)
 	v, w, err := s.run(ctx, acquireScript, rec.Key, args)
 	if err != nil {
 		return nil, s.opErr(op, rec.Key, err)
@@ -284,11 +284,7 @@ func (s *Store) Acquire(ctx context.Context, rec *store.Record, now time.Time) (
 		}
 		return nil, nil
 	case []any:
-		h, err := flatToMap(v)
-		if err != nil {
-			return nil, s.opErr(op, rec.Key, err)
-		}
-		old, err := s.decode(rec.Key, h)
+		old, err := s.decodeFlat(rec.Key, v)
 		if err != nil {
 			return nil, s.opErr(op, rec.Key, err)
 		}
@@ -307,15 +303,11 @@ func (s *Store) Complete(ctx context.Context, rec *store.Record) error {
 	if err := ctx.Err(); err != nil {
 		return s.opErr(op, rec.Key, err)
 	}
-	done := *rec
-	done.Status = store.StatusCompleted
-	e, err := s.encode(&done)
+	args, exp, err := s.encode(rec, store.StatusCompleted, rec.Token, nil)
 	if err != nil {
 		return s.opErr(op, rec.Key, err)
 	}
-	args := make([]any, 0, 2+len(e.fields))
-	args = append(args, rec.Token, e.pexpire)
-	args = append(args, e.fields...)
+	args[1] = s.pexpireAt(exp)
 	return s.fenced(ctx, op, completeScript, rec.Key, args)
 }
 
@@ -395,7 +387,7 @@ func (s *Store) readResult(op, key string, h map[string]string, err error) (*sto
 	case len(h) == 0:
 		return nil, store.ErrNotFound
 	}
-	rec, err := s.decode(key, h)
+	rec, err := s.decodeMap(key, h)
 	if err != nil {
 		return nil, s.opErr(op, key, err)
 	}

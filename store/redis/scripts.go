@@ -124,3 +124,22 @@ var (
 	// allSources are the scripts' sources, for SCRIPT LOAD.
 	allSources = []string{acquireLua, completeLua, extendLua, releaseLua}
 )
+
+// Scripts returns the Lua source of each of the store's scripts, by name:
+// "acquire", "complete", "extend" and "release". The store runs them with
+// EVALSHA (the SHA-1 of the source, as redis.NewScript computes it) and
+// EVAL when the server lacks one. What each script expects and returns is
+// documented in the source; the layout they write is the package's.
+//
+// For audits, for loading the scripts ahead of time (SCRIPT LOAD) where the
+// application's ACL user may not, and for sending the store's commands by
+// hand, as the load benchmark's raw baseline does (bench/load). The map is
+// a fresh copy.
+func Scripts() map[string]string {
+	return map[string]string{
+		"acquire":  acquireLua,
+		"complete": completeLua,
+		"extend":   extendLua,
+		"release":  releaseLua,
+	}
+}

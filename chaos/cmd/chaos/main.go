@@ -1,10 +1,12 @@
 // Command chaos runs idemguard's chaos suite against a Temporal dev server
-// and DynamoDB Local, or PostgreSQL with -store postgres, on loopback
-// addresses (IDEMGUARD_TEMPORAL_ADDRESS, IDEMGUARD_DYNAMODB_ENDPOINT,
-// IDEMGUARD_POSTGRES_URL; scripts/harness.sh sets them):
+// and DynamoDB Local, or PostgreSQL with -store postgres, or redis-server
+// with -store redis, on loopback addresses (IDEMGUARD_TEMPORAL_ADDRESS,
+// IDEMGUARD_DYNAMODB_ENDPOINT, IDEMGUARD_POSTGRES_URL, IDEMGUARD_REDIS_ADDR;
+// scripts/harness.sh sets them):
 //
 //	scripts/harness.sh run go run ./chaos/cmd/chaos                  # the full run (make chaos)
 //	scripts/harness.sh run go run ./chaos/cmd/chaos -store postgres  # the transactional scenario
+//	scripts/harness.sh run go run ./chaos/cmd/chaos -store redis     # Redis through the TCP fault proxy
 //	scripts/harness.sh run go run ./chaos/cmd/chaos -short           # the short run of make test
 //
 // It prints the figures as lines and as one JSON line, and exits 1 if a
@@ -27,7 +29,7 @@ func main() {
 	chaos.RunWorkerIfChild()
 
 	short := flag.Bool("short", false, "the short run of make test (50 workflows, frequent kills)")
-	storeFlag := flag.String("store", chaos.StoreDynamoDB, "the idempotency store: dynamodb (keyed and plain bodies, through the fault proxy) or postgres (transactional bodies, postgres.DoTx; needs IDEMGUARD_POSTGRES_URL)")
+	storeFlag := flag.String("store", chaos.StoreDynamoDB, "the idempotency store: dynamodb (keyed and plain bodies, through the fault proxy), postgres (transactional bodies, postgres.DoTx; needs IDEMGUARD_POSTGRES_URL) or redis (keyed and plain bodies, through the TCP fault proxy; needs IDEMGUARD_REDIS_ADDR)")
 	def := chaos.DefaultConfig()
 	workflows := flag.Int("workflows", 0, fmt.Sprintf("workflows (default %d; short %d)", def.Workflows, chaos.ShortConfig().Workflows))
 	ops := flag.Int("ops", def.OpsPerWorkflow, "guarded operations per workflow, half keyed and half plain")
@@ -51,9 +53,11 @@ func main() {
 	switch *storeFlag {
 	case chaos.StorePostgres:
 		cfg = cfg.Postgres()
+	case chaos.StoreRedis:
+		cfg = cfg.Redis()
 	case chaos.StoreDynamoDB:
 	default:
-		fmt.Fprintf(os.Stderr, "chaos: unknown -store %q (dynamodb or postgres)\n", *storeFlag)
+		fmt.Fprintf(os.Stderr, "chaos: unknown -store %q (dynamodb, postgres or redis)\n", *storeFlag)
 		os.Exit(2)
 	}
 	setInt := func(dst *int, v int) {

@@ -1,0 +1,229 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/epoch"
+	"github.com/idemguard/idemguard/store"
+	idemredis "github.com/idemguard/idemguard/store/redis"
+	"github.com/idemguard/idemguard/store/redis/redistest"
+)
+
+// The Redis scenarios: the guard on store/redis against the raw go-redis
+// client sending the store's scripts, EVALSHA of the same Lua with the same
+// arguments. They run in the same rounds as the other stores' scenarios
+// when a Redis address is given (-redis, default $IDEMGUARD_REDIS_ADDR), on
+// one client whose hook (redistest.Counter) counts round trips: a command,
+// or a pipeline, is one; go-redis's connection set-up (HELLO, CLIENT
+// SETINFO) is counted apart and left out.
+
+// Redis scenario names. The _store scenarios call store/redis directly,
+// without a guard, with records built by hand: between the raw and the
+// guarded scenarios, they tell the store's share of the overhead from the
+// guard's.
+const (
+	RedisMissRaw             = "redis_miss_raw"
+	RedisMissStore           = "redis_miss_store"
+	RedisMissGuarded         = "redis_miss_guarded"
+	RedisReplayRaw           = "redis_replay_raw"
+	RedisReplayStore         = "redis_replay_store"
+	RedisReplayGuarded       = "redis_replay_guarded"
+	RedisReplayCachedGuarded = "redis_replay_cached_guarded"
+)
+
+// RedisScenarios lists the Redis scenarios.
+var RedisScenarios = []string{RedisMissRaw, RedisMissStore, RedisMissGuarded, RedisReplayRaw, RedisReplayStore, RedisReplayGuarded, RedisReplayCachedGuarded}
+
+func isRedis(name string) bool { return slices.Contains(RedisScenarios, name) }
+
+// redisBench is the Redis side of the benchmark.
+type redisBench struct {
+	guardedSet
+	client  *goredis.Client
+	counter *redistest.Counter
+	store   *idemredis.Store
+	prefix  string // the store's key prefix, unique to the run
+
+	// The SHA-1s of the store's claim and completion scripts, which the
+	// raw baseline sends with EVALSHA (loaded once, before the clock).
+	acquireSHA, completeSHA string
+	grace                   int64 // the store's default expiry grace, ms
+}
+
+// newRedisBench connects, loads the scripts and builds the guards.
+func newRedisBench(ctx context.Context, cfg Config, runID string, body func(context.Context, Order) (Receipt, error)) (*redisBench, error) {
+	r := &redisBench{
+		prefix: "idemguard-bench:" + runID + ":",
+		grace:  idemredis.DefaultExpiryGrace.Milliseconds(),
+		// A connection per caller, and a few for the lease keepers.
+		client: goredis.NewClient(&goredis.Options{Addr: cfg.RedisAddr, PoolSize: 2*cfg.Concurrency + 4}),
+	}
+	r.counter = redistest.CountRequests(r.client)
+	scripts := idemredis.Scripts()
+	for _, sc := range []struct {
+		sha *string
+		src string
+	}{{&r.acquireSHA, scripts["acquire"]}, {&r.completeSHA, scripts["complete"]}} {
+		var err error
+		if *sc.sha, err = r.client.ScriptLoad(ctx, sc.src).Result(); err != nil {
+			r.client.Close()
+			return nil, err
+		}
+	}
+	var err error
+	if r.store, err = idemredis.New(r.client, idemredis.WithPrefix(r.prefix)); err != nil {
+		r.client.Close()
+		return nil, err
+	}
+	if r.guardedSet, _, err = newGuardedSet(r.store, cfg.ReplayKeys, body); err != nil {
+		r.client.Close()
+		return nil, err
+	}
+	return r, nil
+}
+
+// close deletes the run's keys and closes the client.
+func (r *redisBench) close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	defer r.client.Close()
+	iter := r.client.Scan(ctx, 0, r.prefix+"*", 1000).Iterator()
+	var keys []string
+	for iter.Next(ctx) {
+		keys = append(keys, iter.Val())
+	}
+	if err := iter.Err(); err != nil {
+		return err
+	}
+	for len(keys) > 0 {
+		n := min(len(keys), 1000)
+		if err := r.client.Unlink(ctx, keys[:n]...).Err(); err != nil {
+			return err
+		}
+		keys = keys[n:]
+	}
+	return nil
+}
+
+// rawClaim sends the claim script for key under token, with the arguments
+// store/redis sends: now (the guard's clock less its skew) in seconds and
+// milliseconds, the key's PEXPIREAT, and the in-progress record's fields
+// (times as int64s, which go-redis writes as decimal text).
+// It returns the script's reply: 1 when it claimed, the record it met
+// (HGETALL, flattened) otherwise.
+func (r *redisBench) rawClaim(ctx context.Context, key, token string, now time.Time) (any, error) {
+	seen := now.Add(-guard.DefaultClockSkew)
+	exp := epoch.CeilSeconds(now.Add(max(rawTTL, rawLease)))
+	return r.client.EvalSha(ctx, r.acquireSHA, []string{r.prefix + key},
+		epoch.FloorSeconds(seen), epoch.FloorMillis(seen), exp*1000+r.grace,
+		idemredis.FieldStatus, "INPROGRESS",
+		idemredis.FieldExpiry, exp,
+		idemredis.FieldToken, token,
+		idemredis.FieldLease, epoch.CeilMillis(now.Add(rawLease)),
+	).Result()
+}
+
+// rawMiss claims key, runs the function and completes the claim with its
+// JSON result: the two scripts of a guarded first call.
+func (r *redisBench) rawMiss(ctx context.Context, b *bench, key string, in Order) error {
+	token := newToken()
+	v, err := r.rawClaim(ctx, key, token, time.Now())
+	if err != nil {
+		return err
+	}
+	if n, ok := v.(int64); !ok || n != 1 {
+		return fmt.Errorf("miss of %s: the key was taken", key)
+	}
+	b.bodyRuns.Add(1)
+	data, err := json.Marshal(charge(in))
+	if err != nil {
+		return err
+	}
+	exp := epoch.CeilSeconds(time.Now().Add(rawTTL))
+	v, err = r.client.EvalSha(ctx, r.completeSHA, []string{r.prefix + key},
+		token, exp*1000+r.grace,
+		idemredis.FieldStatus, "COMPLETED",
+		idemredis.FieldExpiry, exp,
+		idemredis.FieldToken, token,
+		idemredis.FieldData, data,
+	).Result()
+	if err != nil {
+		return err
+	}
+	if n, ok := v.(int64); !ok || n != 1 {
+		return fmt.Errorf("completion of %s: the claim was lost", key)
+	}
+	return nil
+}
+
+// rawReplay sends the claim for a completed key, expects the completed
+// record back, and decodes the stored result from its data field.
+func (r *redisBench) rawReplay(ctx context.Context, key string) error {
+	v, err := r.rawClaim(ctx, key, newToken(), time.Now())
+	if err != nil {
+		return err
+	}
+	h, ok := v.([]any)
+	if !ok {
+		return fmt.Errorf("replay of %s: the claim succeeded; the record was missing", key)
+	}
+	var status, data string
+	for i := 0; i+1 < len(h); i += 2 {
+		switch h[i] {
+		case idemredis.FieldStatus:
+			status, _ = h[i+1].(string)
+		case idemredis.FieldData:
+			data, _ = h[i+1].(string)
+		}
+	}
+	if status != "COMPLETED" || data == "" {
+		return errors.New("replay of " + key + ": the record is not a completed one with a result")
+	}
+	var rc Receipt
+	return json.Unmarshal([]byte(data), &rc)
+}
+
+// storeMiss is rawMiss through the store, without a guard: Acquire of an
+// in-progress record built by hand, the function, Complete.
+func (r *redisBench) storeMiss(ctx context.Context, b *bench, key string, in Order) error {
+	now := time.Now()
+	claim := &store.Record{Key: key, Status: store.StatusInProgress, Token: newToken(),
+		ExpiresAt: now.Add(max(rawTTL, rawLease)), LeaseExpiresAt: now.Add(rawLease)}
+	if _, err := r.store.Acquire(ctx, claim, now.Add(-guard.DefaultClockSkew)); err != nil {
+		return err
+	}
+	b.bodyRuns.Add(1)
+	data, err := json.Marshal(charge(in))
+	if err != nil {
+		return err
+	}
+	return r.store.Complete(ctx, &store.Record{Key: key, Status: store.StatusCompleted, Token: claim.Token,
+		Result: data, ExpiresAt: time.Now().Add(rawTTL)})
+}
+
+// storeReplay is rawReplay through the store, without a guard.
+func (r *redisBench) storeReplay(ctx context.Context, key string) error {
+	now := time.Now()
+	claim := &store.Record{Key: key, Status: store.StatusInProgress, Token: newToken(),
+		ExpiresAt: now.Add(max(rawTTL, rawLease)), LeaseExpiresAt: now.Add(rawLease)}
+	old, err := r.store.Acquire(ctx, claim, now.Add(-guard.DefaultClockSkew))
+	if !errors.Is(err, store.ErrConflict) {
+		if err == nil {
+			return fmt.Errorf("replay of %s: the claim succeeded; the record was missing", key)
+		}
+		return err
+	}
+	if old.Status != store.StatusCompleted || old.Result == nil {
+		return errors.New("replay of " + key + ": the record is not a completed one with a result")
+	}
+	var rc Receipt
+	return json.Unmarshal(old.Result, &rc)
+}
