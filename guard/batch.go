@@ -1,6 +1,7 @@
 package guard
 
 import (
+	"cmp"
 	"context"
 	"reflect"
 )
@@ -168,11 +169,10 @@ func (g *Guard) batchWith(scope string, in reflect.Type, opts []BatchOption) (*b
 	for _, o := range opts {
 		o.applyBatch(b)
 	}
+	if err := cmp.Or(b.err, b.call.err); err != nil {
+		return nil, err
+	}
 	switch {
-	case b.err != nil:
-		return nil, b.err
-	case b.call.err != nil:
-		return nil, b.call.err
 	case b.call.hasKey:
 		return nil, invalidOption("WithKey would give every item of a batch the same key; use WithItemKey")
 	case b.itemKey != nil && b.itemKeyType != in:

@@ -1,6 +1,7 @@
 package guard
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -85,11 +86,10 @@ func New(s store.Store, opts ...Option) (*Guard, error) {
 	for _, o := range opts {
 		o.applyGuard(&st)
 	}
+	if err := cmp.Or(st.err, st.call.err); err != nil {
+		return nil, err
+	}
 	switch {
-	case st.err != nil:
-		return nil, st.err
-	case st.call.err != nil:
-		return nil, st.call.err
 	case st.call.hasKey:
 		return nil, invalidOption("WithKey names one call and cannot be a guard's default")
 	case st.call.claimToken != "":

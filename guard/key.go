@@ -2,7 +2,6 @@ package guard
 
 import (
 	"bytes"
-	"compress/gzip"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
@@ -10,7 +9,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"strings"
 	"sync"
 	"unicode/utf8"
@@ -20,6 +18,7 @@ import (
 	"github.com/jmespath-community/go-jmespath/pkg/parsing"
 
 	"github.com/idemguard/idemguard/internal/canonjson"
+	"github.com/idemguard/idemguard/internal/compress"
 )
 
 // A key is derived in four steps:
@@ -154,47 +153,41 @@ func fieldChain(src string) ([]string, bool) {
 // powertoolsFunctions are the JMESPath functions AWS Powertools ships, so
 // that expressions written for it work unchanged.
 var powertoolsFunctions = []jmespath.FunctionEntry{
-	{
-		Name:      "powertools_json",
+	stringFunction("powertools_json", func(s string) (any, error) {
+		var v any
+		err := json.Unmarshal([]byte(s), &v)
+		return v, err
+	}),
+	stringFunction("powertools_base64", func(s string) (any, error) {
+		b, err := base64.StdEncoding.DecodeString(s)
+		return string(b), err
+	}),
+	stringFunction("powertools_base64_gzip", func(s string) (any, error) {
+		b, err := base64.StdEncoding.DecodeString(s)
+		if err == nil {
+			b, err = compress.Gunzip(b, maxGunzip)
+		}
+		return string(b), err
+	}),
+}
+
+// maxGunzip bounds what powertools_base64_gzip inflates, so that a small
+// input cannot make the guard allocate without bound.
+const maxGunzip = 16 << 20
+
+// stringFunction is a JMESPath function name of one string argument.
+func stringFunction(name string, f func(string) (any, error)) jmespath.FunctionEntry {
+	return jmespath.FunctionEntry{
+		Name:      name,
 		Arguments: []jmespath.ArgSpec{{Types: []jmespath.JpType{jmespath.JpString}}},
 		Handler: func(args []any) (any, error) {
-			var v any
-			if err := json.Unmarshal([]byte(args[0].(string)), &v); err != nil {
-				return nil, fmt.Errorf("powertools_json: %w", err)
+			v, err := f(args[0].(string))
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", name, err)
 			}
 			return v, nil
 		},
-	},
-	{
-		Name:      "powertools_base64",
-		Arguments: []jmespath.ArgSpec{{Types: []jmespath.JpType{jmespath.JpString}}},
-		Handler: func(args []any) (any, error) {
-			b, err := base64.StdEncoding.DecodeString(args[0].(string))
-			if err != nil {
-				return nil, fmt.Errorf("powertools_base64: %w", err)
-			}
-			return string(b), nil
-		},
-	},
-	{
-		Name:      "powertools_base64_gzip",
-		Arguments: []jmespath.ArgSpec{{Types: []jmespath.JpType{jmespath.JpString}}},
-		Handler: func(args []any) (any, error) {
-			b, err := base64.StdEncoding.DecodeString(args[0].(string))
-			if err != nil {
-				return nil, fmt.Errorf("powertools_base64_gzip: %w", err)
-			}
-			zr, err := gzip.NewReader(bytes.NewReader(b))
-			if err != nil {
-				return nil, fmt.Errorf("powertools_base64_gzip: %w", err)
-			}
-			out, err := io.ReadAll(zr)
-			if err != nil {
-				return nil, fmt.Errorf("powertools_base64_gzip: %w", err)
-			}
-			return string(out), nil
-		},
-	},
+	}
 }
 
 // inputError wraps a failure to key the input; it matches ErrInvalidInput.
