@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -856,5 +857,24 @@ func TestExpressionsRejectedWhenBuilt(t *testing.T) {
 		if _, err := guard.New(m, guard.WithKeyPath(expr)); err != nil {
 			t.Errorf("WithKeyPath(%q): %v, want it accepted", expr, err)
 		}
+	}
+}
+
+// powertools_base64_gzip inflates at most 16 MiB: a small input that
+// inflates to more (a decompression bomb) is refused, not allocated.
+func TestKeyPowertoolsGzipBounded(t *testing.T) {
+	g, err := guard.New(memory.New(), guard.WithKeyPath("powertools_base64_gzip(data)"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bomb := keyB64Gzip(t, strings.Repeat("0", 17<<20))
+	if len(bomb) > 100<<10 {
+		t.Fatalf("the bomb is %d bytes of base64; want a small input", len(bomb))
+	}
+	if _, _, err := g.Key("s", map[string]string{"data": bomb}); !errors.Is(err, guard.ErrInvalidInput) {
+		t.Errorf("Key of a 17 MiB gzip bomb = %v, want ErrInvalidInput", err)
+	}
+	if k, _, err := g.Key("s", map[string]string{"data": keyB64Gzip(t, strings.Repeat("0", 1<<20))}); err != nil || k == "" {
+		t.Errorf("Key of 1 MiB inflated = %q, %v; want a key", k, err)
 	}
 }
