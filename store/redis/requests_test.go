@@ -23,7 +23,7 @@ func TestRequestCounts(t *testing.T) {
 		if err := call(); err != nil {
 			t.Fatalf("%s: %v", what, err)
 		}
-		if f.n.RoundTrips() != 1 || f.n.Get(cmd) == 0 {
+		if f.n.Total() != 1 || f.n.Get(cmd) == 0 {
 			t.Errorf("%s sent %s; want one round trip with %s", what, f.n, cmd)
 		}
 	}
@@ -95,7 +95,7 @@ func TestGuardRequestCounts(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Do: %v", err)
 		}
-		return v, f.n.RoundTrips()
+		return v, f.n.Total()
 	}
 
 	v, trips := call(g, input)
@@ -184,7 +184,7 @@ func TestGuardConcurrentDuplicates(t *testing.T) {
 	if runs.Load() != 1 {
 		t.Errorf("the body ran %d times for %d concurrent duplicates", runs.Load(), n)
 	}
-	if trips := f.n.RoundTrips(); trips != 2 {
+	if trips := f.n.Total(); trips != 2 {
 		t.Errorf("%d concurrent duplicates sent %s; want 2 round trips", n, f.n)
 	}
 	t.Logf("%d concurrent duplicates: %s", n, f.n)
@@ -229,7 +229,7 @@ func TestGuardBatchRequestCounts(t *testing.T) {
 	f.n.Reset()
 	check(guard.DoBatch(f.ctx, g, "send", in, fn), guard.OutcomeReplayed)
 	t.Logf("replay of %d completed items: %s", n, f.n)
-	if f.n.RoundTrips() != 1 || f.n.Get("hgetall") != n {
+	if f.n.Total() != 1 || f.n.Get("hgetall") != n {
 		t.Errorf("replay of %d completed items sent %s; want 1 round trip: a pipeline of %d HGETALLs", n, f.n, n)
 	}
 	if runs.Load() != n {
