@@ -402,7 +402,7 @@ func (m *meter) stop(s *segment) {
 		s.requests += m.b.pg.counter.Total()
 	}
 	if m.b.rd != nil {
-		s.requests += m.b.rd.counter.RoundTrips()
+		s.requests += m.b.rd.counter.Total()
 	}
 	s.bodyRuns = m.b.bodyRuns.Load() - m.bodyRuns
 }

@@ -451,7 +451,9 @@ func checkBatch(t *testing.T, in []batchItem, res []guard.ItemResult[string], wa
 }
 
 // Acceptance 4: a 250-item batch whose items are all completed costs at
-// most three BatchGetItem requests and no writes.
+// most three BatchGetItem requests and no writes. The shared floor
+// (TestRequestFloor) holds a batch of 100 to one; this one crosses
+// BatchGetItem's limit of 100 keys a request.
 func TestDoBatchRequestCounts(t *testing.T) {
 	f := newFixture(t)
 	g, err := guard.New(f.s, guard.WithKeyPath("id"))

@@ -100,7 +100,7 @@ func TestReplicas(t *testing.T) {
 	rec := f.claim("scope#replicated")
 	f.n.Reset()
 	f.mustAcquire(t, rec)
-	if f.n.RoundTrips() != 1 || f.n.Get("wait") != 1 {
+	if f.n.Total() != 1 || f.n.Get("wait") != 1 {
 		t.Errorf("Acquire with WithReplicas sent %s; want one pipeline with the script and WAIT", f.n)
 	}
 	if h := onReplica(rec.Key); h["token"] != rec.Token || h["status"] != "INPROGRESS" {

@@ -87,7 +87,7 @@ func TestMaxmemoryPolicyWarning(t *testing.T) {
 	if _, err := idemredis.New(client, idemredis.WithLogger(log), idemredis.WithoutServerCheck()); err != nil {
 		t.Fatal(err)
 	}
-	if buf.String() != "" || n.RoundTrips() != 0 {
+	if buf.String() != "" || n.Total() != 0 {
 		t.Errorf("New with WithoutServerCheck logged %q and sent %s; want nothing", buf, n)
 	}
 }
@@ -178,7 +178,7 @@ func TestProtoMaxBulkLen(t *testing.T) {
 	if err := s.Complete(f.ctx, &done); !errors.Is(err, store.ErrTooLarge) {
 		t.Errorf("Complete over proto-max-bulk-len = %v, want ErrTooLarge", err)
 	}
-	if f.n.RoundTrips() != 0 {
+	if f.n.Total() != 0 {
 		t.Errorf("a refused Complete sent %s", f.n)
 	}
 	done.Result = done.Result[:1<<20]

@@ -11,6 +11,9 @@
 // implements, probed with a type assertion as the guard probes them. For an
 // interface the store does not implement, the subtest named after it
 // (BatchGetter, Admin, Purger) is skipped with a message that says so.
+//
+// [RunRequestFloor] holds the guard, over a store, to its round-trip floor,
+// counting the round trips of the store's client with a [Counter].
 package storetest
 
 import (

@@ -193,8 +193,8 @@ func (c *Counter) add(cmds ...goredis.Cmder) {
 	}
 }
 
-// Setup returns the round trips of connection set-up, which RoundTrips
-// leaves out.
+// Setup returns the round trips of connection set-up, which Total leaves
+// out.
 func (c *Counter) Setup() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -208,9 +208,9 @@ func (c *Counter) Reset() {
 	c.trips, c.setup, c.byName = 0, 0, nil
 }
 
-// RoundTrips returns the round trips counted: commands sent alone plus
+// Total returns the round trips counted: commands sent alone plus
 // pipelines, without connection set-up.
-func (c *Counter) RoundTrips() int {
+func (c *Counter) Total() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.trips
@@ -224,7 +224,7 @@ func (c *Counter) Get(name string) int {
 }
 
 // String lists the round trips and the commands, e.g.
-// "2 round trips: evalsha=2".
+// "2 round trips: evalsha=2" or "1 round trip: hgetall=100".
 func (c *Counter) String() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -237,5 +237,9 @@ func (c *Counter) String() string {
 	for i, n := range names {
 		parts[i] = fmt.Sprintf("%s=%d", n, c.byName[n])
 	}
-	return fmt.Sprintf("%d round trips: %s", c.trips, strings.Join(parts, " "))
+	unit := "round trips"
+	if c.trips == 1 {
+		unit = "round trip"
+	}
+	return fmt.Sprintf("%d %s: %s", c.trips, unit, strings.Join(parts, " "))
 }
