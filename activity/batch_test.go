@@ -20,9 +20,10 @@ import (
 
 	"github.com/idemguard/idemguard/activity"
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/dynamodbtest"
+	"github.com/idemguard/idemguard/internal/reqcount"
 	"github.com/idemguard/idemguard/internal/temporaltest"
 	"github.com/idemguard/idemguard/store"
-	"github.com/idemguard/idemguard/store/dynamodb/dynamodbtest"
 	"github.com/idemguard/idemguard/store/memory"
 )
 
@@ -146,7 +147,7 @@ func TestBatchResumesAfterFailure(t *testing.T) {
 		{"default concurrency", 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var requests *dynamodbtest.Counter
+			var requests *reqcount.Counter
 			ddb := dynamodbtest.NewClient(t, func(o *dynamodb.Options) { requests = dynamodbtest.CountRequests(o) })
 			g, err := guard.New(dynamodbtest.NewStore(t, ddb))
 			if err != nil {

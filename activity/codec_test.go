@@ -20,9 +20,10 @@ import (
 
 	"github.com/idemguard/idemguard/activity"
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/dynamodbtest"
+	"github.com/idemguard/idemguard/internal/reqcount"
 	"github.com/idemguard/idemguard/internal/temporaltest"
 	idemddb "github.com/idemguard/idemguard/store/dynamodb"
-	"github.com/idemguard/idemguard/store/dynamodb/dynamodbtest"
 )
 
 // Acceptance 8: with a payload codec in the data converter, the result
@@ -30,7 +31,7 @@ import (
 // another workflow decodes it. The control run without the codec finds the
 // plaintext, which shows the check can fail.
 func TestPayloadCodecAppliesToStoredResults(t *testing.T) {
-	var requests *dynamodbtest.Counter
+	var requests *reqcount.Counter
 	ddb := dynamodbtest.NewClient(t, func(o *dynamodb.Options) { requests = dynamodbtest.CountRequests(o) })
 	const marker = "plaintext-marker-7f3a9c"
 	codecDC := temporaltest.XORDataConverter()

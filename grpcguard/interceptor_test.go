@@ -16,13 +16,13 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/idemguard/idemguard/grpcguard"
+	"github.com/idemguard/idemguard/internal/reqcount"
 	"github.com/idemguard/idemguard/store"
-	"github.com/idemguard/idemguard/store/dynamodb/dynamodbtest"
 	"github.com/idemguard/idemguard/store/memory"
 )
 
 func TestFirstRunsDuplicateReplays(t *testing.T) {
-	eachStore(t, func(t *testing.T, s store.Store, n *dynamodbtest.Counter) {
+	eachStore(t, func(t *testing.T, s store.Store, n *reqcount.Counter) {
 		p := &payments{}
 		conn := start(t, newGuard(t, s), p)
 		first := charge(t, conn, "key-1", "100 EUR")
@@ -33,7 +33,7 @@ func TestFirstRunsDuplicateReplays(t *testing.T) {
 			t.Errorf("first expiry: %v", err)
 		}
 		if n != nil {
-			if got := n.String(); got != "PutItem=1 UpdateItem=1" {
+			if got := n.String(); got != "2 round trips: PutItem=1 UpdateItem=1" {
 				t.Errorf("first call sent %s, want PutItem=1 UpdateItem=1", got)
 			}
 			n.Reset()
@@ -46,7 +46,7 @@ func TestFirstRunsDuplicateReplays(t *testing.T) {
 			t.Errorf("replay without an expiry: %v", replay.header)
 		}
 		if n != nil {
-			if got := n.String(); got != "PutItem=1" {
+			if got := n.String(); got != "1 round trip: PutItem=1" {
 				t.Errorf("replay sent %s, want PutItem=1", got)
 			}
 		}
@@ -57,7 +57,7 @@ func TestFirstRunsDuplicateReplays(t *testing.T) {
 }
 
 func TestDifferentRequestSameKey(t *testing.T) {
-	eachStore(t, func(t *testing.T, s store.Store, _ *dynamodbtest.Counter) {
+	eachStore(t, func(t *testing.T, s store.Store, _ *reqcount.Counter) {
 		p := &payments{}
 		conn := start(t, newGuard(t, s), p)
 		charge(t, conn, "key-2", "100 EUR")
@@ -71,7 +71,7 @@ func TestDifferentRequestSameKey(t *testing.T) {
 
 func TestConcurrentDuplicatesReject(t *testing.T) {
 	const clients = 100
-	eachStore(t, func(t *testing.T, s store.Store, _ *dynamodbtest.Counter) {
+	eachStore(t, func(t *testing.T, s store.Store, _ *reqcount.Counter) {
 		release := make(chan struct{})
 		var once sync.Once
 		p := &payments{block: func() {
@@ -120,7 +120,7 @@ func TestConcurrentDuplicatesReject(t *testing.T) {
 
 func TestConcurrentDuplicatesWait(t *testing.T) {
 	const clients = 100
-	eachStore(t, func(t *testing.T, s store.Store, _ *dynamodbtest.Counter) {
+	eachStore(t, func(t *testing.T, s store.Store, _ *reqcount.Counter) {
 		var arrived atomic.Int64
 		p := &payments{block: func() {
 			deadline := time.Now().Add(30 * time.Second)
@@ -155,7 +155,7 @@ func TestConcurrentDuplicatesWait(t *testing.T) {
 }
 
 func TestErrorPolicy(t *testing.T) {
-	eachStore(t, func(t *testing.T, s store.Store, _ *dynamodbtest.Counter) {
+	eachStore(t, func(t *testing.T, s store.Store, _ *reqcount.Counter) {
 		p := &payments{fail: func(run int64, req string) error {
 			switch {
 			case req == "flaky" && run == 1:
@@ -193,7 +193,7 @@ func TestErrorPolicy(t *testing.T) {
 }
 
 func TestMissingOrInvalidKey(t *testing.T) {
-	eachStore(t, func(t *testing.T, s store.Store, n *dynamodbtest.Counter) {
+	eachStore(t, func(t *testing.T, s store.Store, n *reqcount.Counter) {
 		p := &payments{}
 		conn := start(t, newGuard(t, s), p)
 		wantRefusal(t, charge(t, conn, "", "x").err, codes.InvalidArgument, grpcguard.ReasonKeyMissing)
@@ -209,7 +209,7 @@ func TestMissingOrInvalidKey(t *testing.T) {
 }
 
 func TestPrincipals(t *testing.T) {
-	eachStore(t, func(t *testing.T, s store.Store, _ *dynamodbtest.Counter) {
+	eachStore(t, func(t *testing.T, s store.Store, _ *reqcount.Counter) {
 		p := &payments{}
 		tenant := func(ctx context.Context) string {
 			md, _ := metadata.FromIncomingContext(ctx)
@@ -231,7 +231,7 @@ func TestPrincipals(t *testing.T) {
 }
 
 func TestResponseTooLargeToStore(t *testing.T) {
-	eachStore(t, func(t *testing.T, s store.Store, _ *dynamodbtest.Counter) {
+	eachStore(t, func(t *testing.T, s store.Store, _ *reqcount.Counter) {
 		p := &payments{}
 		conn := start(t, newGuard(t, s), p, grpcguard.WithMaxResponseBytes(1024))
 		r1 := charge(t, conn, "key-7", "big:1")

@@ -19,9 +19,9 @@ import (
 
 	"github.com/idemguard/idemguard/grpcguard"
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/reqcount"
 	"github.com/idemguard/idemguard/internal/teststores"
 	"github.com/idemguard/idemguard/store"
-	"github.com/idemguard/idemguard/store/dynamodb/dynamodbtest"
 	"github.com/idemguard/idemguard/store/memory"
 )
 
@@ -34,7 +34,7 @@ func TestStoreAllErrors(t *testing.T) {
 			t.Errorf("StoreAllErrors(%v) = false", c)
 		}
 	}
-	eachStore(t, func(t *testing.T, s store.Store, _ *dynamodbtest.Counter) {
+	eachStore(t, func(t *testing.T, s store.Store, _ *reqcount.Counter) {
 		p := &payments{fail: func(run int64, _ string) error {
 			return status.Errorf(codes.Unavailable, "downstream timeout on run %d", run)
 		}}
@@ -159,7 +159,7 @@ func TestStrictKey(t *testing.T) {
 // fingerprint that fails fails the call with Internal before the handler
 // runs.
 func TestFingerprint(t *testing.T) {
-	eachStore(t, func(t *testing.T, s store.Store, _ *dynamodbtest.Counter) {
+	eachStore(t, func(t *testing.T, s store.Store, _ *reqcount.Counter) {
 		var mu sync.Mutex
 		var seen []string // "method request" of each call fingerprinted; protected by mu
 		byAmount := func(fullMethod string, req any) (string, error) {
@@ -203,7 +203,7 @@ func TestFingerprint(t *testing.T) {
 // WithFingerprint(nil) turns the fingerprint off: a key reused with
 // another request replays the first response.
 func TestFingerprintOff(t *testing.T) {
-	eachStore(t, func(t *testing.T, s store.Store, _ *dynamodbtest.Counter) {
+	eachStore(t, func(t *testing.T, s store.Store, _ *reqcount.Counter) {
 		p := &payments{}
 		conn := start(t, newGuard(t, s), p, grpcguard.WithFingerprint(nil))
 		first := charge(t, conn, "key-nofp", "100 EUR")

@@ -11,9 +11,9 @@ import (
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/httpguard"
+	"github.com/idemguard/idemguard/internal/reqcount"
 	"github.com/idemguard/idemguard/internal/teststores"
 	"github.com/idemguard/idemguard/store"
-	"github.com/idemguard/idemguard/store/dynamodb/dynamodbtest"
 	"github.com/idemguard/idemguard/store/memory"
 )
 
@@ -55,10 +55,10 @@ func BenchmarkMiddleware(b *testing.B) {
 	}
 	for _, backend := range []struct {
 		name  string
-		store func(b *testing.B) (store.Store, *dynamodbtest.Counter)
+		store func(b *testing.B) (store.Store, *reqcount.Counter)
 	}{
-		{"memory", func(*testing.B) (store.Store, *dynamodbtest.Counter) { return memory.New(), nil }},
-		{"dynamodb", func(b *testing.B) (store.Store, *dynamodbtest.Counter) { return teststores.DynamoDB(b) }},
+		{"memory", func(*testing.B) (store.Store, *reqcount.Counter) { return memory.New(), nil }},
+		{"dynamodb", func(b *testing.B) (store.Store, *reqcount.Counter) { return teststores.DynamoDB(b) }},
 	} {
 		b.Run(backend.name, func(b *testing.B) {
 			s, n := backend.store(b)

@@ -15,8 +15,8 @@ import (
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/httpguard"
+	"github.com/idemguard/idemguard/internal/reqcount"
 	"github.com/idemguard/idemguard/store"
-	"github.com/idemguard/idemguard/store/dynamodb/dynamodbtest"
 	"github.com/idemguard/idemguard/store/memory"
 )
 
@@ -45,7 +45,7 @@ func (h *counting) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func TestFirstRunsDuplicateReplays(t *testing.T) {
-	eachStore(t, func(t *testing.T, s store.Store, n *dynamodbtest.Counter) {
+	eachStore(t, func(t *testing.T, s store.Store, n *reqcount.Counter) {
 		h := &counting{}
 		srv := serve(t, newGuard(t, s), h)
 		c := srv.Client()
@@ -61,7 +61,7 @@ func TestFirstRunsDuplicateReplays(t *testing.T) {
 			t.Errorf("first response lacks the handler's headers: %v", first.header)
 		}
 		if n != nil {
-			if got := n.String(); got != "PutItem=1 UpdateItem=1" {
+			if got := n.String(); got != "2 round trips: PutItem=1 UpdateItem=1" {
 				t.Errorf("first request sent %s, want the guard's floor PutItem=1 UpdateItem=1", got)
 			}
 			n.Reset()
@@ -79,7 +79,7 @@ func TestFirstRunsDuplicateReplays(t *testing.T) {
 			t.Errorf("handler ran %d times, want 1", got)
 		}
 		if n != nil {
-			if got := n.String(); got != "PutItem=1" {
+			if got := n.String(); got != "1 round trip: PutItem=1" {
 				t.Errorf("replay sent %s, want the guard's floor PutItem=1", got)
 			}
 		}
@@ -93,7 +93,7 @@ func TestFirstRunsDuplicateReplays(t *testing.T) {
 }
 
 func TestDifferentBodySameKey(t *testing.T) {
-	eachStore(t, func(t *testing.T, s store.Store, _ *dynamodbtest.Counter) {
+	eachStore(t, func(t *testing.T, s store.Store, _ *reqcount.Counter) {
 		h := &counting{}
 		srv := serve(t, newGuard(t, s), h)
 		c := srv.Client()
@@ -112,7 +112,7 @@ func TestDifferentBodySameKey(t *testing.T) {
 // 409 with Retry-After while it holds the key.
 func TestConcurrentDuplicatesReject(t *testing.T) {
 	const clients = 100
-	eachStore(t, func(t *testing.T, s store.Store, _ *dynamodbtest.Counter) {
+	eachStore(t, func(t *testing.T, s store.Store, _ *reqcount.Counter) {
 		var conflicts atomic.Int64
 		release := make(chan struct{})
 		var once sync.Once
@@ -167,7 +167,7 @@ func TestConcurrentDuplicatesReject(t *testing.T) {
 // client gets its response.
 func TestConcurrentDuplicatesWait(t *testing.T) {
 	const clients = 100
-	eachStore(t, func(t *testing.T, s store.Store, _ *dynamodbtest.Counter) {
+	eachStore(t, func(t *testing.T, s store.Store, _ *reqcount.Counter) {
 		var arrived atomic.Int64
 		h := &counting{}
 		slow := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -217,7 +217,7 @@ func TestConcurrentDuplicatesWait(t *testing.T) {
 }
 
 func TestServerErrorReleases(t *testing.T) {
-	eachStore(t, func(t *testing.T, s store.Store, _ *dynamodbtest.Counter) {
+	eachStore(t, func(t *testing.T, s store.Store, _ *reqcount.Counter) {
 		h := &counting{status: func(run int64) int {
 			if run == 1 {
 				return http.StatusServiceUnavailable
@@ -258,7 +258,7 @@ func TestCacheErrorResponses(t *testing.T) {
 }
 
 func TestMissingOrInvalidKey(t *testing.T) {
-	eachStore(t, func(t *testing.T, s store.Store, n *dynamodbtest.Counter) {
+	eachStore(t, func(t *testing.T, s store.Store, n *reqcount.Counter) {
 		h := &counting{}
 		srv := serve(t, newGuard(t, s), h)
 		c := srv.Client()
@@ -314,7 +314,7 @@ func TestKeyOptionalAndMethods(t *testing.T) {
 }
 
 func TestPrincipals(t *testing.T) {
-	eachStore(t, func(t *testing.T, s store.Store, _ *dynamodbtest.Counter) {
+	eachStore(t, func(t *testing.T, s store.Store, _ *reqcount.Counter) {
 		h := &counting{}
 		srv := serve(t, newGuard(t, s), h, httpguard.WithPrincipal(func(r *http.Request) string { return r.Header.Get("X-Tenant") }))
 		c := srv.Client()
@@ -335,7 +335,7 @@ func TestPrincipals(t *testing.T) {
 }
 
 func TestResponseTooLargeToStore(t *testing.T) {
-	eachStore(t, func(t *testing.T, s store.Store, _ *dynamodbtest.Counter) {
+	eachStore(t, func(t *testing.T, s store.Store, _ *reqcount.Counter) {
 		var runs atomic.Int64
 		big := strings.Repeat("0123456789abcdef", 256) // 4 KiB
 		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -17,9 +17,9 @@ import (
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/httpguard"
+	"github.com/idemguard/idemguard/internal/reqcount"
 	"github.com/idemguard/idemguard/internal/teststores"
 	"github.com/idemguard/idemguard/store"
-	"github.com/idemguard/idemguard/store/dynamodb/dynamodbtest"
 )
 
 // WithKeyPattern: a key the pattern does not match gets 400 key-invalid
@@ -65,7 +65,7 @@ func TestKeyPattern(t *testing.T) {
 // the note replays the first response, one that changes the amount gets
 // 422, and the function is given each request's whole body.
 func TestFingerprint(t *testing.T) {
-	eachStore(t, func(t *testing.T, s store.Store, _ *dynamodbtest.Counter) {
+	eachStore(t, func(t *testing.T, s store.Store, _ *reqcount.Counter) {
 		var mu sync.Mutex
 		var seen []string // the bodies the fingerprint was given; protected by mu
 		byAmount := func(r *http.Request, body []byte) string {
@@ -109,7 +109,7 @@ func TestFingerprint(t *testing.T) {
 // WithFingerprint(nil) turns the fingerprint off: a key reused with
 // another body replays the first response instead of getting 422.
 func TestFingerprintOff(t *testing.T) {
-	eachStore(t, func(t *testing.T, s store.Store, _ *dynamodbtest.Counter) {
+	eachStore(t, func(t *testing.T, s store.Store, _ *reqcount.Counter) {
 		h := &counting{}
 		srv := serve(t, newGuard(t, s), h, httpguard.WithFingerprint(nil))
 		c := srv.Client()
@@ -131,7 +131,7 @@ func TestFingerprintOff(t *testing.T) {
 // Set-Cookie is left out of stored responses unless WithSetCookieReplay,
 // which stores and replays every Set-Cookie field the handler sent.
 func TestSetCookieReplay(t *testing.T) {
-	eachStore(t, func(t *testing.T, s store.Store, _ *dynamodbtest.Counter) {
+	eachStore(t, func(t *testing.T, s store.Store, _ *reqcount.Counter) {
 		cookies := []string{"session=s1; Path=/; HttpOnly", "theme=dark"}
 		var runs atomic.Int64
 		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

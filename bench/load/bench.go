@@ -14,9 +14,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/dynamodbtest"
+	"github.com/idemguard/idemguard/internal/reqcount"
 	"github.com/idemguard/idemguard/store"
 	idemddb "github.com/idemguard/idemguard/store/dynamodb"
-	"github.com/idemguard/idemguard/store/dynamodb/dynamodbtest"
 	"github.com/idemguard/idemguard/store/memory"
 )
 
@@ -145,7 +146,7 @@ const (
 type bench struct {
 	cfg     Config
 	client  *dynamodb.Client
-	counter *dynamodbtest.Counter
+	counter *reqcount.Counter
 	retry   aws.Retryer
 	optFns  []func(*dynamodb.Options) // what the store passes on every request
 	table   string

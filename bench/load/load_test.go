@@ -14,11 +14,11 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/idemguard/idemguard/guard"
-	"github.com/idemguard/idemguard/store/dynamodb/dynamodbtest"
+	"github.com/idemguard/idemguard/internal/dynamodbtest"
+	"github.com/idemguard/idemguard/internal/postgrestest"
+	"github.com/idemguard/idemguard/internal/redistest"
 	"github.com/idemguard/idemguard/store/memory"
-	"github.com/idemguard/idemguard/store/postgres/postgrestest"
 	idemredis "github.com/idemguard/idemguard/store/redis"
-	"github.com/idemguard/idemguard/store/redis/redistest"
 )
 
 // setUp builds cfg's bench with one caller, as the tests that look at
@@ -254,6 +254,7 @@ func TestPgRawSendsTheStoresStatements(t *testing.T) {
 	p := b.pg
 	sqls := func(call func() error) []string {
 		t.Helper()
+		p.counter.Log = true
 		p.counter.Reset()
 		if err := call(); err != nil {
 			t.Fatal(err)

@@ -73,9 +73,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idemguard/idemguard/store/dynamodb/dynamodbtest"
-	"github.com/idemguard/idemguard/store/postgres/postgrestest"
-	"github.com/idemguard/idemguard/store/redis/redistest"
+	"github.com/idemguard/idemguard/internal/dynamodbtest"
+	"github.com/idemguard/idemguard/internal/postgrestest"
+	"github.com/idemguard/idemguard/internal/redistest"
 )
 
 func main() {

@@ -12,16 +12,17 @@ import (
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/epoch"
+	"github.com/idemguard/idemguard/internal/redistest"
+	"github.com/idemguard/idemguard/internal/reqcount"
 	"github.com/idemguard/idemguard/store"
 	idemredis "github.com/idemguard/idemguard/store/redis"
-	"github.com/idemguard/idemguard/store/redis/redistest"
 )
 
 // The Redis scenarios: the guard on store/redis against the raw go-redis
 // client sending the store's scripts, EVALSHA of the same Lua with the same
 // arguments. They run in the same rounds as the other stores' scenarios
 // when a Redis address is given (-redis, default $IDEMGUARD_REDIS_ADDR), on
-// one client whose hook (redistest.Counter) counts round trips: a command,
+// one client whose hook (reqcount.Counter) counts round trips: a command,
 // or a pipeline, is one; go-redis's connection set-up (HELLO, CLIENT
 // SETINFO) is counted apart and left out.
 
@@ -48,7 +49,7 @@ func isRedis(name string) bool { return slices.Contains(RedisScenarios, name) }
 type redisBench struct {
 	guardedSet
 	client  *goredis.Client
-	counter *redistest.Counter
+	counter *reqcount.Counter
 	store   *idemredis.Store
 	prefix  string // the store's key prefix, unique to the run
 

@@ -4,11 +4,11 @@ import (
 	"net/url"
 	"testing"
 
+	"github.com/idemguard/idemguard/internal/dynamodbtest"
+	"github.com/idemguard/idemguard/internal/postgrestest"
+	"github.com/idemguard/idemguard/internal/redistest"
 	"github.com/idemguard/idemguard/store"
-	"github.com/idemguard/idemguard/store/dynamodb/dynamodbtest"
 	"github.com/idemguard/idemguard/store/postgres"
-	"github.com/idemguard/idemguard/store/postgres/postgrestest"
-	"github.com/idemguard/idemguard/store/redis/redistest"
 )
 
 // e2eStore is a store the CLI and the test share: the test writes through

@@ -8,8 +8,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/dynamodbtest"
+	"github.com/idemguard/idemguard/internal/reqcount"
 	"github.com/idemguard/idemguard/store"
-	"github.com/idemguard/idemguard/store/dynamodb/dynamodbtest"
 	"github.com/idemguard/idemguard/store/memory"
 )
 
@@ -19,7 +20,7 @@ import (
 // memory store has none (nil). On DynamoDB Local the subtest skips, or
 // fails when CI=true, if the harness (scripts/harness.sh) did not start
 // the server.
-func Each(t *testing.T, test func(t *testing.T, s store.Store, n *dynamodbtest.Counter)) {
+func Each(t *testing.T, test func(t *testing.T, s store.Store, n *reqcount.Counter)) {
 	t.Run("memory", func(t *testing.T) { test(t, memory.New(), nil) })
 	t.Run("dynamodb", func(t *testing.T) {
 		s, n := DynamoDB(t)
@@ -29,9 +30,9 @@ func Each(t *testing.T, test func(t *testing.T, s store.Store, n *dynamodbtest.C
 
 // DynamoDB returns a store on a fresh DynamoDB Local table and the counter
 // of its client's requests.
-func DynamoDB(t testing.TB) (store.Store, *dynamodbtest.Counter) {
+func DynamoDB(t testing.TB) (store.Store, *reqcount.Counter) {
 	t.Helper()
-	var n *dynamodbtest.Counter
+	var n *reqcount.Counter
 	client := dynamodbtest.NewClient(t, func(o *dynamodb.Options) { n = dynamodbtest.CountRequests(o) })
 	s := dynamodbtest.NewStore(t, client)
 	n.Reset()

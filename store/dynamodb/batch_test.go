@@ -23,9 +23,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/dynamodbtest"
+	"github.com/idemguard/idemguard/internal/reqcount"
 	"github.com/idemguard/idemguard/store"
 	idemddb "github.com/idemguard/idemguard/store/dynamodb"
-	"github.com/idemguard/idemguard/store/dynamodb/dynamodbtest"
 )
 
 // unprocessedProxy forwards requests to DynamoDB Local, and answers
@@ -177,9 +178,9 @@ func copyResponse(w http.ResponseWriter, rec *httptest.ResponseRecorder) {
 
 // countedStore returns a store on a fresh table whose client talks to
 // endpoint and counts its requests.
-func countedStore(t *testing.T, endpoint string, opts ...idemddb.Option) (*idemddb.Store, *dynamodbtest.Counter) {
+func countedStore(t *testing.T, endpoint string, opts ...idemddb.Option) (*idemddb.Store, *reqcount.Counter) {
 	t.Helper()
-	var n *dynamodbtest.Counter
+	var n *reqcount.Counter
 	client := dynamodb.New(dynamodbtest.Options(endpoint), func(o *dynamodb.Options) { n = dynamodbtest.CountRequests(o) })
 	s := dynamodbtest.NewStore(t, client, opts...)
 	n.Reset()

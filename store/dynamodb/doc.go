@@ -156,9 +156,4 @@
 // application never calls them. An operator's role needs dynamodb:Scan
 // (or dynamodb:Query in sort-key mode) and dynamodb:GetItem to inspect,
 // and dynamodb:PutItem and dynamodb:DeleteItem to release stuck claims.
-//
-// # Testing
-//
-// Package dynamodbtest connects tests to DynamoDB Local: a client from the
-// environment, a fresh table per test, and a request counter.
 package dynamodb

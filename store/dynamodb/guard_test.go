@@ -10,9 +10,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/guard/guardtest"
+	"github.com/idemguard/idemguard/internal/dynamodbtest"
+	"github.com/idemguard/idemguard/internal/reqcount"
 	"github.com/idemguard/idemguard/store"
-	"github.com/idemguard/idemguard/store/dynamodb/dynamodbtest"
-	"github.com/idemguard/idemguard/store/storetest"
 )
 
 // TestRequestFloor holds the guard to its round-trip floor (the README's
@@ -21,13 +22,13 @@ import (
 // (PutItem) and its completion (UpdateItem); a replay is the claim alone,
 // whose failed condition returns the completed item.
 func TestRequestFloor(t *testing.T) {
-	var n *dynamodbtest.Counter
+	var n *reqcount.Counter
 	client := dynamodbtest.NewClient(t, func(o *dynamodb.Options) { n = dynamodbtest.CountRequests(o) })
-	storetest.RunRequestFloor(t, func(t *testing.T) store.Store { return dynamodbtest.NewStore(t, client) }, n,
-		storetest.WithSent(storetest.FirstCall, "PutItem=1 UpdateItem=1"),
-		storetest.WithSent(storetest.Replay, "PutItem=1"),
-		storetest.WithSent(storetest.BatchFirstRun, "BatchGetItem=1 PutItem=100 UpdateItem=100"),
-		storetest.WithSent(storetest.BatchReplay, "BatchGetItem=1"))
+	guardtest.RunRequestFloor(t, func(t *testing.T) store.Store { return dynamodbtest.NewStore(t, client) }, n,
+		guardtest.WithSent(guardtest.FirstCall, "2 round trips: PutItem=1 UpdateItem=1"),
+		guardtest.WithSent(guardtest.Replay, "1 round trip: PutItem=1"),
+		guardtest.WithSent(guardtest.BatchFirstRun, "201 round trips: BatchGetItem=1 PutItem=100 UpdateItem=100"),
+		guardtest.WithSent(guardtest.BatchReplay, "1 round trip: BatchGetItem=1"))
 }
 
 func TestGuardOversizeResult(t *testing.T) {

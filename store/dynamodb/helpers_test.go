@@ -12,16 +12,17 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/idemguard/idemguard/internal/dynamodbtest"
+	"github.com/idemguard/idemguard/internal/reqcount"
 	"github.com/idemguard/idemguard/store"
 	idemddb "github.com/idemguard/idemguard/store/dynamodb"
-	"github.com/idemguard/idemguard/store/dynamodb/dynamodbtest"
 )
 
 // fixture is a store on a fresh table, with the raw client and a request
 // counter on that client.
 type fixture struct {
 	client *dynamodb.Client
-	n      *dynamodbtest.Counter
+	n      *reqcount.Counter
 	table  string
 	s      *idemddb.Store
 	opts   []idemddb.Option

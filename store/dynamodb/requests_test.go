@@ -14,9 +14,10 @@ import (
 	"github.com/aws/smithy-go/middleware"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/dynamodbtest"
+	"github.com/idemguard/idemguard/internal/reqcount"
 	"github.com/idemguard/idemguard/store"
 	idemddb "github.com/idemguard/idemguard/store/dynamodb"
-	"github.com/idemguard/idemguard/store/dynamodb/dynamodbtest"
 )
 
 // TestRequestCounts checks the round trips of each store call, as the HTTP
@@ -157,7 +158,7 @@ func TestAcquireWithoutOldItemReadsIt(t *testing.T) {
 // runs once.
 func TestAcquireRetryAfterLostResponse(t *testing.T) {
 	var lost atomic.Int32
-	var n *dynamodbtest.Counter
+	var n *reqcount.Counter
 	client := dynamodbtest.NewClient(t, func(o *dynamodb.Options) {
 		n = dynamodbtest.CountRequests(o)
 		o.APIOptions = append(o.APIOptions, func(stack *middleware.Stack) error {

@@ -18,9 +18,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go"
 
+	"github.com/idemguard/idemguard/internal/dynamodbtest"
 	"github.com/idemguard/idemguard/store"
 	idemddb "github.com/idemguard/idemguard/store/dynamodb"
-	"github.com/idemguard/idemguard/store/dynamodb/dynamodbtest"
 )
 
 // faultProxy forwards requests to DynamoDB Local, except that it answers

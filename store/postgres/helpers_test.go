@@ -12,9 +12,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemguard/idemguard/internal/postgrestest"
 	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/store/postgres"
-	"github.com/idemguard/idemguard/store/postgres/postgrestest"
 )
 
 // fixture is a store on a fresh table, its pool, and a statement counter
@@ -39,6 +39,7 @@ func newFixtureWith(t *testing.T, adjust func(*pgxpool.Config), opts ...postgres
 	f := &fixture{}
 	f.pool = postgrestest.NewPool(t, func(c *pgxpool.Config) {
 		f.n = postgrestest.CountStatements(c)
+		f.n.Log = true
 		if adjust != nil {
 			adjust(c)
 		}

@@ -9,8 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemguard/idemguard/internal/postgrestest"
 	"github.com/idemguard/idemguard/store/postgres"
-	"github.com/idemguard/idemguard/store/postgres/postgrestest"
 )
 
 func TestNewValidatesOptions(t *testing.T) {

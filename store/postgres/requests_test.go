@@ -8,9 +8,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemguard/idemguard/guard/guardtest"
+	"github.com/idemguard/idemguard/internal/postgrestest"
 	"github.com/idemguard/idemguard/store"
-	"github.com/idemguard/idemguard/store/postgres/postgrestest"
-	"github.com/idemguard/idemguard/store/storetest"
 )
 
 // TestRequestCounts checks the round trips of each store call, counted by
@@ -161,9 +161,9 @@ func TestAcquireOneNetworkRoundTrip(t *testing.T) {
 func TestRequestFloor(t *testing.T) {
 	var n *postgrestest.Counter
 	pool := postgrestest.NewPool(t, func(c *pgxpool.Config) { n = postgrestest.CountStatements(c) })
-	storetest.RunRequestFloor(t, func(t *testing.T) store.Store { return postgrestest.NewStore(t, pool) }, n,
-		storetest.WithSent(storetest.FirstCall, "BATCH=2"),
-		storetest.WithSent(storetest.Replay, "BATCH=1"),
-		storetest.WithSent(storetest.BatchFirstRun, "BATCH=200 SELECT=1"),
-		storetest.WithSent(storetest.BatchReplay, "SELECT=1"))
+	guardtest.RunRequestFloor(t, func(t *testing.T) store.Store { return postgrestest.NewStore(t, pool) }, n,
+		guardtest.WithSent(guardtest.FirstCall, "2 round trips: BATCH=2"),
+		guardtest.WithSent(guardtest.Replay, "1 round trip: BATCH=1"),
+		guardtest.WithSent(guardtest.BatchFirstRun, "201 round trips: BATCH=200 SELECT=1"),
+		guardtest.WithSent(guardtest.BatchReplay, "1 round trip: SELECT=1"))
 }

@@ -10,8 +10,8 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/idemguard/idemguard/internal/redistest"
 	"github.com/idemguard/idemguard/store"
-	"github.com/idemguard/idemguard/store/redis/redistest"
 	"github.com/idemguard/idemguard/store/storetest"
 )
 

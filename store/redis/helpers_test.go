@@ -9,16 +9,17 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/idemguard/idemguard/internal/redistest"
+	"github.com/idemguard/idemguard/internal/reqcount"
 	"github.com/idemguard/idemguard/store"
 	idemredis "github.com/idemguard/idemguard/store/redis"
-	"github.com/idemguard/idemguard/store/redis/redistest"
 )
 
 // fixture is a store under a fresh prefix, with the raw client and a
 // round-trip counter on that client.
 type fixture struct {
 	client *goredis.Client
-	n      *redistest.Counter
+	n      *reqcount.Counter
 	s      *idemredis.Store
 	ctx    context.Context
 	t0     time.Time

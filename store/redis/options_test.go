@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemguard/idemguard/internal/redistest"
 	"github.com/idemguard/idemguard/store"
 	idemredis "github.com/idemguard/idemguard/store/redis"
-	"github.com/idemguard/idemguard/store/redis/redistest"
 )
 
 func TestNewValidates(t *testing.T) {

@@ -3,9 +3,9 @@ package redis_test
 import (
 	"testing"
 
+	"github.com/idemguard/idemguard/internal/redistest"
 	"github.com/idemguard/idemguard/store"
 	idemredis "github.com/idemguard/idemguard/store/redis"
-	"github.com/idemguard/idemguard/store/redis/redistest"
 	"github.com/idemguard/idemguard/store/storetest"
 )
 

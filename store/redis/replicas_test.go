@@ -12,10 +12,10 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/idemguard/idemguard/internal/redistest"
 	"github.com/idemguard/idemguard/internal/testenv"
 	"github.com/idemguard/idemguard/store"
 	idemredis "github.com/idemguard/idemguard/store/redis"
-	"github.com/idemguard/idemguard/store/redis/redistest"
 )
 
 // startServer starts a redis-server of the test's own on a free loopback

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemguard/idemguard/guard/guardtest"
+	"github.com/idemguard/idemguard/internal/redistest"
 	"github.com/idemguard/idemguard/store"
-	"github.com/idemguard/idemguard/store/redis/redistest"
-	"github.com/idemguard/idemguard/store/storetest"
 )
 
 // TestRequestCounts checks the round trips of each store call, counted by
@@ -77,9 +77,9 @@ func TestRequestCounts(t *testing.T) {
 func TestRequestFloor(t *testing.T) {
 	client := redistest.NewClient(t)
 	n := redistest.CountRequests(client)
-	storetest.RunRequestFloor(t, func(t *testing.T) store.Store { return redistest.NewStore(t, client) }, n,
-		storetest.WithSent(storetest.FirstCall, "2 round trips: evalsha=2"),
-		storetest.WithSent(storetest.Replay, "1 round trip: evalsha=1"),
-		storetest.WithSent(storetest.BatchFirstRun, "201 round trips: evalsha=200 hgetall=100"),
-		storetest.WithSent(storetest.BatchReplay, "1 round trip: hgetall=100"))
+	guardtest.RunRequestFloor(t, func(t *testing.T) store.Store { return redistest.NewStore(t, client) }, n,
+		guardtest.WithSent(guardtest.FirstCall, "2 round trips: evalsha=2"),
+		guardtest.WithSent(guardtest.Replay, "1 round trip: evalsha=1"),
+		guardtest.WithSent(guardtest.BatchFirstRun, "201 round trips: evalsha=200 hgetall=100"),
+		guardtest.WithSent(guardtest.BatchReplay, "1 round trip: hgetall=100"))
 }

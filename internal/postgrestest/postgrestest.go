@@ -17,8 +17,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"regexp"
-	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -28,6 +26,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemguard/idemguard/internal/reqcount"
 	"github.com/idemguard/idemguard/internal/testenv"
 	"github.com/idemguard/idemguard/store/postgres"
 )
@@ -137,12 +136,19 @@ type Statement struct {
 	Err error
 }
 
-// Counter is a pgx tracer that counts the round trips a pool sends: each
-// Exec, Query or QueryRow is one, and so is each batch (pgx pipelines a
-// batch's statements and their results in one exchange). The statements
-// pgx's statement cache prepares the first time a connection sees them are
-// not counted. It is safe for concurrent use.
+// Counter is a pgx tracer that counts the round trips a pool sends in a
+// [reqcount.Counter], by the first word of each statement, upper case
+// ("SELECT", "UPDATE", "BEGIN", …), or "BATCH" for a pipeline of statements
+// sent together: each Exec, Query or QueryRow is one round trip, and so is
+// each batch. The statements pgx's statement cache prepares the first time
+// a connection sees them are not counted. With [Counter.Log] on it also
+// keeps the statements. It is safe for concurrent use.
 type Counter struct {
+	reqcount.Counter
+	// Log keeps each statement for [Counter.Statements]; set it before
+	// the pool is used.
+	Log bool
+
 	mu    sync.Mutex
 	stmts []Statement // protected by mu
 }
@@ -181,11 +187,15 @@ func (c *Counter) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, data pgx.Trace
 
 // TraceBatchStart implements [pgx.BatchTracer].
 func (c *Counter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceBatchStartData) context.Context {
-	sqls := make([]string, len(data.Batch.QueuedQueries))
-	for i, q := range data.Batch.QueuedQueries {
-		sqls[i] = q.SQL
+	b := &batchTrace{}
+	if c.Log {
+		sqls := make([]string, len(data.Batch.QueuedQueries))
+		for i, q := range data.Batch.QueuedQueries {
+			sqls[i] = q.SQL
+		}
+		b.sql = strings.Join(sqls, "; ")
 	}
-	return context.WithValue(ctx, traceKey{}, &batchTrace{sql: strings.Join(sqls, "; ")})
+	return context.WithValue(ctx, traceKey{}, b)
 }
 
 // batchTrace is what a Counter gathers of a batch while it runs.
@@ -211,6 +221,10 @@ func (c *Counter) TraceBatchEnd(ctx context.Context, _ *pgx.Conn, data pgx.Trace
 }
 
 func (c *Counter) add(s Statement) {
+	c.Trip(s.Op)
+	if !c.Log {
+		return
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.stmts) < maxLog {
@@ -226,52 +240,18 @@ func firstWord(sql string) string {
 	return strings.ToUpper(strings.TrimSuffix(f[0], ";"))
 }
 
-// Statements returns the round trips seen since the last [Counter.Reset].
+// Statements returns the round trips seen since the last [Counter.Reset],
+// if [Counter.Log] is on.
 func (c *Counter) Statements() []Statement {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return append([]Statement(nil), c.stmts...)
 }
 
-// Total returns the number of round trips seen.
-func (c *Counter) Total() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.stmts)
-}
-
-// Snapshot returns the round trips seen, by Op.
-func (c *Counter) Snapshot() map[string]int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	m := map[string]int{}
-	for _, s := range c.stmts {
-		m[s.Op]++
-	}
-	return m
-}
-
 // Reset forgets every round trip seen.
 func (c *Counter) Reset() {
+	c.Counter.Reset()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.stmts = nil
-}
-
-// String lists the counts by Op, for failure messages: "BATCH=1 UPDATE=1".
-func (c *Counter) String() string {
-	m := c.Snapshot()
-	ops := make([]string, 0, len(m))
-	for op := range m {
-		ops = append(ops, op)
-	}
-	sort.Strings(ops)
-	parts := make([]string, len(ops))
-	for i, op := range ops {
-		parts[i] = op + "=" + strconv.Itoa(m[op])
-	}
-	if len(parts) == 0 {
-		return "no round trips"
-	}
-	return strings.Join(parts, " ")
 }

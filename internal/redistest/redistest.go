@@ -16,17 +16,15 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"fmt"
 	"net"
 	"regexp"
-	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/idemguard/idemguard/internal/reqcount"
 	"github.com/idemguard/idemguard/internal/testenv"
 	idemredis "github.com/idemguard/idemguard/store/redis"
 )
@@ -131,115 +129,51 @@ func globEscape(s string) string {
 	return b.String()
 }
 
-// Counter is a go-redis hook that counts what a client sends: round trips
-// (a command, or a whole pipeline) and commands by name ("evalsha",
-// "hgetall", …). The commands go-redis sends by itself when it opens a
-// pooled connection (HELLO, AUTH, SELECT, CLIENT SETINFO and the like) are
-// counted apart, by [Counter.Setup]: they are paid once per connection, not
-// per call. It is safe for concurrent use.
-type Counter struct {
-	mu     sync.Mutex
-	trips  int            // protected by mu
-	setup  int            // protected by mu
-	byName map[string]int // protected by mu
-}
-
 // setupCommands are the commands go-redis sends when it opens a connection.
 var setupCommands = map[string]bool{"hello": true, "auth": true, "select": true, "client": true, "readonly": true}
 
-// CountRequests adds a [Counter] to client's hooks and returns it.
-func CountRequests(client goredis.UniversalClient) *Counter {
-	c := &Counter{}
-	client.AddHook(c)
+// CountRequests adds a hook to client that counts what it sends and
+// returns the counter: one round trip per command sent alone or per
+// pipeline, with the commands by lower-case name ("evalsha", "hgetall",
+// …). The commands go-redis sends by itself when it opens a pooled
+// connection (HELLO, AUTH, SELECT, CLIENT SETINFO and the like) count as
+// set-up, apart from the total: they are paid once per connection, not
+// per call.
+func CountRequests(client goredis.UniversalClient) *reqcount.Counter {
+	c := &reqcount.Counter{}
+	client.AddHook(counter{c})
 	return c
 }
 
-// DialHook implements goredis.Hook.
-func (c *Counter) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+// counter is the go-redis hook of CountRequests.
+type counter struct{ c *reqcount.Counter }
 
-// ProcessHook implements goredis.Hook: one round trip per command.
-func (c *Counter) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+func (counter) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+
+func (h counter) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
 	return func(ctx context.Context, cmd goredis.Cmder) error {
-		c.add(cmd)
+		h.add(cmd)
 		return next(ctx, cmd)
 	}
 }
 
-// ProcessPipelineHook implements goredis.Hook: one round trip per pipeline.
-func (c *Counter) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+func (h counter) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []goredis.Cmder) error {
-		c.add(cmds...)
+		h.add(cmds...)
 		return next(ctx, cmds)
 	}
 }
 
-func (c *Counter) add(cmds ...goredis.Cmder) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.byName == nil {
-		c.byName = make(map[string]int)
-	}
+func (h counter) add(cmds ...goredis.Cmder) {
+	names := make([]string, len(cmds))
 	setup := true
-	for _, cmd := range cmds {
-		setup = setup && setupCommands[strings.ToLower(cmd.Name())]
+	for i, cmd := range cmds {
+		names[i] = strings.ToLower(cmd.Name())
+		setup = setup && setupCommands[names[i]]
 	}
 	if setup {
-		c.setup++
+		h.c.SetupTrip()
 		return
 	}
-	c.trips++
-	for _, cmd := range cmds {
-		c.byName[strings.ToLower(cmd.Name())]++
-	}
-}
-
-// Setup returns the round trips of connection set-up, which Total leaves
-// out.
-func (c *Counter) Setup() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.setup
-}
-
-// Reset sets every count to zero.
-func (c *Counter) Reset() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.trips, c.setup, c.byName = 0, 0, nil
-}
-
-// Total returns the round trips counted: commands sent alone plus
-// pipelines, without connection set-up.
-func (c *Counter) Total() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.trips
-}
-
-// Get returns the count of the command name (lower case).
-func (c *Counter) Get(name string) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.byName[name]
-}
-
-// String lists the round trips and the commands, e.g.
-// "2 round trips: evalsha=2" or "1 round trip: hgetall=100".
-func (c *Counter) String() string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	names := make([]string, 0, len(c.byName))
-	for n := range c.byName {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	parts := make([]string, len(names))
-	for i, n := range names {
-		parts[i] = fmt.Sprintf("%s=%d", n, c.byName[n])
-	}
-	unit := "round trips"
-	if c.trips == 1 {
-		unit = "round trip"
-	}
-	return fmt.Sprintf("%d %s: %s", c.trips, unit, strings.Join(parts, " "))
+	h.c.Trip(names...)
 }

@@ -1,4 +1,4 @@
-package storetest
+package guardtest
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/store"
+	"github.com/idemguard/idemguard/store/storetest"
 )
 
 // Counter counts the round trips a store's client makes: a request, a
@@ -94,7 +95,7 @@ const floorBatch = 100
 // send (see [WithSent]). Each case runs on a fresh store; n is reset before
 // each measured step, after the store is made, so what making it sends
 // does not count.
-func RunRequestFloor(t *testing.T, newStore MakeStore, n Counter, opts ...FloorOption) {
+func RunRequestFloor(t *testing.T, newStore storetest.MakeStore, n Counter, opts ...FloorOption) {
 	cfg := &floorConfig{seen: map[Step]string{}}
 	for _, o := range opts {
 		o(cfg)

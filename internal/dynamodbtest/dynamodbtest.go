@@ -18,9 +18,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"regexp"
-	"sort"
-	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -29,6 +26,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/smithy-go/middleware"
 
+	"github.com/idemguard/idemguard/internal/reqcount"
 	"github.com/idemguard/idemguard/internal/testenv"
 	idemddb "github.com/idemguard/idemguard/store/dynamodb"
 )
@@ -116,94 +114,22 @@ func NewStore(t testing.TB, client *dynamodb.Client, opts ...idemddb.Option) *id
 	return s
 }
 
-// Counter counts the HTTP requests a client sends, per operation name
-// ("PutItem", "GetItem", …). Retried attempts count once each. It is safe
-// for concurrent use.
-type Counter struct {
-	mu sync.Mutex
-	n  map[string]int // protected by mu
-}
-
 // CountRequests installs a request-counting middleware in the client options
-// o and returns its counter. Use it as a client option:
+// o and returns its counter: one round trip per HTTP request, named by its
+// operation ("PutItem", "GetItem", …). Retried attempts count once each.
+// Use it as a client option:
 //
-//	var n *dynamodbtest.Counter
+//	var n *reqcount.Counter
 //	client := dynamodbtest.NewClient(t, func(o *dynamodb.Options) { n = dynamodbtest.CountRequests(o) })
-func CountRequests(o *dynamodb.Options) *Counter {
-	c := &Counter{}
+func CountRequests(o *dynamodb.Options) *reqcount.Counter {
+	c := &reqcount.Counter{}
 	o.APIOptions = append(o.APIOptions, func(stack *middleware.Stack) error {
 		// After the retry middleware, so that each attempt passes through.
 		return stack.Finalize.Add(middleware.FinalizeMiddlewareFunc("idemguardCountRequests",
 			func(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (middleware.FinalizeOutput, middleware.Metadata, error) {
-				c.add(awsmiddleware.GetOperationName(ctx))
+				c.Trip(awsmiddleware.GetOperationName(ctx))
 				return next.HandleFinalize(ctx, in)
 			}), middleware.After)
 	})
 	return c
-}
-
-func (c *Counter) add(op string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.n == nil {
-		c.n = make(map[string]int)
-	}
-	c.n[op]++
-}
-
-// Get returns the number of requests sent for operation op.
-func (c *Counter) Get(op string) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.n[op]
-}
-
-// Total returns the number of requests sent for all operations.
-func (c *Counter) Total() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	t := 0
-	for _, n := range c.n {
-		t += n
-	}
-	return t
-}
-
-// Snapshot returns a copy of the counts by operation.
-func (c *Counter) Snapshot() map[string]int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	m := make(map[string]int, len(c.n))
-	for op, n := range c.n {
-		m[op] = n
-	}
-	return m
-}
-
-// Reset sets every count to zero.
-func (c *Counter) Reset() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.n = nil
-}
-
-// String lists the counts, for test failure messages: "GetItem=1 PutItem=2".
-func (c *Counter) String() string {
-	m := c.Snapshot()
-	ops := make([]string, 0, len(m))
-	for op := range m {
-		ops = append(ops, op)
-	}
-	sort.Strings(ops)
-	s := ""
-	for i, op := range ops {
-		if i > 0 {
-			s += " "
-		}
-		s += op + "=" + strconv.Itoa(m[op])
-	}
-	if s == "" {
-		return "no requests"
-	}
-	return s
 }

@@ -1,0 +1,9 @@
+// Package guardtest holds the guard's contract suites, which any store can
+// run against its real server: the request floor ([RunRequestFloor]: how
+// many round trips each kind of call costs) and the composition suite
+// ([RunComposition]: a guarded step inside every entry point, through
+// replays, errors and takeovers, with each side effect happening once).
+//
+// The store's own semantics (atomic claims, fencing, expiry) are package
+// storetest's; this package holds what the guard promises on top of them.
+package guardtest
