@@ -98,7 +98,8 @@ func newRunner(g *guard.Guard, fn any, opts []Option) *runner {
 
 // validate reports invalid options, as the guard would on every call.
 func (c *config) validate(g *guard.Guard) error {
-	return g.Check(c.baseOptions(nil)...)
+	_, err := g.Settings(c.baseOptions(nil)...)
+	return err
 }
 
 // baseOptions are the guard options every call of the activity uses; codec

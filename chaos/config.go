@@ -21,7 +21,7 @@ type Config struct {
 	// Store is the idempotency store: [StoreDynamoDB] (the default, when
 	// empty) runs keyed and plain bodies against DynamoDB Local through
 	// the fault proxy; [StorePostgres] runs transactional bodies
-	// (postgres.DoTx) whose side effect is a row in the same PostgreSQL
+	// (guard.DoTx) whose side effect is a row in the same PostgreSQL
 	// database, without the proxy; [StoreRedis] runs the keyed and plain
 	// bodies against redis-server through a TCP fault proxy
 	// ([RedisProxy]).

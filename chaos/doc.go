@@ -63,7 +63,7 @@
 // # Other stores
 //
 // With Config.Store set to [StorePostgres] the operations are
-// transactional bodies on PostgreSQL (postgres.DoTx), without a proxy; with
+// transactional bodies on PostgreSQL (guard.DoTx), without a proxy; with
 // [StoreRedis] they are the keyed and plain bodies above on store/redis,
 // through [RedisProxy], a TCP proxy that injects connection-level faults
 // (resets before and after a command ran, lost replies, error replies,

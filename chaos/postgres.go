@@ -14,13 +14,12 @@ import (
 
 	"github.com/idemguard/idemguard/activity"
 	"github.com/idemguard/idemguard/guard"
-	"github.com/idemguard/idemguard/store/postgres"
 )
 
 // The PostgreSQL transactional scenario (-store postgres): the same
 // workflows, workers, kills and pauses, with every operation a ChaosTx
 // activity whose side effect is a ledger row written through the
-// transactional guard (postgres.DoTx), in the transaction that also
+// transactional guard (guard.DoTx), in the transaction that also
 // completes the operation's idempotency record. The ledger is a table in
 // the same database; a row exists only if its transaction committed.
 
@@ -95,7 +94,7 @@ func checkLoopbackURL(raw string) error {
 	return nil
 }
 
-// txActivity is the registered ChaosTx activity: postgres.DoTx with the
+// txActivity is the registered ChaosTx activity: guard.DoTx with the
 // activity's lease (its heartbeat timeout) and Temporal's payload codec, so
 // that records hold what activity.Guard would store.
 func (wk *chaosWorker) txActivity(ctx context.Context, op Op) (OpResult, error) {
@@ -103,7 +102,7 @@ func (wk *chaosWorker) txActivity(ctx context.Context, op Op) (OpResult, error) 
 	if hb := tactivity.GetInfo(ctx).HeartbeatTimeout; hb > 0 {
 		opts = append(opts, guard.WithLease(hb))
 	}
-	r, err := postgres.DoTx(ctx, wk.g, TxActivity, op, func(ctx context.Context, tx pgx.Tx) (OpResult, error) {
+	r, err := guard.DoTx(ctx, wk.g, TxActivity, op, func(ctx context.Context, tx pgx.Tx) (OpResult, error) {
 		return wk.txBody(ctx, tx, op)
 	}, opts...)
 	return r, activity.TemporalError(err)

@@ -20,7 +20,7 @@ func (r *Report) Print(w io.Writer) {
 	fmt.Fprintf(w, "  kills:             %d SIGKILLs of %d workers (%d worker processes started), %d pauses past the lease, %d unexpected exits\n",
 		r.Kills, r.Workers, r.WorkerStarts, r.Pauses, r.UnexpectedExits)
 	if r.Store == StorePostgres {
-		fmt.Fprintf(w, "  store:             PostgreSQL, transactional bodies (postgres.DoTx); no fault proxy: the faults are the kills and pauses\n")
+		fmt.Fprintf(w, "  store:             PostgreSQL, transactional bodies (guard.DoTx); no fault proxy: the faults are the kills and pauses\n")
 		fmt.Fprintf(w, "  tx bodies:         %d committed rows; %d runs reached the window between the row and the commit, %d rolled back there: %d by a kill, %d by a pause, %d reported lease lost, %d other\n",
 			r.TxEffects, r.TxWindowRuns, r.TxRolledBack, r.TxRolledBackByKill, r.TxRolledBackByPause, r.TxRolledBackByLease, r.TxRolledBackOther)
 		fmt.Fprintf(w, "  lost transfers:    %d (must be 0: completed operations without their committed row)\n", r.LostTransfers)

@@ -18,7 +18,7 @@ const (
 	PlainActivity = "ChaosPlain"
 	// TxActivity (the postgres scenario) writes its side effect, a ledger
 	// row, in the transaction that completes its idempotency record
-	// (postgres.DoTx): the row commits exactly when the record does.
+	// (guard.DoTx): the row commits exactly when the record does.
 	TxActivity = "ChaosTx"
 	// WorkflowName is the workflow type the driver starts.
 	WorkflowName = "ChaosWorkflow"

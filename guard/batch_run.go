@@ -306,7 +306,7 @@ func (r *batchRun[In, Out]) claimUnit(ctx context.Context, u *batchUnit) {
 // execute runs item i through the single-call path with config c.
 func (r *batchRun[In, Out]) execute(ctx context.Context, i int, c *config) ItemResult[Out] {
 	in := r.inputs[i]
-	v, out, err := execute(ctx, r.g, c, r.scope, in, func(ctx context.Context, _ store.Tx) (Out, error) { return r.fn(ctx, in) })
+	v, out, err := execute(ctx, r.g, c, r.scope, in, func(ctx context.Context, _ txn) (Out, error) { return r.fn(ctx, in) })
 	res := ItemResult[Out]{Value: v, Outcome: out, Err: err}
 	r.finish(i, res, true)
 	return res

@@ -153,11 +153,30 @@ func Decode[T any](g *Guard, rec *store.Record, opts ...CallOption) (T, error) {
 	return v, err
 }
 
-// Check reports whether opts are valid options for a call, as [Do] and
-// [Wrap] would report them, without making one.
-func (g *Guard) Check(opts ...CallOption) error {
-	_, err := g.with("check", opts)
-	return err
+// CallSettings are the settings a call gets from the guard's defaults and
+// its options, as [Guard.Settings] reports them, for adapters that act on
+// them (a workflow guard that waits on workflow timers, an HTTP layer that
+// announces a record's expiry).
+type CallSettings struct {
+	// TTL is how long a completed record is replayed ([WithTTL]).
+	TTL time.Duration
+	// Lease is the in-progress lease ([WithLease]); zero means the time
+	// left until the context's deadline, else [DefaultLease].
+	Lease time.Duration
+	// Mode is what a call does when another holds the key ([WithWait],
+	// [WithReject]), and WaitBudget how long it waits in [Wait] mode.
+	Mode       Mode
+	WaitBudget time.Duration
+}
+
+// Settings returns the settings a call with opts gets, or the error that
+// [Do] would return for invalid options, without making a call.
+func (g *Guard) Settings(opts ...CallOption) (CallSettings, error) {
+	c, err := g.with("settings", opts)
+	if err != nil {
+		return CallSettings{}, err
+	}
+	return CallSettings{TTL: c.ttl, Lease: c.lease, Mode: c.mode, WaitBudget: c.waitBudget}, nil
 }
 
 // Key returns the idempotency key [Do] derives for input within scope under

@@ -9,6 +9,7 @@ import (
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/store"
+	"github.com/idemguard/idemguard/store/memory"
 )
 
 func TestClaimCompleteAcrossSteps(t *testing.T) {
@@ -98,10 +99,53 @@ func TestClaimTokenMakesClaimReentrant(t *testing.T) {
 	if cl, rec, err := g.Claim(ctx, "wf", "k", guard.WithClaimToken("run-1")); cl != nil || rec == nil || err != nil {
 		t.Errorf("after completion: %v, %v, %v; want the record", cl, rec, err)
 	}
-	if err := g.Check(guard.WithKeyPath("a[")); !errors.Is(err, guard.ErrInvalidOption) {
-		t.Errorf("Check = %v, want ErrInvalidOption", err)
+	if _, err := g.Settings(guard.WithKeyPath("a[")); !errors.Is(err, guard.ErrInvalidOption) {
+		t.Errorf("Settings = %v, want ErrInvalidOption", err)
 	}
-	if err := g.Check(guard.WithKeyPath("a.b")); err != nil {
-		t.Errorf("Check of valid options = %v", err)
+	if _, err := g.Settings(guard.WithKeyPath("a.b")); err != nil {
+		t.Errorf("Settings of valid options = %v", err)
+	}
+}
+
+// Settings reports what a call gets: the guard's defaults, overridden by
+// the call's options.
+func TestSettings(t *testing.T) {
+	g := mustGuard(t, memory.New(), guard.WithTTL(48*time.Hour), guard.WithWait(10*time.Second))
+	got, err := g.Settings(guard.WithLease(5 * time.Second))
+	want := guard.CallSettings{TTL: 48 * time.Hour, Lease: 5 * time.Second, Mode: guard.Wait, WaitBudget: 10 * time.Second}
+	if err != nil || got != want {
+		t.Errorf("Settings = %+v, %v; want %+v", got, err, want)
+	}
+}
+
+// WithDefaults gives way to what guard.New set and to earlier options of
+// the call, and applies where neither set anything: an adapter's defaults
+// never override the user's guard.
+func TestWithDefaults(t *testing.T) {
+	adapter := guard.WithDefaults(guard.WithTTL(24*time.Hour), guard.WithWait(30*time.Second), guard.WithLease(3*time.Second))
+	for _, c := range []struct {
+		name string
+		opts []guard.Option
+		call []guard.CallOption
+		want guard.CallSettings
+	}{
+		{"plain guard", nil, []guard.CallOption{adapter},
+			guard.CallSettings{TTL: 24 * time.Hour, Lease: 3 * time.Second, Mode: guard.Wait, WaitBudget: 30 * time.Second}},
+		{"guard with its own TTL and mode", []guard.Option{guard.WithTTL(time.Hour), guard.WithReject()}, []guard.CallOption{adapter},
+			guard.CallSettings{TTL: time.Hour, Lease: 3 * time.Second, Mode: guard.Reject, WaitBudget: guard.DefaultWaitBudget}},
+		{"guard waiting 10 s", []guard.Option{guard.WithWait(10 * time.Second)}, []guard.CallOption{adapter},
+			guard.CallSettings{TTL: 24 * time.Hour, Lease: 3 * time.Second, Mode: guard.Wait, WaitBudget: 10 * time.Second}},
+		{"the adapter's own option after its defaults", nil, []guard.CallOption{adapter, guard.WithTTL(time.Minute)},
+			guard.CallSettings{TTL: time.Minute, Lease: 3 * time.Second, Mode: guard.Wait, WaitBudget: 30 * time.Second}},
+		{"an option before the defaults", nil, []guard.CallOption{guard.WithLease(time.Minute), adapter},
+			guard.CallSettings{TTL: 24 * time.Hour, Lease: time.Minute, Mode: guard.Wait, WaitBudget: 30 * time.Second}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			g := mustGuard(t, memory.New(), c.opts...)
+			got, err := g.Settings(c.call...)
+			if err != nil || got != c.want {
+				t.Errorf("Settings = %+v, %v; want %+v", got, err, c.want)
+			}
+		})
 	}
 }

@@ -198,17 +198,17 @@ func Wrap[In, Out any](g *Guard, scope string, fn func(context.Context, In) (Out
 		return nil, err
 	}
 	return func(ctx context.Context, in In) (Out, error) {
-		v, _, err := execute(ctx, g, c, scope, in, func(ctx context.Context, _ store.Tx) (Out, error) { return fn(ctx, in) })
+		v, _, err := execute(ctx, g, c, scope, in, func(ctx context.Context, _ txn) (Out, error) { return fn(ctx, in) })
 		return v, err
 	}, nil
 }
 
 // body is a guarded function; tx is nil unless the call runs in a store
 // transaction (DoTx).
-type body[T any] func(ctx context.Context, tx store.Tx) (T, error)
+type body[T any] func(ctx context.Context, tx txn) (T, error)
 
 func noTx[T any](fn func(context.Context) (T, error)) body[T] {
-	return func(ctx context.Context, _ store.Tx) (T, error) { return fn(ctx) }
+	return func(ctx context.Context, _ txn) (T, error) { return fn(ctx) }
 }
 
 // execute is the path of every guarded call: key, local cache, the
@@ -217,7 +217,7 @@ func execute[T any](ctx context.Context, g *Guard, c *config, scope string, inpu
 	return executeTx(ctx, g, c, scope, input, fn, nil)
 }
 
-func executeTx[T any](ctx context.Context, g *Guard, c *config, scope string, input any, fn body[T], tr store.Transactor) (v T, out Outcome, err error) {
+func executeTx[T any](ctx context.Context, g *Guard, c *config, scope string, input any, fn body[T], tr beginner) (v T, out Outcome, err error) {
 	if g.disabled {
 		v, err := unguarded(context.WithValue(ctx, runningKey{}, &running{g: g, c: c, scope: scope}), fn, tr)
 		return v, OutcomeUnguarded, err
@@ -262,7 +262,7 @@ func executeTx[T any](ctx context.Context, g *Guard, c *config, scope string, in
 
 // lead runs the protocol for one key: claim, then replay, or run the
 // function and record its outcome.
-func lead[T any](ctx context.Context, g *Guard, c *config, d derived, fkey string, f *flight, fn body[T], tr store.Transactor) (v T, out Outcome, err error) {
+func lead[T any](ctx context.Context, g *Guard, c *config, d derived, fkey string, f *flight, fn body[T], tr beginner) (v T, out Outcome, err error) {
 	claim, existing, err := g.acquire(ctx, c, d, f)
 	if err != nil {
 		g.land(fkey, f, landing{err: err})
@@ -278,7 +278,7 @@ func lead[T any](ctx context.Context, g *Guard, c *config, d derived, fkey strin
 
 	runCtx, cancel := context.WithCancelCause(context.WithValue(ctx, runningKey{}, &running{g: g, c: c, scope: keyScope(d.key), key: d.key}))
 	k := g.keep(ctx, c, claim, f, cancel)
-	var tx store.Tx
+	var tx txn
 	returned := false // fn has returned: its side effect happened
 	settled := false  // the outcome is recorded or released
 	defer func() {
@@ -316,7 +316,7 @@ func lead[T any](ctx context.Context, g *Guard, c *config, d derived, fkey strin
 	}()
 	k.start()
 	if tr != nil {
-		if tx, err = tr.Begin(runCtx); err != nil {
+		if tx, err = tr(runCtx); err != nil {
 			k.stop()
 			g.release(ctx, claim)
 			settled = true

@@ -10,7 +10,6 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/idemguard/idemguard/internal/callopts"
 	"github.com/idemguard/idemguard/store"
 )
 
@@ -93,12 +92,60 @@ type guardOption func(*settings)
 
 func (f guardOption) applyGuard(s *settings) { f(s) }
 
-// callOption is a [CallOption].
-type callOption func(*config)
+// callOption is a [CallOption] that sets the settings named by set.
+type callOption struct {
+	set setting
+	f   func(*config)
+}
 
-func (f callOption) applyCall(c *config)       { f(c) }
-func (f callOption) applyGuard(s *settings)    { f(&s.call) }
-func (f callOption) applyBatch(b *batchConfig) { f(&b.call) }
+func (o callOption) applyCall(c *config) {
+	c.set |= o.set
+	o.f(c)
+}
+func (o callOption) applyGuard(s *settings)    { o.applyCall(&s.call) }
+func (o callOption) applyBatch(b *batchConfig) { o.applyCall(&b.call) }
+
+// setting names what a call option sets, so that [WithDefaults] can tell
+// which settings were given.
+type setting uint32
+
+const (
+	setKeyPath setting = 1 << iota
+	setValidation
+	setKey
+	setRequireKey
+	setTTL
+	setLease
+	setMode
+	setWaitBackoff
+	setCodec
+	setErrorCodec
+	setDefinite
+	setResultFilter
+	setReplayHook
+	setClaimToken
+	setSelectionAttr
+	setSpanAttrs
+)
+
+func opt(set setting, f func(*config)) CallOption { return callOption{set, f} }
+
+// WithDefaults applies opts only to the settings that neither [New] nor an
+// earlier option of the call set: the defaults an adapter (an HTTP
+// middleware, a gRPC interceptor, a consumer) prefers for its calls, which
+// give way to what the user configured on the guard. For example
+// WithDefaults(WithTTL(24*time.Hour)) gives a call a TTL of 24 hours unless
+// the guard was built with a TTL of its own.
+func WithDefaults(opts ...CallOption) CallOption {
+	return opt(0, func(c *config) {
+		for _, o := range opts {
+			if co, ok := o.(callOption); ok && c.set&co.set != 0 {
+				continue
+			}
+			o.applyCall(c)
+		}
+	})
+}
 
 // settings are a guard's own settings and its call defaults.
 type settings struct {
@@ -153,6 +200,7 @@ type config struct {
 	claimToken     string               // fixed fencing token, for re-entrant claims
 	rawKeyAttr     bool                 // record the key selection on spans
 	spanAttrs      []attribute.KeyValue // added to the execute span
+	set            setting              // what options set, for WithDefaults
 	invalid
 }
 
@@ -329,7 +377,7 @@ func WithLogger(l *slog.Logger) Option {
 // reported as an [*ExpressionError].
 func WithKeyPath(expr string) CallOption {
 	e, err := compile(expr)
-	return callOption(func(c *config) { c.fail(err); c.keyPath = e })
+	return opt(setKeyPath, func(c *config) { c.fail(err); c.keyPath = e })
 }
 
 // WithPayloadValidation stores a hash of the part of the input that expr
@@ -338,7 +386,7 @@ func WithKeyPath(expr string) CallOption {
 // validate the whole input.
 func WithPayloadValidation(expr string) CallOption {
 	e, err := compile(expr)
-	return callOption(func(c *config) { c.fail(err); c.validationPath = e })
+	return opt(setValidation, func(c *config) { c.fail(err); c.validationPath = e })
 }
 
 // WithKey derives the key from selection instead of from the input (the key
@@ -346,19 +394,19 @@ func WithPayloadValidation(expr string) CallOption {
 // names one call, for example with a key a caller was handed explicitly:
 // [New] and [DoBatch] refuse it.
 func WithKey(selection any) CallOption {
-	return callOption(func(c *config) { c.explicitKey, c.hasKey = selection, true })
+	return opt(setKey, func(c *config) { c.explicitKey, c.hasKey = selection, true })
 }
 
 // WithRequireKey makes a null or empty key selection an error
 // ([ErrKeyMissing]) instead of running the function unguarded.
 func WithRequireKey(require bool) CallOption {
-	return callOption(func(c *config) { c.requireKey = require })
+	return opt(setRequireKey, func(c *config) { c.requireKey = require })
 }
 
 // WithTTL sets how long a completed record is replayed (default
 // [DefaultTTL]).
 func WithTTL(ttl time.Duration) CallOption {
-	return callOption(func(c *config) {
+	return opt(setTTL, func(c *config) {
 		if c.check(ttl > 0, "TTL must be positive, got %v", ttl) {
 			c.ttl = ttl
 		}
@@ -373,7 +421,7 @@ func WithTTL(ttl time.Duration) CallOption {
 // taken over, or the lease end passes without a successful extension, the
 // function's context is cancelled with cause [ErrLeaseLost].
 func WithLease(lease time.Duration) CallOption {
-	return callOption(func(c *config) {
+	return opt(setLease, func(c *config) {
 		if c.check(lease >= 0, "lease must not be negative, got %v", lease) {
 			c.lease = lease
 		}
@@ -382,13 +430,13 @@ func WithLease(lease time.Duration) CallOption {
 
 // WithReject selects [Reject] mode (the default).
 func WithReject() CallOption {
-	return callOption(func(c *config) { c.mode = Reject })
+	return opt(setMode, func(c *config) { c.mode = Reject })
 }
 
 // WithWait selects [Wait] mode with a wait budget: a call that finds the key
 // in progress waits for up to budget before it returns [ErrInProgress].
 func WithWait(budget time.Duration) CallOption {
-	return callOption(func(c *config) {
+	return opt(setMode, func(c *config) {
 		if c.check(budget > 0, "wait budget must be positive, got %v", budget) {
 			c.mode, c.waitBudget = Wait, budget
 		}
@@ -399,7 +447,7 @@ func WithWait(budget time.Duration) CallOption {
 // [Wait] mode (defaults [DefaultWaitInitial], [DefaultWaitMax]). Pauses grow
 // exponentially with jitter and never run past the holder's lease end.
 func WithWaitBackoff(initial, max time.Duration) CallOption {
-	return callOption(func(c *config) {
+	return opt(setWaitBackoff, func(c *config) {
 		if c.check(initial > 0 && max >= initial, "wait backoff needs 0 < initial <= max, got %v, %v", initial, max) {
 			c.waitInitial, c.waitMax = initial, max
 		}
@@ -408,7 +456,7 @@ func WithWaitBackoff(initial, max time.Duration) CallOption {
 
 // WithCodec sets the codec for results (default [JSON]).
 func WithCodec(codec Codec) CallOption {
-	return callOption(func(c *config) {
+	return opt(setCodec, func(c *config) {
 		if c.check(codec != nil, "nil codec") {
 			c.codec = codec
 		}
@@ -421,7 +469,7 @@ func WithCodec(codec Codec) CallOption {
 // [IsDefinite]; nil stores none. Use [WithErrorCodec] to choose how they
 // are stored.
 func WithDefiniteErrors(isDefinite func(error) bool) CallOption {
-	return callOption(func(c *config) {
+	return opt(setDefinite, func(c *config) {
 		if isDefinite == nil {
 			isDefinite = func(error) bool { return false }
 		}
@@ -432,7 +480,7 @@ func WithDefiniteErrors(isDefinite func(error) bool) CallOption {
 // WithErrorCodec sets how definite errors are stored and replayed (default
 // [MessageErrors]).
 func WithErrorCodec(ec ErrorCodec) CallOption {
-	return callOption(func(c *config) {
+	return opt(setErrorCodec, func(c *config) {
 		if c.check(ec != nil, "nil error codec") {
 			c.errorCodec = ec
 		}
@@ -444,13 +492,13 @@ func WithErrorCodec(ec ErrorCodec) CallOption {
 // the record is released so the next call runs the function again (like
 // idempotender's validResponseJmespath).
 func WithResultFilter(keep func(result any) bool) CallOption {
-	return callOption(func(c *config) { c.keepResult = keep })
+	return opt(setResultFilter, func(c *config) { c.keepResult = keep })
 }
 
 // WithReplayHook sets a hook called whenever a call replays a stored outcome
 // (like AWS Powertools' responseHook, but observing only).
 func WithReplayHook(hook ReplayHook) CallOption {
-	return callOption(func(c *config) { c.onReplay = hook })
+	return opt(setReplayHook, func(c *config) { c.onReplay = hook })
 }
 
 // WithKeySelectionAttribute records the canonical JSON the key was derived
@@ -458,13 +506,13 @@ func WithReplayHook(hook ReplayHook) CallOption {
 // default because the selection can carry user data; the key hash is always
 // recorded.
 func WithKeySelectionAttribute(on bool) CallOption {
-	return callOption(func(c *config) { c.rawKeyAttr = on })
+	return opt(setSelectionAttr, func(c *config) { c.rawKeyAttr = on })
 }
 
 // WithSpanAttributes adds attributes to the call's idemguard.execute span,
 // for example the Temporal workflow ID and activity type.
 func WithSpanAttributes(attrs ...attribute.KeyValue) CallOption {
-	return callOption(func(c *config) { c.spanAttrs = append(c.spanAttrs[:len(c.spanAttrs):len(c.spanAttrs)], attrs...) })
+	return opt(setSpanAttrs, func(c *config) { c.spanAttrs = append(c.spanAttrs[:len(c.spanAttrs):len(c.spanAttrs)], attrs...) })
 }
 
 // WithClaimToken makes the call claim with token instead of a random fencing
@@ -475,17 +523,5 @@ func WithSpanAttributes(attrs ...attribute.KeyValue) CallOption {
 // to lapse. The token must be unique to the claimant; two claimants sharing
 // one would both hold the key. It names one call: [New] refuses it.
 func WithClaimToken(token string) CallOption {
-	return callOption(func(c *config) { c.claimToken = token })
-}
-
-func init() {
-	callopts.Sets = func(opts []any) (lease, mode bool) {
-		c := config{lease: -1, mode: Mode(255)}
-		for _, o := range opts {
-			if co, ok := o.(CallOption); ok {
-				co.applyCall(&c)
-			}
-		}
-		return c.lease != -1, c.mode != Mode(255)
-	}
+	return opt(setClaimToken, func(c *config) { c.claimToken = token })
 }

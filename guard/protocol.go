@@ -192,7 +192,7 @@ func (g *Guard) remember(rec *store.Record) {
 // record completes claim with data as kind — an outcome that could not be
 // encoded (encErr) is recorded without a body, so that it is never run
 // again — inside tx if there is one. The completed record is cached.
-func (g *Guard) record(ctx context.Context, c *config, claim *store.Record, leaseEnd time.Time, kind store.ResultKind, data []byte, encErr error, tx store.Tx) (*store.Record, error) {
+func (g *Guard) record(ctx context.Context, c *config, claim *store.Record, leaseEnd time.Time, kind store.ResultKind, data []byte, encErr error, tx txn) (*store.Record, error) {
 	if encErr != nil {
 		kind, data = store.ResultUnavailable, nil
 	}
@@ -270,7 +270,7 @@ func (g *Guard) complete(ctx context.Context, c *config, claim *store.Record, le
 // commit together or not at all. When the commit's answer is lost, the
 // record tells which: completed under the claim's token, or still held by
 // it (nothing committed, and the claim is released).
-func (g *Guard) completeTx(ctx context.Context, c *config, claim *store.Record, kind store.ResultKind, data []byte, tx store.Tx) (done *store.Record, err error) {
+func (g *Guard) completeTx(ctx context.Context, c *config, claim *store.Record, kind store.ResultKind, data []byte, tx txn) (done *store.Record, err error) {
 	ctx, span := g.child(ctx, telemetry.SpanComplete)
 	attempts := 1
 	defer func() { g.endComplete(ctx, span, claim.Key, attempts, done, err) }()

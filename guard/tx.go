@@ -8,43 +8,98 @@ import (
 
 // DoTx is [Do] for a function whose side effect is a write to the store's
 // own database: it claims the key, begins a transaction with the store's
-// [store.Transactor], runs fn with it, and writes the completion inside
-// that same transaction before committing. The function's writes and the
-// completion commit together or not at all, so a crash after the side
-// effect can no longer run it twice, and a holder whose claim was taken
-// over (a zombie) finds its completion fenced out and its whole
-// transaction rolled back ([ErrLeaseLost]).
+// [store.Transactor], runs fn with the transaction's handle (a pgx.Tx on
+// PostgreSQL, a builder of TransactWriteItems actions on DynamoDB), and
+// writes the completion inside that same transaction before committing.
+// The function's writes and the completion commit together or not at all,
+// so a crash after the side effect can no longer run it twice, and a
+// holder whose claim was taken over (a zombie) finds its completion fenced
+// out and its whole transaction rolled back ([ErrLeaseLost]).
 //
 // A replay never begins a transaction. If fn returns an error the
 // transaction is rolled back and the key released (a definite error is
 // then recorded outside it, as Do records it); if fn panics the same
 // happens and the panic continues. If the commit's answer is lost, DoTx
-// reads the record to learn whether it committed. The store must implement
-// store.Transactor (the PostgreSQL store does); otherwise DoTx returns
-// [ErrInvalidOption]. Store packages wrap it with their own transaction
-// type, for example postgres.DoTx.
-func DoTx[T any](ctx context.Context, g *Guard, scope string, input any, fn func(ctx context.Context, tx store.Tx) (T, error), opts ...CallOption) (T, error) {
-	tr, ok := g.store.(store.Transactor)
-	if !ok {
-		var zero T
-		return zero, invalidOption("DoTx needs a store that implements store.Transactor; %s does not", storeName(g.store))
-	}
-	c, err := g.with(scope, opts)
-	if err != nil {
-		var zero T
-		return zero, err
-	}
-	v, _, err := executeTx(ctx, g, c, scope, input, fn, tr)
+// reads the record to learn whether it committed. A [Step] inside fn
+// completes inside the same transaction: its record commits with fn's
+// writes, and its claim is released if they roll back.
+//
+// H is the store's handle type: the store must implement
+// store.Transactor[H], or DoTx returns [ErrInvalidOption] without
+// claiming. fn must not end the transaction itself. An unguarded call (an
+// empty key selection, or [DisableEnv]) still runs fn in a transaction of
+// its own.
+func DoTx[T, H any](ctx context.Context, g *Guard, scope string, input any, fn func(ctx context.Context, tx H) (T, error), opts ...CallOption) (T, error) {
+	v, _, err := ExecuteTx(ctx, g, scope, input, fn, opts...)
 	return v, err
 }
 
+// ExecuteTx is [DoTx] that also reports how the result was obtained, as
+// [Execute] does for [Do].
+func ExecuteTx[T, H any](ctx context.Context, g *Guard, scope string, input any, fn func(ctx context.Context, tx H) (T, error), opts ...CallOption) (T, Outcome, error) {
+	var zero T
+	tr, err := transactor[H](g)
+	if err != nil {
+		return zero, 0, err
+	}
+	c, err := g.with(scope, opts)
+	if err != nil {
+		return zero, 0, err
+	}
+	return executeTx(ctx, g, c, scope, input, txBody(fn), tr)
+}
+
+// WrapTx returns a function with the shape of a plain call, func(ctx, in),
+// that runs fn through [DoTx] with its key derived from in. It checks the
+// options, and that g's store begins transactions with handle H, once,
+// here.
+func WrapTx[In, Out, H any](g *Guard, scope string, fn func(ctx context.Context, tx H, in In) (Out, error), opts ...CallOption) (func(context.Context, In) (Out, error), error) {
+	tr, err := transactor[H](g)
+	if err != nil {
+		return nil, err
+	}
+	c, err := g.with(scope, opts)
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context, in In) (Out, error) {
+		v, _, err := executeTx(ctx, g, c, scope, in, txBody(func(ctx context.Context, tx H) (Out, error) { return fn(ctx, tx, in) }), tr)
+		return v, err
+	}, nil
+}
+
+// txn is a store transaction as the protocol sees it, whatever its handle.
+type txn interface {
+	Complete(ctx context.Context, rec *store.Record) error
+	Commit(ctx context.Context) error
+	Rollback(ctx context.Context) error
+}
+
+// beginner begins a store transaction; nil for a call without one.
+type beginner func(ctx context.Context) (txn, error)
+
+// transactor returns how g's store begins transactions with handle H.
+func transactor[H any](g *Guard) (beginner, error) {
+	tr, ok := g.store.(store.Transactor[H])
+	if !ok {
+		var h H
+		return nil, invalidOption("DoTx with a %s handle needs a store that implements store.Transactor[%s]; %s does not", typeName(&h), typeName(&h), storeName(g.store))
+	}
+	return func(ctx context.Context) (txn, error) { return tr.Begin(ctx) }, nil
+}
+
+// txBody adapts fn to the protocol's function of a transaction.
+func txBody[T, H any](fn func(context.Context, H) (T, error)) body[T] {
+	return func(ctx context.Context, tx txn) (T, error) { return fn(ctx, tx.(store.Tx[H]).Handle()) }
+}
+
 // unguarded runs fn without a record: in a transaction of its own when the
-// call is transactional (tr is not nil).
-func unguarded[T any](ctx context.Context, fn body[T], tr store.Transactor) (v T, err error) {
-	if tr == nil {
+// call is transactional (begin is not nil).
+func unguarded[T any](ctx context.Context, fn body[T], begin beginner) (v T, err error) {
+	if begin == nil {
 		return fn(ctx, nil)
 	}
-	tx, err := tr.Begin(ctx)
+	tx, err := begin(ctx)
 	if err != nil {
 		return v, &StoreError{Op: "begin", Err: err}
 	}

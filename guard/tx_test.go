@@ -14,13 +14,15 @@ import (
 // they commit, as a database's would.
 type txStore struct{ *memory.Store }
 
-func (s txStore) Begin(context.Context) (store.Tx, error) { return &fakeTx{s: s.Store}, nil }
+func (s txStore) Begin(context.Context) (store.Tx[*fakeTx], error) { return &fakeTx{s: s.Store}, nil }
 
 type fakeTx struct {
 	s          *memory.Store
 	pending    *store.Record
 	rolledBack bool
 }
+
+func (t *fakeTx) Handle() *fakeTx { return t }
 
 func (t *fakeTx) Complete(ctx context.Context, rec *store.Record) error {
 	old, err := t.s.Get(ctx, rec.Key)
@@ -47,8 +49,8 @@ func TestDoTx(t *testing.T) {
 	s := txStore{memory.New()}
 	g := mustGuard(t, s)
 	var txs []*fakeTx
-	fn := func(_ context.Context, tx store.Tx) (int, error) {
-		txs = append(txs, tx.(*fakeTx))
+	fn := func(_ context.Context, tx *fakeTx) (int, error) {
+		txs = append(txs, tx)
 		return 7, nil
 	}
 	if v, err := guard.DoTx(ctx, g, "move", "t-1", fn); err != nil || v != 7 || len(txs) != 1 {
@@ -59,8 +61,8 @@ func TestDoTx(t *testing.T) {
 	}
 
 	boom := func(error) bool { panic("predicate exploded") }
-	failing := func(_ context.Context, tx store.Tx) (int, error) {
-		txs = append(txs, tx.(*fakeTx))
+	failing := func(_ context.Context, tx *fakeTx) (int, error) {
+		txs = append(txs, tx)
 		return 0, errors.New("insufficient funds")
 	}
 	if r := recoverPanic(func() { guard.DoTx(ctx, g, "move", "t-2", failing, guard.WithDefiniteErrors(boom)) }); r == nil {

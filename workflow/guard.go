@@ -11,7 +11,6 @@ import (
 	tworkflow "go.temporal.io/sdk/workflow"
 
 	"github.com/idemguard/idemguard/guard"
-	"github.com/idemguard/idemguard/internal/callopts"
 	"github.com/idemguard/idemguard/internal/temporalglue"
 	"github.com/idemguard/idemguard/store"
 )
@@ -54,8 +53,8 @@ func Guard[In, Out any](g *guard.Guard, wf func(tworkflow.Context, In) (Out, err
 		panic("idemguard/workflow: nil guard")
 	}
 	c := newConfig(opts)
-	err := g.Check(c.guardOptions()...)
-	if lease, mode := callopts.Sets(anys(c.guardOpts)); err == nil && (lease || mode) {
+	_, err := g.Settings(c.guardOptions()...)
+	if err == nil && setsClaim(g, c.guardOpts) {
 		err = fmt.Errorf("%w: the workflow guard sets the claim's lease and mode itself: use workflow.WithLease and workflow.WithRejectInProgress, not guard.WithLease, guard.WithWait or guard.WithReject", guard.ErrInvalidOption)
 	}
 	if err != nil {
@@ -77,12 +76,12 @@ func Register(r worker.WorkflowRegistry, original, guarded any) {
 	r.RegisterWorkflowWithOptions(guarded, tworkflow.RegisterOptions{Name: temporalglue.Name(original)})
 }
 
-func anys(opts []guard.CallOption) []any {
-	out := make([]any, len(opts))
-	for i, o := range opts {
-		out[i] = o
-	}
-	return out
+// setsClaim reports whether opts change the claim's lease or mode, which
+// the workflow guard sets itself.
+func setsClaim(g *guard.Guard, opts []guard.CallOption) bool {
+	base, _ := g.Settings()
+	got, err := g.Settings(opts...)
+	return err == nil && (got.Lease != base.Lease || got.Mode != base.Mode || got.WaitBudget != base.WaitBudget)
 }
 
 func (c *config) guardOptions() []guard.CallOption {

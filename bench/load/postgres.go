@@ -17,7 +17,7 @@ import (
 )
 
 // The PostgreSQL scenarios: the guard on store/postgres against raw pgx
-// sending the same statements, and the transactional guard (postgres.DoTx)
+// sending the same statements, and the transactional guard (guard.DoTx)
 // against a plain transaction doing the same business write. They run in
 // the same rounds as the DynamoDB scenarios when a PostgreSQL URL is given
 // (-postgres, default $IDEMGUARD_POSTGRES_URL), on one pool whose tracer
@@ -111,7 +111,7 @@ func newPgBench(ctx context.Context, cfg Config, runID string, body func(context
 	if p.guardedSet, g, err = newGuardedSet(s, cfg.ReplayKeys, body); err != nil {
 		return nil, err
 	}
-	p.txFn, err = postgres.WrapTx(g, scopeTx, func(ctx context.Context, tx pgx.Tx, o Order) (Receipt, error) {
+	p.txFn, err = guard.WrapTx(g, scopeTx, func(ctx context.Context, tx pgx.Tx, o Order) (Receipt, error) {
 		if _, err := tx.Exec(ctx, p.sql.insertEffect, o.OrderID, o.Amount); err != nil {
 			return Receipt{}, err
 		}

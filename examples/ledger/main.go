@@ -4,7 +4,7 @@
 // Transfers arrive on an at-least-once queue (a table; some are enqueued
 // twice, and a delivery that is not acknowledged comes back). Worker
 // processes take deliveries and apply each transfer with the transactional
-// guard, postgres.DoTx: the debit, the credit, the two ledger entries and
+// guard, guard.DoTx: the debit, the credit, the two ledger entries and
 // the idempotency record's completion commit in one transaction. The
 // driver kills workers (SIGKILL) just after a transfer's writes and before
 // its commit, and once freezes one (SIGSTOP) there for longer than its

@@ -64,7 +64,7 @@ func work(ctx context.Context, cfg workerConfig) error {
 	w := &worker{cfg: cfg, pool: pool, pid: os.Getpid(), driver: bufio.NewReader(os.Stdin)}
 	// The transfer, guarded: keyed by its ID, run in a transaction that
 	// also completes the key's record.
-	transfer, err := postgres.WrapTx(g, "transfer", w.apply, guard.WithKeyPath("id"), guard.WithLease(cfg.Lease))
+	transfer, err := guard.WrapTx(g, "transfer", w.apply, guard.WithKeyPath("id"), guard.WithLease(cfg.Lease))
 	if err != nil {
 		return err
 	}

@@ -128,7 +128,7 @@ func (s *Settings) Finish(g *guard.Guard, fingerprint bool, extra ...guard.CallO
 		call = append(call, guard.WithWait(s.Wait))
 	}
 	call = append(call, extra...)
-	if err := g.Check(call...); err != nil {
+	if _, err := g.Settings(call...); err != nil {
 		return nil, fmt.Errorf("%s: %w", s.Pkg, err)
 	}
 	return call, nil

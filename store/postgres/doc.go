@@ -1,8 +1,14 @@
 // Package postgres is a [store.Store] on PostgreSQL, through pgx v5 and a
-// [pgxpool.Pool], and the store of the transactional guard: [DoTx] and
-// [WrapTx] run a guarded function in a transaction ([Store.Begin], [Tx])
-// that also writes the call's completion, so that the function's writes to
-// this database and its record commit together or not at all.
+// [pgxpool.Pool], and the store of the transactional guard: guard.DoTx
+// and guard.WrapTx run a guarded function with a [pgx.Tx] ([Store.Begin],
+// [Tx]) in a transaction that also writes the call's completion, so that
+// the function's writes to this database and its record commit together or
+// not at all:
+//
+//	receipt, err := guard.DoTx(ctx, g, "transfer", req, func(ctx context.Context, tx pgx.Tx) (Receipt, error) {
+//		_, err := tx.Exec(ctx, "UPDATE accounts SET balance = balance - $1 WHERE id = $2", req.Amount, req.From)
+//		...
+//	})
 //
 // Each record is one row of one table (see [CreateTable] and [DDL] for its
 // columns; [WithTable] names it). Every step is one round trip: Acquire is a

@@ -29,11 +29,11 @@ import (
 type hookStore struct {
 	*postgres.Store
 	afterComplete func()                                       // after Tx.Complete succeeded
-	commit        func(ctx context.Context, tx store.Tx) error // replaces Tx.Commit
+	commit        func(ctx context.Context, tx store.Tx[pgx.Tx]) error // replaces Tx.Commit
 	release       func(ctx context.Context, key, token string) error
 }
 
-func (h *hookStore) Begin(ctx context.Context) (store.Tx, error) {
+func (h *hookStore) Begin(ctx context.Context) (store.Tx[pgx.Tx], error) {
 	tx, err := h.Store.Begin(ctx)
 	if err != nil {
 		return nil, err
@@ -98,7 +98,7 @@ func TestDoTxKilledChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	in := transfer{ID: os.Getenv("IDEMGUARD_TX_TRANSFER")}
-	_, err = postgres.DoTx(context.Background(), g, "move", in, func(ctx context.Context, tx pgx.Tx) (int, error) {
+	_, err = guard.DoTx(context.Background(), g, "move", in, func(ctx context.Context, tx pgx.Tx) (int, error) {
 		if _, err := tx.Exec(ctx, `INSERT INTO "`+os.Getenv("IDEMGUARD_TX_EFFECTS")+`" (transfer, writer) VALUES ($1, 'child')`, in.ID); err != nil {
 			return 0, err
 		}
@@ -176,7 +176,7 @@ func TestDoTxKilledBeforeCommit(t *testing.T) {
 				return 2, e.write(ctx, tx, in.ID, "retry")
 			}
 			for range 2 {
-				if v, err := postgres.DoTx(e.ctx, retry, "move", in, fn); err != nil || v != 2 {
+				if v, err := guard.DoTx(e.ctx, retry, "move", in, fn); err != nil || v != 2 {
 					t.Fatalf("retry after the kill = %d, %v", v, err)
 				}
 			}
@@ -203,7 +203,7 @@ func TestDoTxZombieRolledBack(t *testing.T) {
 	written, resume := make(chan struct{}), make(chan struct{})
 	zerr := make(chan error, 1)
 	go func() {
-		_, err := postgres.DoTx(e.ctx, zombie, "move", in, func(ctx context.Context, tx pgx.Tx) (int, error) {
+		_, err := guard.DoTx(e.ctx, zombie, "move", in, func(ctx context.Context, tx pgx.Tx) (int, error) {
 			if err := e.write(ctx, tx, in.ID, "zombie"); err != nil {
 				return 0, err
 			}
@@ -218,7 +218,7 @@ func TestDoTxZombieRolledBack(t *testing.T) {
 	case err := <-zerr:
 		t.Fatalf("the zombie's call ended before its write: %v", err)
 	}
-	v, err := postgres.DoTx(e.ctx, taker, "move", in, func(ctx context.Context, tx pgx.Tx) (int, error) {
+	v, err := guard.DoTx(e.ctx, taker, "move", in, func(ctx context.Context, tx pgx.Tx) (int, error) {
 		return 2, e.write(ctx, tx, in.ID, "taker")
 	}, guard.WithLease(lease))
 	if err != nil || v != 2 {
@@ -248,7 +248,7 @@ func TestDoTxLostCommitAnswer(t *testing.T) {
 		t.Run(fmt.Sprintf("committed=%v", committed), func(t *testing.T) {
 			e := newEffects(t, nil)
 			h := &hookStore{Store: e.s}
-			h.commit = func(ctx context.Context, tx store.Tx) error {
+			h.commit = func(ctx context.Context, tx store.Tx[pgx.Tx]) error {
 				h.commit = nil // the retry commits normally
 				end := tx.Rollback
 				if committed {
@@ -266,7 +266,7 @@ func TestDoTxLostCommitAnswer(t *testing.T) {
 				runs.Add(1)
 				return 9, e.write(ctx, tx, in.ID, "w")
 			}
-			v, err := postgres.DoTx(e.ctx, g, "move", in, fn)
+			v, err := guard.DoTx(e.ctx, g, "move", in, fn)
 			var se *guard.StoreError
 			switch {
 			case committed && (err != nil || v != 9):
@@ -279,7 +279,7 @@ func TestDoTxLostCommitAnswer(t *testing.T) {
 					t.Errorf("the uncommitted call left %+v, want the claim released", rec)
 				}
 			}
-			if v, err := postgres.DoTx(e.ctx, g, "move", in, fn); err != nil || v != 9 {
+			if v, err := guard.DoTx(e.ctx, g, "move", in, fn); err != nil || v != 9 {
 				t.Fatalf("retry = %d, %v", v, err)
 			}
 			wantRuns := map[bool]int32{true: 1, false: 2}[committed]
@@ -320,8 +320,8 @@ func TestDoTxCommitLandsDuringRelease(t *testing.T) {
 func commitLandsDuringRelease(t *testing.T) (e *effects, v int, err error, retry func() (int, int32, error)) {
 	e = newEffects(t, nil)
 	h := &hookStore{Store: e.s}
-	var pending store.Tx
-	h.commit = func(ctx context.Context, tx store.Tx) error {
+	var pending store.Tx[pgx.Tx]
+	h.commit = func(ctx context.Context, tx store.Tx[pgx.Tx]) error {
 		h.commit = nil
 		pending = tx // sent, not yet answered
 		return errAnswerLost
@@ -348,12 +348,12 @@ func commitLandsDuringRelease(t *testing.T) (e *effects, v int, err error, retry
 		runs.Add(1)
 		return 4, e.write(ctx, tx, in.ID, "w")
 	}
-	v, err = postgres.DoTx(e.ctx, g, "move", in, fn)
+	v, err = guard.DoTx(e.ctx, g, "move", in, fn)
 	if releases.Load() != 1 {
 		t.Fatalf("the guard released %d times (error %v); the test expects its one release after the lost answer", releases.Load(), err)
 	}
 	return e, v, err, func() (int, int32, error) {
-		v, err := postgres.DoTx(e.ctx, g, "move", in, fn)
+		v, err := guard.DoTx(e.ctx, g, "move", in, fn)
 		return v, runs.Load(), err
 	}
 }

@@ -15,7 +15,7 @@ import (
 	"github.com/idemguard/idemguard/store/postgres"
 )
 
-// The transactional guard end to end on the real server: postgres.DoTx
+// The transactional guard end to end on the real server: guard.DoTx
 // over guard.DoTx over Store.Begin.
 
 // effects is a business table without a unique constraint: a write to it
@@ -133,7 +133,7 @@ func TestDoTxCommitsTogether(t *testing.T) {
 		return "receipt-1", e.write(ctx, tx, in.ID, "first")
 	}
 	e.n.Reset()
-	v, err := postgres.DoTx(e.ctx, g, "move", in, fn)
+	v, err := guard.DoTx(e.ctx, g, "move", in, fn)
 	if err != nil || v != "receipt-1" {
 		t.Fatalf("DoTx = %q, %v", v, err)
 	}
@@ -152,7 +152,7 @@ func TestDoTxCommitsTogether(t *testing.T) {
 	checkIdle(t, e.pool)
 
 	e.n.Reset()
-	v, err = postgres.DoTx(e.ctx, g, "move", in, fn)
+	v, err = guard.DoTx(e.ctx, g, "move", in, fn)
 	if err != nil || v != "receipt-1" || runs.Load() != 1 {
 		t.Fatalf("replay = %q, %v after %d runs; want the stored receipt, 1 run", v, err, runs.Load())
 	}
@@ -161,9 +161,9 @@ func TestDoTxCommitsTogether(t *testing.T) {
 	}
 
 	cached := e.guard(t, nil, guard.WithCache(16))
-	_, _ = postgres.DoTx(e.ctx, cached, "move", in, fn)
+	_, _ = guard.DoTx(e.ctx, cached, "move", in, fn)
 	e.n.Reset()
-	if v, err = postgres.DoTx(e.ctx, cached, "move", in, fn); err != nil || v != "receipt-1" || e.n.Total() != 0 {
+	if v, err = guard.DoTx(e.ctx, cached, "move", in, fn); err != nil || v != "receipt-1" || e.n.Total() != 0 {
 		t.Errorf("cached replay = %q, %v, sent %s; want the receipt and no round trip", v, err, e.n)
 	}
 	if runs.Load() != 1 || e.total(t, in.ID) != 1 {
@@ -204,7 +204,7 @@ func TestDoTxNetworkRoundTrips(t *testing.T) {
 	call := func(id string) {
 		t.Helper()
 		in := transfer{ID: id}
-		if _, err := postgres.DoTx(e.ctx, g, "move", in, func(ctx context.Context, tx pgx.Tx) (int, error) {
+		if _, err := guard.DoTx(e.ctx, g, "move", in, func(ctx context.Context, tx pgx.Tx) (int, error) {
 			return 1, e.write(ctx, tx, id, "w")
 		}); err != nil {
 			t.Fatalf("DoTx: %v", err)
@@ -246,7 +246,7 @@ func TestDoTxFailureRollsBack(t *testing.T) {
 		}
 		return 7, nil
 	}
-	if _, err := postgres.DoTx(e.ctx, g, "move", in, fn); err == nil || err.Error() != "downstream unavailable" {
+	if _, err := guard.DoTx(e.ctx, g, "move", in, fn); err == nil || err.Error() != "downstream unavailable" {
 		t.Fatalf("failing DoTx = %v, want the function's error", err)
 	}
 	if n := e.total(t, in.ID); n != 0 {
@@ -256,7 +256,7 @@ func TestDoTxFailureRollsBack(t *testing.T) {
 		t.Errorf("the failed call left a record: %+v", rec)
 	}
 	fail = false
-	if v, err := postgres.DoTx(e.ctx, g, "move", in, fn); err != nil || v != 7 || runs.Load() != 2 {
+	if v, err := guard.DoTx(e.ctx, g, "move", in, fn); err != nil || v != 7 || runs.Load() != 2 {
 		t.Fatalf("retry = %d, %v after %d runs; want 7 from a second run", v, err, runs.Load())
 	}
 	if n := e.total(t, in.ID); n != 1 {
@@ -274,7 +274,7 @@ func TestDoTxFailureRollsBack(t *testing.T) {
 		return 0, errDeclined
 	}
 	isDef := guard.WithDefiniteErrors(func(err error) bool { return errors.Is(err, errDeclined) })
-	if _, err := postgres.DoTx(e.ctx, g, "move", def, declined, isDef); !errors.Is(err, errDeclined) {
+	if _, err := guard.DoTx(e.ctx, g, "move", def, declined, isDef); !errors.Is(err, errDeclined) {
 		t.Fatalf("DoTx with a definite error = %v", err)
 	}
 	if n := e.total(t, def.ID); n != 0 {
@@ -284,7 +284,7 @@ func TestDoTxFailureRollsBack(t *testing.T) {
 	if rec == nil || rec.Status != store.StatusCompleted || rec.ResultKind != store.ResultError {
 		t.Fatalf("record of the definite error = %+v, want COMPLETED with an error", rec)
 	}
-	_, err := postgres.DoTx(e.ctx, g, "move", def, declined, isDef)
+	_, err := guard.DoTx(e.ctx, g, "move", def, declined, isDef)
 	var re *guard.ReplayedError
 	if !errors.As(err, &re) || re.Message != errDeclined.Error() || defRuns.Load() != 1 {
 		t.Errorf("replay of the definite error = %v after %d runs; want the recorded error, no run", err, defRuns.Load())
@@ -303,7 +303,7 @@ func TestDoTxPanicRollsBack(t *testing.T) {
 				t.Errorf("recovered %v, want the function's panic", r)
 			}
 		}()
-		_, _ = postgres.DoTx(e.ctx, g, "move", in, func(ctx context.Context, tx pgx.Tx) (int, error) {
+		_, _ = guard.DoTx(e.ctx, g, "move", in, func(ctx context.Context, tx pgx.Tx) (int, error) {
 			if err := e.write(ctx, tx, in.ID, "w"); err != nil {
 				t.Error(err)
 			}
@@ -326,7 +326,7 @@ func TestDoTxFunctionCannotEndTransaction(t *testing.T) {
 	e := newEffects(t, nil)
 	g := e.guard(t, nil)
 	in := transfer{ID: "t-owned"}
-	v, err := postgres.DoTx(e.ctx, g, "move", in, func(ctx context.Context, tx pgx.Tx) (int, error) {
+	v, err := guard.DoTx(e.ctx, g, "move", in, func(ctx context.Context, tx pgx.Tx) (int, error) {
 		if err := e.write(ctx, tx, in.ID, "w"); err != nil {
 			return 0, err
 		}
@@ -354,7 +354,7 @@ func TestDoTxFunctionCannotEndTransaction(t *testing.T) {
 	}
 
 	raw := transfer{ID: "t-raw-commit"}
-	_, err = postgres.DoTx(e.ctx, g, "move", raw, func(ctx context.Context, tx pgx.Tx) (int, error) {
+	_, err = guard.DoTx(e.ctx, g, "move", raw, func(ctx context.Context, tx pgx.Tx) (int, error) {
 		_, err := tx.Exec(ctx, "COMMIT")
 		return 1, err
 	})
@@ -374,7 +374,7 @@ func TestDoTxUnguardedRunsInTransaction(t *testing.T) {
 	e := newEffects(t, nil)
 	g := e.guard(t, nil)
 	e.n.Reset()
-	v, err := postgres.DoTx(e.ctx, g, "move", map[string]any{"note": "x"}, func(ctx context.Context, tx pgx.Tx) (int, error) {
+	v, err := guard.DoTx(e.ctx, g, "move", map[string]any{"note": "x"}, func(ctx context.Context, tx pgx.Tx) (int, error) {
 		return 5, e.write(ctx, tx, "t-unguarded", "w")
 	}, guard.WithKeyPath("id"))
 	if err != nil || v != 5 {
@@ -392,7 +392,7 @@ func TestWrapTx(t *testing.T) {
 	e := newEffects(t, nil)
 	g := e.guard(t, nil)
 	var runs atomic.Int32
-	move, err := postgres.WrapTx(g, "move", func(ctx context.Context, tx pgx.Tx, in transfer) (string, error) {
+	move, err := guard.WrapTx(g, "move", func(ctx context.Context, tx pgx.Tx, in transfer) (string, error) {
 		runs.Add(1)
 		return "r-" + in.ID, e.write(ctx, tx, in.ID, "w")
 	}, guard.WithKeyPath("id"))
@@ -407,17 +407,17 @@ func TestWrapTx(t *testing.T) {
 	if runs.Load() != 1 || e.total(t, "t-wrap") != 1 {
 		t.Errorf("3 wrapped calls: %d runs, %d rows; want 1 and 1", runs.Load(), e.total(t, "t-wrap"))
 	}
-	if _, err := postgres.WrapTx(g, "", func(context.Context, pgx.Tx, transfer) (int, error) { return 0, nil }); !errors.Is(err, guard.ErrInvalidOption) {
+	if _, err := guard.WrapTx(g, "", func(context.Context, pgx.Tx, transfer) (int, error) { return 0, nil }); !errors.Is(err, guard.ErrInvalidOption) {
 		t.Errorf("WrapTx with an empty scope = %v, want ErrInvalidOption", err)
 	}
-	if _, err := postgres.WrapTx(g, "move", func(context.Context, pgx.Tx, transfer) (int, error) { return 0, nil }, guard.WithKeyPath("[")); !errors.Is(err, guard.ErrInvalidOption) {
+	if _, err := guard.WrapTx(g, "move", func(context.Context, pgx.Tx, transfer) (int, error) { return 0, nil }, guard.WithKeyPath("[")); !errors.Is(err, guard.ErrInvalidOption) {
 		t.Errorf("WrapTx with a bad key path = %v, want ErrInvalidOption", err)
 	}
 	mem, err := guard.New(plainStore{e.s})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := postgres.WrapTx(mem, "move", func(context.Context, pgx.Tx, transfer) (int, error) { return 0, nil }); !errors.Is(err, guard.ErrInvalidOption) {
+	if _, err := guard.WrapTx(mem, "move", func(context.Context, pgx.Tx, transfer) (int, error) { return 0, nil }); !errors.Is(err, guard.ErrInvalidOption) {
 		t.Errorf("WrapTx on a store without transactions = %v, want ErrInvalidOption", err)
 	}
 }

@@ -23,11 +23,11 @@ type Store struct {
 }
 
 var (
-	_ store.Store       = (*Store)(nil)
-	_ store.BatchGetter = (*Store)(nil)
-	_ store.Admin       = (*Store)(nil)
-	_ store.Purger      = (*Store)(nil)
-	_ store.Transactor  = (*Store)(nil)
+	_ store.Store              = (*Store)(nil)
+	_ store.BatchGetter        = (*Store)(nil)
+	_ store.Admin              = (*Store)(nil)
+	_ store.Purger             = (*Store)(nil)
+	_ store.Transactor[pgx.Tx] = (*Store)(nil)
 )
 
 // New returns a store that keeps its records in the table [WithTable]

@@ -25,7 +25,7 @@ import (
 // snapshot. A function that needs a stricter level for its own statements
 // may run SET TRANSACTION ISOLATION LEVEL as its first statement, and
 // must then expect such failures.
-func (s *Store) Begin(ctx context.Context) (store.Tx, error) {
+func (s *Store) Begin(ctx context.Context) (store.Tx[pgx.Tx], error) {
 	c, err := s.conn(ctx, "Begin", "")
 	if err != nil {
 		return nil, err
@@ -40,7 +40,7 @@ func (s *Store) Begin(ctx context.Context) (store.Tx, error) {
 
 // Tx is the transaction [Store.Begin] returns: a [store.Tx] whose Complete
 // is the store's fenced UPDATE, run inside the transaction. The guarded
-// function writes through [Tx.PgxTx]; its writes and the completion commit
+// function writes through [Tx.Handle]; its writes and the completion commit
 // together or not at all.
 //
 // The function must leave the transaction's end to the guard: it must not
@@ -51,11 +51,26 @@ type Tx struct {
 	tx   pgx.Tx
 }
 
-var _ store.Tx = (*Tx)(nil)
+var _ store.Tx[pgx.Tx] = (*Tx)(nil)
 
-// PgxTx returns the pgx transaction, for the guarded function's own
-// statements.
-func (t *Tx) PgxTx() pgx.Tx { return t.tx }
+// ErrTxOwned is returned by Commit and Rollback of the transaction that
+// guard.DoTx hands the guarded function: the guard ends that transaction
+// itself, after writing the completion in it. A function that wants to
+// undo its writes returns an error instead; one that wants a partial
+// rollback uses a savepoint (tx.Begin, whose Commit and Rollback work).
+var ErrTxOwned = errors.New("postgres: the guarded function's transaction is ended by the guard, not by the function")
+
+// Handle returns the pgx transaction for the guarded function's own
+// statements. Its Commit and Rollback return [ErrTxOwned]: the guard ends
+// the transaction.
+func (t *Tx) Handle() pgx.Tx { return ownedTx{t.tx} }
+
+// ownedTx is the transaction as the guarded function sees it: every
+// method but Commit and Rollback goes to pgx.
+type ownedTx struct{ pgx.Tx }
+
+func (ownedTx) Commit(context.Context) error   { return ErrTxOwned }
+func (ownedTx) Rollback(context.Context) error { return ErrTxOwned }
 
 // Complete implements [store.Tx]: [Store.Complete] inside the transaction.
 // The UPDATE locks the record's row until the transaction ends, so a

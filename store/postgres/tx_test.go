@@ -45,7 +45,7 @@ func (f *txFixture) begin(t *testing.T) *postgres.Tx {
 // write is the business write of a guarded function: one ledger row.
 func (f *txFixture) write(t *testing.T, tx *postgres.Tx, id string) {
 	t.Helper()
-	if _, err := tx.PgxTx().Exec(f.ctx, `INSERT INTO "`+f.ledger+`" (id) VALUES ($1)`, id); err != nil {
+	if _, err := tx.Handle().Exec(f.ctx, `INSERT INTO "`+f.ledger+`" (id) VALUES ($1)`, id); err != nil {
 		t.Fatalf("business write: %v", err)
 	}
 }
@@ -145,7 +145,7 @@ func TestTxStaleTokenRollsBackBusinessWrite(t *testing.T) {
 		t.Fatalf("the zombie's Tx.Complete = %v, want ErrTokenMismatch", err)
 	}
 	var one int
-	if err := tx.PgxTx().QueryRow(f.ctx, "SELECT 1").Scan(&one); err != nil {
+	if err := tx.Handle().QueryRow(f.ctx, "SELECT 1").Scan(&one); err != nil {
 		t.Errorf("the transaction is not usable after ErrTokenMismatch: %v", err)
 	}
 	if err := tx.Rollback(f.ctx); err != nil {
@@ -230,12 +230,12 @@ func TestTxCompletesAfterConcurrentExtend(t *testing.T) {
 		f.mustAcquire(t, rec)
 		tx := f.begin(t)
 		if raise {
-			if _, err := tx.PgxTx().Exec(f.ctx, "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"); err != nil {
+			if _, err := tx.Handle().Exec(f.ctx, "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"); err != nil {
 				t.Fatal(err)
 			}
 		}
 		var level string
-		if err := tx.PgxTx().QueryRow(f.ctx, "SHOW transaction_isolation").Scan(&level); err != nil {
+		if err := tx.Handle().QueryRow(f.ctx, "SHOW transaction_isolation").Scan(&level); err != nil {
 			t.Fatal(err)
 		}
 		if want := map[bool]string{false: "read committed", true: "repeatable read"}[raise]; level != want {
@@ -307,7 +307,7 @@ func TestTxFailedStatement(t *testing.T) {
 	f.mustAcquire(t, rec)
 	f.exec(t, `INSERT INTO "`+f.ledger+`" (id) VALUES ('dup')`)
 	tx := f.begin(t)
-	if _, err := tx.PgxTx().Exec(f.ctx, `INSERT INTO "`+f.ledger+`" (id) VALUES ('dup')`); err == nil {
+	if _, err := tx.Handle().Exec(f.ctx, `INSERT INTO "`+f.ledger+`" (id) VALUES ('dup')`); err == nil {
 		t.Fatal("the duplicate insert succeeded")
 	}
 	if err := tx.Complete(f.ctx, f.completed(rec, []byte(`1`))); err == nil || errors.Is(err, store.ErrTokenMismatch) {

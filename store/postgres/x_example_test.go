@@ -67,7 +67,7 @@ func ExampleTx() {
 		log.Fatal(err)
 	}
 	defer tx.Rollback(ctx) // harmless after Commit
-	pgxTx := tx.(*postgres.Tx).PgxTx()
+	pgxTx := tx.Handle()
 	if _, err := pgxTx.Exec(ctx, `UPDATE accounts SET balance = balance - 4200 WHERE id = 7`); err != nil {
 		log.Fatal(err)
 	}

@@ -29,7 +29,7 @@ func main() {
 	chaos.RunWorkerIfChild()
 
 	short := flag.Bool("short", false, "the short run of make test (50 workflows, frequent kills)")
-	storeFlag := flag.String("store", chaos.StoreDynamoDB, "the idempotency store: dynamodb (keyed and plain bodies, through the fault proxy), postgres (transactional bodies, postgres.DoTx; needs IDEMGUARD_POSTGRES_URL) or redis (keyed and plain bodies, through the TCP fault proxy; needs IDEMGUARD_REDIS_ADDR)")
+	storeFlag := flag.String("store", chaos.StoreDynamoDB, "the idempotency store: dynamodb (keyed and plain bodies, through the fault proxy), postgres (transactional bodies, guard.DoTx; needs IDEMGUARD_POSTGRES_URL) or redis (keyed and plain bodies, through the TCP fault proxy; needs IDEMGUARD_REDIS_ADDR)")
 	def := chaos.DefaultConfig()
 	workflows := flag.Int("workflows", 0, fmt.Sprintf("workflows (default %d; short %d)", def.Workflows, chaos.ShortConfig().Workflows))
 	ops := flag.Int("ops", def.OpsPerWorkflow, "guarded operations per workflow, half keyed and half plain")
