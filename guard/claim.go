@@ -101,6 +101,39 @@ func (g *Guard) Complete(ctx context.Context, cl Claim, kind store.ResultKind, r
 	return done, err
 }
 
+// Finish records the outcome of a held claim as [Do] records what its
+// function returned, for callers that ran the work outside Do (a Temporal
+// workflow guard): with fnErr nil, v is encoded with the codec and
+// completed, unless the result filter refuses it ([WithResultFilter]),
+// which releases the claim; a definite fnErr ([WithDefiniteErrors]) is
+// encoded with the error codec and completed; any other fnErr releases the
+// claim so the next call runs again. It returns the completed record, or
+// nil when the claim was released, and [ErrLeaseLost] if the claim was
+// taken over. The record lives for the TTL of opts.
+func (g *Guard) Finish(ctx context.Context, cl Claim, v any, fnErr error, opts ...CallOption) (*store.Record, error) {
+	c, err := g.with("finish", opts)
+	if err != nil {
+		return nil, err
+	}
+	kind, data := store.ResultValue, []byte(nil)
+	switch {
+	case fnErr != nil && !c.isDefinite(fnErr):
+		return nil, g.Release(ctx, cl)
+	case fnErr != nil:
+		kind = store.ResultError
+		if data, err = c.errorCodec.EncodeError(fnErr); err != nil {
+			kind, data = store.ResultUnavailable, nil
+		}
+	case c.keepResult != nil && !c.keepResult(v):
+		return nil, g.Release(ctx, cl)
+	default:
+		if data, err = c.codec.Marshal(v); err != nil {
+			kind, data = store.ResultUnavailable, nil
+		}
+	}
+	return g.Complete(ctx, cl, kind, data, opts...)
+}
+
 // Release gives up a held claim so that the next call runs at once. A claim
 // already taken over is left alone and reported as [ErrLeaseLost].
 func (g *Guard) Release(ctx context.Context, cl Claim) error {

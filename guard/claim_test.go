@@ -149,3 +149,59 @@ func TestWithDefaults(t *testing.T) {
 		})
 	}
 }
+
+// Finish records an outcome as Do would: a result encoded with the codec
+// and kept for the TTL, a definite error recorded, any other error and a
+// filtered result released.
+func TestFinish(t *testing.T) {
+	m, _ := newMemory()
+	g := mustGuard(t, m, guard.WithLease(time.Hour))
+	claim := func(k string) guard.Claim {
+		t.Helper()
+		cl, _, err := g.Claim(ctx, "wf", k)
+		if err != nil || cl == nil {
+			t.Fatalf("Claim(%s) = %v, %v", k, cl, err)
+		}
+		return *cl
+	}
+	start := time.Now()
+	rec, err := g.Finish(ctx, claim("value"), map[string]int{"total": 3}, nil, guard.WithTTL(48*time.Hour))
+	if err != nil || rec == nil || string(rec.Result) != `{"total":3}` || rec.ExpiresAt.Before(start.Add(47*time.Hour)) {
+		t.Errorf("Finish(value) = %+v, %v; want the JSON result kept for 48 h", rec, err)
+	}
+	declined := guard.Definite(errors.New("card declined"))
+	if rec, err := g.Finish(ctx, claim("definite"), nil, declined); err != nil || rec == nil || rec.ResultKind != store.ResultError {
+		t.Errorf("Finish(definite) = %+v, %v; want the error recorded", rec, err)
+	}
+	if _, err := guard.Decode[int](g, mustGet(t, m, "wf", "definite", g)); err == nil || err.Error() != "card declined" {
+		t.Errorf("replay of the definite error = %v", err)
+	}
+	for name, finish := range map[string]func(guard.Claim) (*store.Record, error){
+		"error": func(cl guard.Claim) (*store.Record, error) {
+			return g.Finish(ctx, cl, nil, errors.New("timeout"))
+		},
+		"filtered": func(cl guard.Claim) (*store.Record, error) {
+			return g.Finish(ctx, cl, 0, nil, guard.WithResultFilter(func(v any) bool { return v != 0 }))
+		},
+	} {
+		if rec, err := finish(claim(name)); err != nil || rec != nil {
+			t.Errorf("Finish(%s) = %+v, %v; want released", name, rec, err)
+		}
+		if cl, rec, err := g.Claim(ctx, "wf", name); cl == nil || rec != nil || err != nil {
+			t.Errorf("Claim after Finish(%s) = %v, %v, %v; want the key free", name, cl, rec, err)
+		}
+	}
+}
+
+func mustGet(t *testing.T, s store.Store, scope string, input any, g *guard.Guard) *store.Record {
+	t.Helper()
+	key, _, err := g.Key(scope, input)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := s.Get(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rec
+}
