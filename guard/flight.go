@@ -160,8 +160,8 @@ func follow[T any](ctx context.Context, g *Guard, c *config, d derived, f *fligh
 		return v, 0, nil, true
 	case f.hasValue:
 		if v, ok := f.value.(T); ok {
-			if c.onReplay != nil && f.rec != nil {
-				c.onReplay(ctx, d.key, f.rec, OutcomeShared)
+			if c.onOutcome != nil && f.rec != nil {
+				c.onOutcome(ctx, d.key, f.rec, OutcomeShared)
 			}
 			return v, OutcomeShared, nil, false
 		}

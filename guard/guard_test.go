@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -805,7 +806,7 @@ func TestLocalCache(t *testing.T) {
 	clock := newFakeClock()
 	var hooked []guard.Outcome
 	g := mustGuard(t, cs, guard.WithCache(8), guard.WithClock(clock), guard.WithTTL(time.Minute),
-		guard.WithReplayHook(func(_ context.Context, key string, rec *store.Record, out guard.Outcome) {
+		guard.WithOutcomeHook(func(_ context.Context, key string, rec *store.Record, out guard.Outcome) {
 			hooked = append(hooked, out)
 		}))
 	var runs atomic.Int64
@@ -820,8 +821,8 @@ func TestLocalCache(t *testing.T) {
 	if cs.acquires.Load() != calls {
 		t.Errorf("cached replays made %d store calls, want 0", cs.acquires.Load()-calls)
 	}
-	if len(hooked) != 10 {
-		t.Errorf("replay hook called %d times, want 10", len(hooked))
+	if len(hooked) != 11 || hooked[0] != guard.OutcomeExecuted || slices.ContainsFunc(hooked[1:], func(o guard.Outcome) bool { return o != guard.OutcomeReplayed }) {
+		t.Errorf("outcome hook called with %v; want executed once, then replayed 10 times", hooked)
 	}
 	// Expired: neither the cache nor the store replays it.
 	clock.Advance(2 * time.Minute)

@@ -122,7 +122,7 @@ const (
 	setErrorCodec
 	setDefinite
 	setResultFilter
-	setReplayHook
+	setOutcomeHook
 	setClaimToken
 	setSelectionAttr
 	setSpanAttrs
@@ -196,7 +196,7 @@ type config struct {
 	errorCodec     ErrorCodec
 	isDefinite     func(error) bool
 	keepResult     func(any) bool
-	onReplay       ReplayHook
+	onOutcome      OutcomeHook
 	claimToken     string               // fixed fencing token, for re-entrant claims
 	rawKeyAttr     bool                 // record the key selection on spans
 	spanAttrs      []attribute.KeyValue // added to the execute span
@@ -282,11 +282,14 @@ func (systemClock) AfterFunc(d time.Duration, f func()) func() bool {
 	return time.AfterFunc(d, f).Stop
 }
 
-// ReplayHook is called when a call returns a stored outcome instead of
-// running the function: from the store, the local cache, or a concurrent
-// call in this process (shared). It runs on the caller's goroutine before
-// the call returns.
-type ReplayHook func(ctx context.Context, key string, rec *store.Record, outcome Outcome)
+// OutcomeHook is called with a call's record whenever the call's outcome
+// is in the store: when the call replays a stored outcome instead of
+// running the function (outcome [OutcomeReplayed], from the store or the
+// local cache, or [OutcomeShared], from a concurrent call in this process),
+// and when the call ran the function and recorded its outcome
+// ([OutcomeExecuted]; not when the key was released). It runs on the
+// caller's goroutine before the call returns; rec must not be modified.
+type OutcomeHook func(ctx context.Context, key string, rec *store.Record, outcome Outcome)
 
 // Guard-wide options.
 
@@ -495,10 +498,12 @@ func WithResultFilter(keep func(result any) bool) CallOption {
 	return opt(setResultFilter, func(c *config) { c.keepResult = keep })
 }
 
-// WithReplayHook sets a hook called whenever a call replays a stored outcome
-// (like AWS Powertools' responseHook, but observing only).
-func WithReplayHook(hook ReplayHook) CallOption {
-	return opt(setReplayHook, func(c *config) { c.onReplay = hook })
+// WithOutcomeHook sets a hook called with the record of every call whose
+// outcome is in the store: replayed, shared or just recorded (see
+// [OutcomeHook]). Like AWS Powertools' responseHook, but observing only;
+// an HTTP layer uses it to announce the record's expiry.
+func WithOutcomeHook(hook OutcomeHook) CallOption {
+	return opt(setOutcomeHook, func(c *config) { c.onOutcome = hook })
 }
 
 // WithKeySelectionAttribute records the canonical JSON the key was derived

@@ -147,8 +147,8 @@ func replay[T any](ctx context.Context, c *config, d derived, rec *store.Record,
 	if err := c.validate(d, rec); err != nil {
 		return v, 0, err
 	}
-	if c.onReplay != nil {
-		c.onReplay(ctx, d.key, rec, out)
+	if c.onOutcome != nil {
+		c.onOutcome(ctx, d.key, rec, out)
 	}
 	switch rec.ResultKind {
 	case store.ResultValue:
@@ -205,6 +205,9 @@ func (g *Guard) record(ctx context.Context, c *config, claim *store.Record, leas
 	}
 	if err == nil {
 		g.remember(done)
+		if c.onOutcome != nil {
+			c.onOutcome(ctx, done.Key, done, OutcomeExecuted)
+		}
 	}
 	return done, err
 }

@@ -48,7 +48,7 @@ func Step[T any](ctx context.Context, name string, fn func(context.Context) (T, 
 	c := *r.c
 	// What selects, filters or observes the enclosing call's own input and
 	// result does not apply to a step's.
-	c.keyPath, c.validationPath, c.claimToken, c.keepResult, c.onReplay = nil, nil, "", nil, nil
+	c.keyPath, c.validationPath, c.claimToken, c.keepResult, c.onOutcome = nil, nil, "", nil, nil
 	for _, o := range opts {
 		o.applyCall(&c)
 	}

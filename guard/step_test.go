@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/idemguard/idemguard/guard"
@@ -137,7 +138,8 @@ func ExampleStep() {
 func TestStepDoesNotInheritResultFilterOrHook(t *testing.T) {
 	_, cs := newMemory()
 	g := mustGuard(t, cs)
-	var filtered, hooked int
+	var filtered int
+	var hooked []string
 	call := func(ctx context.Context) (string, error) {
 		n, err := guard.Step(ctx, "count", func(context.Context) (int, error) { return 7, nil })
 		return fmt.Sprint(n), err
@@ -149,7 +151,9 @@ func TestStepDoesNotInheritResultFilterOrHook(t *testing.T) {
 			}
 			return true
 		}),
-		guard.WithReplayHook(func(_ context.Context, key string, _ *store.Record, _ guard.Outcome) { hooked++ }),
+		guard.WithOutcomeHook(func(_ context.Context, key string, _ *store.Record, out guard.Outcome) {
+			hooked = append(hooked, out.String())
+		}),
 	}
 	for i := range 2 {
 		if _, err := guard.Do(ctx, g, "job", fmt.Sprint("k", i), call, opts...); err != nil {
@@ -159,8 +163,9 @@ func TestStepDoesNotInheritResultFilterOrHook(t *testing.T) {
 	if filtered != 0 {
 		t.Errorf("the call's result filter saw %d step results", filtered)
 	}
-	// Replaying the call runs its hook once; its steps are not consulted.
-	if _, err := guard.Do(ctx, g, "job", "k0", call, opts...); err != nil || hooked != 1 {
-		t.Errorf("replay: %v, hook ran %d times; want once", err, hooked)
+	// The hook sees each call's record once (recorded, then replayed); its
+	// steps are not consulted.
+	if _, err := guard.Do(ctx, g, "job", "k0", call, opts...); err != nil || !slices.Equal(hooked, []string{"executed", "executed", "replayed"}) {
+		t.Errorf("replay: %v, hook saw %v; want the two calls executed, then one replayed", err, hooked)
 	}
 }

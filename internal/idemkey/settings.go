@@ -115,7 +115,7 @@ func (s *Settings) Finish(g *guard.Guard, fingerprint bool, extra ...guard.CallO
 		guard.WithKeyPath("k"),
 		guard.WithRequireKey(true),
 		guard.WithTTL(s.TTL),
-		guard.WithReplayHook(replayed),
+		guard.WithOutcomeHook(replayed),
 		guard.WithReject(),
 	}
 	if fingerprint {

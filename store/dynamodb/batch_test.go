@@ -583,7 +583,7 @@ func TestDoBatchCorruptItem(t *testing.T) {
 	// Overwrite item 1's record with one that cannot be read.
 	var key string
 	guard.Do(f.ctx, g, "send", in[1], func(ctx context.Context) (string, error) { return "", nil },
-		guard.WithReplayHook(func(_ context.Context, k string, _ *store.Record, _ guard.Outcome) { key = k }))
+		guard.WithOutcomeHook(func(_ context.Context, k string, _ *store.Record, _ guard.Outcome) { key = k }))
 	if key == "" {
 		t.Fatal("no replay hook call for item 1")
 	}
