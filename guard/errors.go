@@ -203,11 +203,14 @@ func Definite(err error) error {
 	return &definiteError{err}
 }
 
-// IsDefinite reports whether err was marked with [Definite]. It is the
-// default definite-error predicate.
+// IsDefinite reports whether err was marked with [Definite], or is a
+// definite error replayed by the default error codec (a [*ReplayedError]:
+// only definite errors are stored). It is the default definite-error
+// predicate.
 func IsDefinite(err error) bool {
 	var d *definiteError
-	return errors.As(err, &d)
+	var r *ReplayedError
+	return errors.As(err, &d) || errors.As(err, &r)
 }
 
 func invalidOption(format string, args ...any) error {

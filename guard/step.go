@@ -14,9 +14,12 @@ var ErrNotInCall = errors.New("idemguard: guard.Step called outside a guarded ca
 // running with ctx: the function of a [Do], [Execute], [Wrap] or guarded
 // activity that does several side effects in turn. The step is guarded like
 // a call of its own, under a key derived from the enclosing call's key and
-// name, with the enclosing call's settings (TTL, lease, codec, mode…; not
-// its key path, payload validation, result filter or replay hook)
-// overridden by opts.
+// name, with the enclosing call's TTL, lease and mode, overridden by opts.
+// Its value and a definite error are encoded with the guard's codecs (those
+// given to [New], [JSON] and [MessageErrors] by default, or the step's own
+// [WithCodec]), never with a codec an adapter set for the enclosing call's
+// result; the enclosing call's key path, result filter and outcome hook do
+// not apply to it.
 //
 // It makes a function of several side effects resumable, as Stripe's
 // recovery points do: when step 3 fails, the enclosing call fails and
@@ -47,8 +50,11 @@ func Step[T any](ctx context.Context, name string, fn func(context.Context) (T, 
 	}
 	c := *r.c
 	// What selects, filters or observes the enclosing call's own input and
-	// result does not apply to a step's.
+	// result does not apply to a step's, and its values are encoded as the
+	// guard encodes values: the enclosing call's codec may be an adapter's,
+	// made for that call's result alone (an HTTP response, a gRPC message).
 	c.keyPath, c.validationPath, c.claimToken, c.keepResult, c.onOutcome = nil, nil, "", nil, nil
+	c.codec, c.errorCodec, c.isDefinite = r.g.cfg.codec, r.g.cfg.errorCodec, r.g.cfg.isDefinite
 	for _, o := range opts {
 		o.applyCall(&c)
 	}

@@ -169,3 +169,87 @@ func TestStepDoesNotInheritResultFilterOrHook(t *testing.T) {
 		t.Errorf("replay: %v, hook saw %v; want the two calls executed, then one replayed", err, hooked)
 	}
 }
+
+// responseCodec stores only *response values, as an HTTP layer's codec
+// stores only its responses.
+type responseCodec struct{}
+
+type response struct{ Status int }
+
+func (responseCodec) Marshal(v any) ([]byte, error) {
+	r, ok := v.(*response)
+	if !ok {
+		return nil, fmt.Errorf("responseCodec: %T is not a response", v)
+	}
+	return []byte(fmt.Sprint(r.Status)), nil
+}
+
+func (responseCodec) Unmarshal(data []byte, v any) error {
+	r, ok := v.(**response)
+	if !ok {
+		return fmt.Errorf("responseCodec: %T is not a response", v)
+	}
+	*r = &response{}
+	_, err := fmt.Sscan(string(data), &(*r).Status)
+	return err
+}
+
+// A step encodes its value with the guard's codec, not with the codec the
+// enclosing call's adapter set for its own result: inside an HTTP handler
+// whose call stores responses only, a step that charged a card and whose
+// request then failed (releasing the call's key) replays on the retry
+// instead of failing with ErrResultUnavailable for the step's whole TTL.
+func TestStepUsesTheGuardsCodec(t *testing.T) {
+	m, _ := newMemory()
+	g := mustGuard(t, m)
+	var charges int
+	fail := true
+	handler := func(ctx context.Context) (*response, error) {
+		receipt, err := guard.Step(ctx, "charge", func(context.Context) (charge, error) {
+			charges++
+			return charge{ChargeID: "ch_1", Amount: 100}, nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		if receipt.ChargeID != "ch_1" {
+			return nil, fmt.Errorf("step replayed %+v", receipt)
+		}
+		if fail {
+			fail = false
+			return nil, errors.New("503: the mailer is down") // releases the call's key
+		}
+		return &response{Status: 201}, nil
+	}
+	if _, err := guard.Do(ctx, g, "http", "key-1", handler, guard.WithCodec(responseCodec{})); err == nil {
+		t.Fatal("the first request did not fail")
+	}
+	resp, err := guard.Do(ctx, g, "http", "key-1", handler, guard.WithCodec(responseCodec{}))
+	if err != nil || resp.Status != 201 {
+		t.Fatalf("retry = %+v, %v; want 201 with the charge step replayed", resp, err)
+	}
+	if charges != 1 {
+		t.Errorf("the card was charged %d times", charges)
+	}
+}
+
+// A step's definite error stays definite when it is replayed, so the
+// enclosing call (and its adapter) treats it as the definite outcome it
+// was, not as a failure to retry.
+func TestStepDefiniteErrorStaysDefinite(t *testing.T) {
+	m, _ := newMemory()
+	g := mustGuard(t, m)
+	declined := guard.Definite(errors.New("card declined"))
+	var seen []bool
+	call := func(ctx context.Context) (string, error) {
+		_, err := guard.Step(ctx, "charge", func(context.Context) (string, error) { return "", declined })
+		seen = append(seen, guard.IsDefinite(err))
+		return "", errors.New("wrapped, not definite") // releases the call
+	}
+	for range 2 {
+		_, _ = guard.Do(ctx, g, "job", "k", call)
+	}
+	if !slices.Equal(seen, []bool{true, true}) {
+		t.Errorf("IsDefinite of the step's error, run then replayed: %v; want true both times", seen)
+	}
+}
