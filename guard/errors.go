@@ -131,6 +131,14 @@ type StoreError struct {
 }
 
 func (e *StoreError) Error() string {
+	var oe *store.OpError
+	if errors.As(e.Err, &oe) {
+		// The store's error names the operation and key already.
+		return "idemguard: " + e.Err.Error()
+	}
+	if e.Key == "" {
+		return fmt.Sprintf("idemguard: store %s: %v", e.Op, e.Err)
+	}
 	return fmt.Sprintf("idemguard: store %s (key %s): %v", e.Op, e.Key, e.Err)
 }
 

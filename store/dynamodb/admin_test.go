@@ -215,7 +215,7 @@ func TestListCorruptItem(t *testing.T) {
 	q := store.Query{Limit: 3}
 	for range 10 {
 		p, err := f.s.List(f.ctx, q)
-		var oe *idemddb.OpError
+		var oe *store.OpError
 		switch {
 		case err == nil:
 		case errors.Is(err, store.ErrCorrupt) && errors.As(err, &oe) && oe.Key == "charge#bad":

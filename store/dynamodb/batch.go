@@ -44,7 +44,7 @@ const batchParallelism = 4
 // table is throttled, or the response reached its 16 MB limit) are asked
 // for again after a short exponential backoff with full jitter; after as
 // many rounds without progress as the store's retryer makes attempts
-// ([WithMaxAttempts]), GetMany gives up with an [*OpError] that matches
+// ([WithMaxAttempts]), GetMany gives up with an [*store.OpError] that matches
 // [store.ErrThrottled]. Throttling of the request itself is retried by the
 // retryer, as for every other request.
 //

@@ -307,11 +307,11 @@ func TestGetManyUnprocessedPersistent(t *testing.T) {
 		t.Fatalf("GetMany with every key unprocessed = %d records, %v; want ErrThrottled", len(got), err)
 	}
 	var ue *idemddb.UnprocessedError
-	var oe *idemddb.OpError
+	var oe *store.OpError
 	if !errors.As(err, &ue) || ue.Keys != 10 || ue.Rounds != 3 {
 		t.Errorf("error %v: want an *UnprocessedError for 10 keys after 3 rounds", err)
 	}
-	if !errors.As(err, &oe) || oe.Op != "GetMany" || oe.Table != s.Table() {
+	if !errors.As(err, &oe) || oe.Op != "GetMany" || oe.Resource != fmt.Sprintf("table %q", s.Table()) {
 		t.Errorf("error %#v is not a GetMany *OpError on %q", err, s.Table())
 	}
 	if seen := p.seen.Load(); seen != 3 {
@@ -385,7 +385,7 @@ func TestGetManyCorruptItem(t *testing.T) {
 	want := f.fill(t, []string{"charge#good-1", "charge#good-2"})
 	f.put(t, map[string]types.AttributeValue{"id": s("charge#bad"), "status": s("WEIRD"), "expiration": num(f.t0.Unix() + 3600)})
 	got, err := f.s.GetMany(f.ctx, []string{"charge#good-1", "charge#bad", "charge#good-2"})
-	var oe *idemddb.OpError
+	var oe *store.OpError
 	if !errors.Is(err, store.ErrCorrupt) || !errors.As(err, &oe) || oe.Key != "charge#bad" {
 		t.Errorf("GetMany with a corrupt item: %v; want ErrCorrupt naming charge#bad", err)
 	}

@@ -181,41 +181,15 @@ func (c *config) encodeData(b []byte) (v types.AttributeValue, gzipped bool, err
 	return &types.AttributeValueMemberB{Value: b}, false, nil
 }
 
-// DecodeError says why an item could not be read as a record. It matches
-// [store.ErrCorrupt] with [errors.Is].
-type DecodeError struct {
-	// Attr is the attribute at fault.
-	Attr string
-	// Reason says what is wrong with it.
-	Reason string
-	// Err is the underlying error, if any (for example from gzip).
-	Err error
-}
-
-// Error says which attribute is at fault and why.
-func (e *DecodeError) Error() string {
-	s := fmt.Sprintf("dynamodb: corrupt item: attribute %q %s", e.Attr, e.Reason)
-	if e.Err != nil {
-		s += ": " + e.Err.Error()
-	}
-	return s
-}
-
-// Is reports whether target is [store.ErrCorrupt].
-func (e *DecodeError) Is(target error) bool { return target == store.ErrCorrupt }
-
-// Unwrap returns the underlying error.
-func (e *DecodeError) Unwrap() error { return e.Err }
-
 func corrupt(attr, format string, args ...any) error {
-	return &DecodeError{Attr: attr, Reason: fmt.Sprintf(format, args...)}
+	return &store.DecodeError{Attr: attr, Reason: fmt.Sprintf(format, args...)}
 }
 
 // DecodeItem reads an item of the store's table as a record. It reads the
 // items this store writes and those AWS Powertools writes (Python and Java
 // store the result as a JSON string, TypeScript as a native map, list or
 // number; each reads back as JSON text). Attributes it does not know are
-// ignored. An item it cannot read gives a [*DecodeError], which matches
+// ignored. An item it cannot read gives a [*store.DecodeError], which matches
 // [store.ErrCorrupt]; DecodeItem never panics.
 func (s *Store) DecodeItem(item map[string]types.AttributeValue) (*store.Record, error) {
 	return s.cfg.decode(item)
@@ -292,7 +266,7 @@ func (c *config) decode(item map[string]types.AttributeValue) (*store.Record, er
 }
 
 // stringAttr returns the S attribute name of item: "" if it is absent and
-// not required, a DecodeError if it is absent and required or not an S.
+// not required, a [*store.DecodeError] if it is absent and required or not an S.
 func stringAttr(item map[string]types.AttributeValue, name string, required bool) (string, error) {
 	v, ok := item[name]
 	if !ok || v == nil {
@@ -362,11 +336,11 @@ func (c *config) decodeData(v types.AttributeValue, gzipped bool) ([]byte, error
 	}
 	j, err := toJSON(v, 0)
 	if err != nil {
-		return nil, &DecodeError{Attr: c.dataAttr, Reason: "cannot be read as JSON", Err: err}
+		return nil, &store.DecodeError{Attr: c.dataAttr, Reason: "cannot be read as JSON", Err: err}
 	}
 	b, err := json.Marshal(j)
 	if err != nil {
-		return nil, &DecodeError{Attr: c.dataAttr, Reason: "cannot be read as JSON", Err: err}
+		return nil, &store.DecodeError{Attr: c.dataAttr, Reason: "cannot be read as JSON", Err: err}
 	}
 	return b, nil
 }
@@ -377,7 +351,7 @@ func gunzip(attr string, b []byte) ([]byte, error) {
 		return nil, corrupt(attr, "decompresses to more than %d bytes", maxDecompressedSize)
 	}
 	if err != nil {
-		return nil, &DecodeError{Attr: attr, Reason: "is not valid gzip", Err: err}
+		return nil, &store.DecodeError{Attr: attr, Reason: "is not valid gzip", Err: err}
 	}
 	return out, nil
 }

@@ -7,7 +7,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/idemguard/idemguard/store"
-	idemddb "github.com/idemguard/idemguard/store/dynamodb"
 )
 
 // TestCorruptItems writes foreign or damaged items straight to the table
@@ -59,11 +58,11 @@ func TestCorruptItems(t *testing.T) {
 				if !errors.Is(err, store.ErrCorrupt) {
 					t.Fatalf("%s = %v, want ErrCorrupt", op, err)
 				}
-				var de *idemddb.DecodeError
+				var de *store.DecodeError
 				if !errors.As(err, &de) || de.Attr != c.attr {
 					t.Errorf("%s error %v does not blame attribute %q", op, err, c.attr)
 				}
-				var oe *idemddb.OpError
+				var oe *store.OpError
 				if !errors.As(err, &oe) || oe.Op != op || oe.Key != key {
 					t.Errorf("%s error %v is not an *OpError for %s %q", op, err, op, key)
 				}

@@ -28,7 +28,7 @@
 //
 // Requests are retried by the SDK's standard retryer with
 // [DefaultMaxAttempts] attempts and short jittered backoff (see
-// [WithMaxAttempts] and [WithRetryer]). Errors are [*OpError] values naming
+// [WithMaxAttempts] and [WithRetryer]). Errors are [*store.OpError] values naming
 // the operation, table and key; throttling that outlasts the retries
 // matches [store.ErrThrottled], and [errors.As] still reaches the SDK's
 // error type (for example *types.ProvisionedThroughputExceededException).

@@ -76,7 +76,7 @@ func (s *Store) Table() string { return s.table }
 func (s *Store) Name() string { return "dynamodb" }
 
 func (s *Store) opErr(op, key string, err error) error {
-	return &OpError{Op: op, Table: s.table, Key: key, Err: err}
+	return &store.OpError{Store: "dynamodb", Op: op, Key: key, Resource: fmt.Sprintf("table %q", s.table), Err: err, Throttled: isThrottle(err)}
 }
 
 // Acquire implements [store.Store] with one conditional PutItem that asks
@@ -215,7 +215,7 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 // wrapWriteErr maps the error of a conditional write: nil stays nil, a
 // failed condition is [store.ErrTokenMismatch] (Acquire handles its own
 // before calling this), DynamoDB's size refusal matches [store.ErrTooLarge],
-// and anything else is wrapped in an [OpError].
+// and anything else is wrapped in an [*store.OpError].
 func (s *Store) wrapWriteErr(op, key string, err error) error {
 	if err == nil {
 		return nil

@@ -435,8 +435,8 @@ func TestItemSizeLimit(t *testing.T) {
 	if !errors.Is(err, store.ErrTooLarge) {
 		t.Fatalf("Complete one byte over = %v, want ErrTooLarge", err)
 	}
-	var opErr *idemddb.OpError
-	if !errors.As(err, &opErr) || opErr.Op != "Complete" || opErr.Table != f.table {
+	var opErr *store.OpError
+	if !errors.As(err, &opErr) || opErr.Op != "Complete" || opErr.Resource != fmt.Sprintf("table %q", f.table) {
 		t.Errorf("error %v is not an *OpError naming Complete and the table", err)
 	}
 	if got := f.n.Total(); got != 0 {

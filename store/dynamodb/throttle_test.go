@@ -123,8 +123,8 @@ func TestThrottlingPersistent(t *testing.T) {
 			if !c.check(err) {
 				t.Errorf("errors.As did not reach the SDK's %s type in %v", c.code, err)
 			}
-			var opErr *idemddb.OpError
-			if !errors.As(err, &opErr) || opErr.Op != "Complete" || opErr.Key != rec.Key || opErr.Table != s.Table() {
+			var opErr *store.OpError
+			if !errors.As(err, &opErr) || opErr.Op != "Complete" || opErr.Key != rec.Key || opErr.Resource != fmt.Sprintf("table %q", s.Table()) {
 				t.Errorf("error %#v is not an *OpError for Complete %q on %q", err, rec.Key, s.Table())
 			}
 			if got := p.seen.Load(); got != 3 {

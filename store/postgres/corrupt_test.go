@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/idemguard/idemguard/store"
-	"github.com/idemguard/idemguard/store/postgres"
 )
 
 // Rows written behind the store's back that cannot be read as records:
@@ -36,7 +35,7 @@ func TestCorruptRows(t *testing.T) {
 	}
 	for _, c := range cases {
 		_, err := f.s.Get(f.ctx, c.key)
-		var oe *postgres.OpError
+		var oe *store.OpError
 		if !errors.Is(err, store.ErrCorrupt) || !errors.As(err, &oe) || oe.Key != c.key || oe.Op != "Get" {
 			t.Errorf("Get(%q) = %v; want an OpError naming the key, matching ErrCorrupt", c.key, err)
 		}

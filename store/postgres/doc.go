@@ -31,7 +31,7 @@
 //
 // Expired rows stay until [Store.Purge] deletes them, in bounded batches
 // that never wait for a locked row. [Store.List] and [Store.Delete] serve
-// operators ([store.Admin]). Errors are [*OpError] values; those that mean
+// operators ([store.Admin]). Errors are [*store.OpError] values; those that mean
 // "retry later" match [store.ErrThrottled], rows that are not records
 // [store.ErrCorrupt].
 //

@@ -28,7 +28,7 @@ import (
 // its Release, to stop or fault a call at a chosen point.
 type hookStore struct {
 	*postgres.Store
-	afterComplete func()                                       // after Tx.Complete succeeded
+	afterComplete func()                                               // after Tx.Complete succeeded
 	commit        func(ctx context.Context, tx store.Tx[pgx.Tx]) error // replaces Tx.Commit
 	release       func(ctx context.Context, key, token string) error
 }

@@ -35,7 +35,7 @@ func TestLockTimeoutIsThrottled(t *testing.T) {
 	check := func(op string, err error) {
 		t.Helper()
 		var pg *pgconn.PgError
-		var oe *postgres.OpError
+		var oe *store.OpError
 		if !errors.Is(err, store.ErrThrottled) || !errors.As(err, &pg) || pg.Code != "55P03" || !errors.As(err, &oe) || oe.Op != op {
 			t.Errorf("%s on a locked row = %v; want an OpError for %s matching ErrThrottled, SQLSTATE 55P03", op, err, op)
 		}

@@ -59,7 +59,8 @@ func (s *Store) Name() string { return "postgres" }
 func (s *Store) conn(ctx context.Context, op, key string) (*pgxpool.Conn, error) {
 	c, err := s.pool.Acquire(ctx)
 	if err != nil {
-		return nil, &OpError{Op: op, Table: s.cfg.table, Key: key, Err: err, poolWait: true}
+		// A context that ran out while waiting means the pool is exhausted.
+		return nil, s.opErr(op, key, err, errors.Is(err, context.DeadlineExceeded))
 	}
 	return c, nil
 }
@@ -290,13 +291,13 @@ func (r *row) dest() []any {
 func (r *row) record() (*store.Record, error) {
 	st, ok := store.ParseStatus(r.status)
 	if !ok {
-		return nil, corrupt("status %q", r.status)
+		return nil, corrupt("status", "is %q, not INPROGRESS or COMPLETED", r.status)
 	}
 	if r.kind < 0 || r.kind > int16(store.ResultUnavailable) {
-		return nil, corrupt("result_kind %d", r.kind)
+		return nil, corrupt("result_kind", "is %d, not a result kind", r.kind)
 	}
 	if !r.expiresAt.Valid || r.expiresAt.InfinityModifier != pgtype.Finite {
-		return nil, corrupt("expires_at is not a finite time")
+		return nil, corrupt("expires_at", "is not a finite time")
 	}
 	rec := &store.Record{
 		Key:         r.key,
@@ -309,7 +310,7 @@ func (r *row) record() (*store.Record, error) {
 	}
 	if r.leaseAt.Valid {
 		if r.leaseAt.InfinityModifier != pgtype.Finite {
-			return nil, corrupt("lease_expires_at is not a finite time")
+			return nil, corrupt("lease_expires_at", "is not a finite time")
 		}
 		rec.LeaseExpiresAt = r.leaseAt.Time
 	}

@@ -317,7 +317,7 @@ func TestTxFailedStatement(t *testing.T) {
 	if !errors.Is(err, pgx.ErrTxCommitRollback) {
 		t.Errorf("Commit of an aborted transaction = %v, want pgx.ErrTxCommitRollback", err)
 	}
-	var oe *postgres.OpError
+	var oe *store.OpError
 	if !errors.As(err, &oe) || oe.Op != "Tx.Commit" || !strings.Contains(err.Error(), f.table) {
 		t.Errorf("Commit error %v is not an OpError naming Tx.Commit and the table", err)
 	}

@@ -138,43 +138,13 @@ func (s *Store) pexpireAt(expiry int64) int64 {
 	return expiry*1000 + s.expiryGrace.Milliseconds()
 }
 
-// DecodeError says why a hash could not be read as a record. It matches
-// [store.ErrCorrupt] with [errors.Is].
-type DecodeError struct {
-	// Field is the hash field at fault, or "" when the key is not a hash.
-	Field string
-	// Reason says what is wrong with it.
-	Reason string
-	// Err is the underlying error, if any (for example from gzip).
-	Err error
-}
-
-// Error says which field is at fault and why.
-func (e *DecodeError) Error() string {
-	s := "redis: corrupt record: "
-	if e.Field != "" {
-		s += fmt.Sprintf("field %q ", e.Field)
-	}
-	s += e.Reason
-	if e.Err != nil {
-		s += ": " + e.Err.Error()
-	}
-	return s
-}
-
-// Is reports whether target is [store.ErrCorrupt].
-func (e *DecodeError) Is(target error) bool { return target == store.ErrCorrupt }
-
-// Unwrap returns the underlying error.
-func (e *DecodeError) Unwrap() error { return e.Err }
-
 func corrupt(field, format string, args ...any) error {
-	return &DecodeError{Field: field, Reason: fmt.Sprintf(format, args...)}
+	return &store.DecodeError{Attr: field, Reason: fmt.Sprintf(format, args...)}
 }
 
 // notHash is the error for a key that holds another type than a hash.
 func notHash(typ string) error {
-	return &DecodeError{Reason: fmt.Sprintf("the key holds a %s, not a hash", typ)}
+	return &store.DecodeError{Reason: fmt.Sprintf("the key holds a %s, not a hash", typ)}
 }
 
 // fields are the values of a record's hash that the store reads; others
@@ -243,7 +213,7 @@ func (s *Store) decodeFlat(key string, v []any) (*store.Record, error) {
 }
 
 // decode reads the fields f of the record key. It never panics; fields it
-// cannot read give a [*DecodeError].
+// cannot read give a [*store.DecodeError].
 func (s *Store) decode(key string, f *fields) (*store.Record, error) {
 	rec := &store.Record{Key: key}
 	if f.has&hasStatus == 0 {
@@ -292,7 +262,7 @@ func (s *Store) decode(key string, f *fields) (*store.Record, error) {
 			return nil, corrupt(FieldData, "decompresses to more than the store's limit of %d bytes", s.maxResult)
 		}
 		if err != nil {
-			return nil, &DecodeError{Field: FieldData, Reason: "is not valid gzip", Err: err}
+			return nil, &store.DecodeError{Attr: FieldData, Reason: "is not valid gzip", Err: err}
 		}
 		rec.Result = out
 	case hasData:

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/idemguard/idemguard/store"
-	idemredis "github.com/idemguard/idemguard/store/redis"
 )
 
 // TestCorruptRecords writes damaged hashes straight to the server and checks
@@ -58,11 +57,11 @@ func TestCorruptRecords(t *testing.T) {
 				if !errors.Is(err, store.ErrCorrupt) {
 					t.Fatalf("%s = %v, want ErrCorrupt", op, err)
 				}
-				var de *idemredis.DecodeError
-				if !errors.As(err, &de) || de.Field != c.field {
+				var de *store.DecodeError
+				if !errors.As(err, &de) || de.Attr != c.field {
 					t.Errorf("%s error %v does not blame field %q", op, err, c.field)
 				}
-				var oe *idemredis.OpError
+				var oe *store.OpError
 				if !errors.As(err, &oe) || oe.Op != op || oe.Key != key {
 					t.Errorf("%s error %v is not an *OpError for %s %q", op, err, op, key)
 				}
@@ -133,7 +132,7 @@ func TestNotAHash(t *testing.T) {
 	good := f.claim("scope#good")
 	f.mustAcquire(t, good)
 	got, err := f.s.GetMany(f.ctx, []string{good.Key, key})
-	var oe *idemredis.OpError
+	var oe *store.OpError
 	if !errors.Is(err, store.ErrCorrupt) || !errors.As(err, &oe) || oe.Key != key {
 		t.Errorf("GetMany with a string key: %v; want ErrCorrupt naming %q", err, key)
 	}

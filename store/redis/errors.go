@@ -10,43 +10,20 @@ import (
 	"github.com/idemguard/idemguard/store"
 )
 
-// OpError is the error a [Store] method returns when a command fails or a
-// hash cannot be read. It names the operation and key, and wraps the
-// cause: a go-redis error (reach it with [errors.As]), a [*DecodeError], a
-// [*ReplicationError], or an error matching [store.ErrTooLarge].
+// The store's errors are [*store.OpError] values (Store "redis", Resource
+// the key prefix) wrapping the cause: a go-redis error (reach it with
+// errors.As), a [*store.DecodeError], a [*ReplicationError], or an error
+// matching [store.ErrTooLarge].
 //
-// An OpError whose cause means "the server cannot take this now, try again
-// later" matches [store.ErrThrottled] with [errors.Is]: OOM (maxmemory
-// reached under noeviction), BUSY (a script or module is running past its
-// time limit), LOADING (the dataset is loading after a restart), TRYAGAIN
-// (a Cluster slot is migrating), the server's client limit, and the
-// client's connection pool timing out or running out of connections.
-type OpError struct {
-	// Op is the store method: "Acquire", "Complete", "Extend", "Release",
-	// "Get", "GetMany", "List" or "Delete".
-	Op string
-	// Key is the idempotency key (for GetMany, the first key that failed).
-	Key string
-	// Err is the cause.
-	Err error
-}
-
-// Error describes the failed operation and its cause.
-func (e *OpError) Error() string {
-	return fmt.Sprintf("redis: %s %q: %v", e.Op, e.Key, e.Err)
-}
-
-// Unwrap returns the cause.
-func (e *OpError) Unwrap() error { return e.Err }
-
-// Is reports whether target is [store.ErrThrottled] and the cause is one
-// of the errors listed in the type's documentation.
-func (e *OpError) Is(target error) bool {
-	return target == store.ErrThrottled && isThrottle(e.Err)
-}
+// One whose cause means "the server cannot take this now, try again later"
+// matches [store.ErrThrottled]: OOM (maxmemory reached under noeviction),
+// BUSY (a script or module is running past its time limit), LOADING (the
+// dataset is loading after a restart), TRYAGAIN (a Cluster slot is
+// migrating), the server's client limit, and the client's connection pool
+// timing out or running out of connections.
 
 func (s *Store) opErr(op, key string, err error) error {
-	return &OpError{Op: op, Key: key, Err: err}
+	return &store.OpError{Store: "redis", Op: op, Key: key, Resource: fmt.Sprintf("prefix %q", s.prefix), Err: err, Throttled: isThrottle(err)}
 }
 
 // isThrottle reports whether err means "retry later".
@@ -69,7 +46,7 @@ func isWrongType(err error) bool { return goredis.HasErrorPrefix(err, "WRONGTYPE
 // in time.
 var ErrNotReplicated = errors.New("redis: write not acknowledged by enough replicas")
 
-// ReplicationError is the cause of an [OpError] when [WithReplicas] is set
+// ReplicationError is the cause of a [*store.OpError] when [WithReplicas] is set
 // and WAIT reported fewer replicas than asked for, or failed. The write
 // itself reached the primary. It matches [ErrNotReplicated].
 type ReplicationError struct {

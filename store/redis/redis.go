@@ -381,7 +381,7 @@ func (s *Store) Get(ctx context.Context, key string) (*store.Record, error) {
 func (s *Store) readResult(op, key string, h map[string]string, err error) (*store.Record, error) {
 	switch {
 	case isWrongType(err):
-		return nil, s.opErr(op, key, &DecodeError{Reason: "the key is not a hash", Err: err})
+		return nil, s.opErr(op, key, &store.DecodeError{Reason: "the key is not a hash", Err: err})
 	case err != nil:
 		return nil, s.opErr(op, key, err)
 	case len(h) == 0:
