@@ -147,7 +147,7 @@ func (in *interceptor) intercept(ctx context.Context, req any, info *grpc.UnaryS
 		if errors.Is(err, guard.ErrNotRecorded) || errors.Is(err, guard.ErrLeaseLost) {
 			in.c.Logger.ErrorContext(ctx, "grpcguard: the response was returned but not recorded; a retry with the same key may run the handler again",
 				slog.String("method", info.FullMethod), slog.Any("error", err))
-		} else if out == guard.OutcomeExecuted {
+		} else if out == guard.OutcomeExecuted || out == guard.OutcomeReleased {
 			v := StatusReleased
 			var exp time.Time
 			if herr == nil || in.c.policy(status.Code(herr)) {

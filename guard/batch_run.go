@@ -81,7 +81,7 @@ func (r *batchRun[In, Out]) run(ctx context.Context) {
 	var pending []*batchUnit
 	for _, u := range units {
 		if g.cache != nil {
-			if rec, ok := g.cache.Get(u.key); ok && r.settle(ctx, u, rec, now) {
+			if rec, ok := g.cache.get(u.key, now); ok && r.settle(ctx, u, rec, now) {
 				continue
 			}
 		}
@@ -184,7 +184,7 @@ func (r *batchRun[In, Out]) lookup(ctx context.Context, span trace.Span, pending
 	}
 	if err != nil {
 		// One corrupt item, say: the claims find out key by key.
-		g.log(ctx, slog.LevelWarn, "idemguard: batch lookup failed; claiming the items it did not return one by one", r.scope+"#", slog.Any("error", err))
+		g.log(ctx, slog.LevelWarn, "idemguard: batch lookup failed; claiming the items it did not return one by one", &derived{scope: r.scope}, slog.Any("error", err))
 		if span.IsRecording() {
 			span.AddEvent("idemguard.batch.lookup_failed", trace.WithAttributes(telemetry.ErrorTypeKey.String(errorType(err))))
 		}
@@ -217,7 +217,7 @@ func (r *batchRun[In, Out]) settle(ctx context.Context, u *batchUnit, rec *store
 		}
 		for _, i := range u.idx {
 			it := r.items[i]
-			v, out, err := replay[Out](ctx, it.c, it.d, rec, OutcomeReplayed)
+			v, out, err := replay[Out](ctx, it.c, &it.d, rec, OutcomeReplayed)
 			r.finish(i, ItemResult[Out]{Value: v, Outcome: out, Err: err}, false)
 		}
 		return true
@@ -306,7 +306,7 @@ func (r *batchRun[In, Out]) claimUnit(ctx context.Context, u *batchUnit) {
 // execute runs item i through the single-call path with config c.
 func (r *batchRun[In, Out]) execute(ctx context.Context, i int, c *config) ItemResult[Out] {
 	in := r.inputs[i]
-	v, out, err := execute(ctx, r.g, c, r.scope, in, func(ctx context.Context, _ txn) (Out, error) { return r.fn(ctx, in) })
+	v, out, err := execute(ctx, r.g, c, r.scope, in, func(ctx context.Context, _ txn) (Out, error) { return r.fn(ctx, in) }, nil)
 	res := ItemResult[Out]{Value: v, Outcome: out, Err: err}
 	r.finish(i, res, true)
 	return res

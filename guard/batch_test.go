@@ -559,7 +559,7 @@ func TestDoBatchLookupErrors(t *testing.T) {
 
 func TestDoBatchCache(t *testing.T) {
 	s := newBulk()
-	g := mustGuard(t, s, guard.WithKeyPath("id"), guard.WithCache(100))
+	g := mustGuard(t, s, guard.WithKeyPath("id"), guard.WithCache(100, 0))
 	in := orders(10)
 	var e effects
 	guard.DoBatch(t.Context(), g, "charge", in, batchCharge(&e))

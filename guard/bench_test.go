@@ -2,11 +2,16 @@ package guard_test
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
 	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/store/memory"
 )
 
@@ -95,7 +100,7 @@ func benchReplay(b *testing.B, opts ...guard.Option) {
 func BenchmarkReplay(b *testing.B) { benchReplay(b) }
 
 // BenchmarkReplayCached: as BenchmarkReplay, answered by the local cache.
-func BenchmarkReplayCached(b *testing.B) { benchReplay(b, guard.WithCache(1024)) }
+func BenchmarkReplayCached(b *testing.B) { benchReplay(b, guard.WithCache(1024, 0)) }
 
 func BenchmarkMissParallel(b *testing.B) {
 	g := benchGuard(b)
@@ -137,4 +142,70 @@ func benchReplayParallel(b *testing.B, opts ...guard.Option) {
 
 func BenchmarkReplayParallel(b *testing.B) { benchReplayParallel(b) }
 
-func BenchmarkReplayCachedParallel(b *testing.B) { benchReplayParallel(b, guard.WithCache(1024)) }
+func BenchmarkReplayCachedParallel(b *testing.B) { benchReplayParallel(b, guard.WithCache(1024, 0)) }
+
+// BenchmarkOverhead measures the guard's own cost over the store called
+// directly, on the memory store: "direct" claims with a record and a fresh
+// token, encodes the result with encoding/json and completes (first), or
+// meets the completed record and decodes its result (replay), as code
+// without the guard would; "guarded" is the same call through
+// guard.Execute. The difference in allocations per operation is the
+// guard's own (docs/benchmarks.md):
+//
+//	go test -run '^$' -bench Overhead -benchmem ./guard/
+func BenchmarkOverhead(b *testing.B) {
+	ctx := context.Background()
+	direct := func(s *memory.Store, key string, first bool) {
+		now := time.Now()
+		rec := &store.Record{Key: key, Status: store.StatusInProgress, Token: newBenchToken(),
+			ExpiresAt: now.Add(time.Hour), LeaseExpiresAt: now.Add(time.Minute)}
+		old, err := s.Acquire(ctx, rec, now)
+		if first {
+			if err != nil {
+				b.Fatal(err)
+			}
+			v, _ := benchFn(ctx)
+			data, _ := json.Marshal(v)
+			done := &store.Record{Key: key, Status: store.StatusCompleted, Token: rec.Token, Result: data, ExpiresAt: now.Add(time.Hour)}
+			if err := s.Complete(ctx, done); err != nil {
+				b.Fatal(err)
+			}
+			return
+		}
+		var v benchResult
+		if old == nil || json.Unmarshal(old.Result, &v) != nil || v.ChargeID != "ch_123" {
+			b.Fatal(old, err)
+		}
+	}
+	b.Run("first/direct", func(b *testing.B) {
+		s := memory.New()
+		ids := benchIDs(b.N)
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			if i > 0 && i%benchStoreSize == 0 {
+				b.StopTimer()
+				s = memory.New()
+				b.StartTimer()
+			}
+			direct(s, "charge#"+ids[i], true)
+		}
+	})
+	b.Run("first/guarded", BenchmarkMiss)
+	b.Run("replay/direct", func(b *testing.B) {
+		s := memory.New()
+		direct(s, "charge#1", true)
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			direct(s, "charge#1", false)
+		}
+	})
+	b.Run("replay/guarded", BenchmarkReplay)
+}
+
+func newBenchToken() string {
+	var b [16]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

@@ -19,6 +19,8 @@ import (
 type Claim struct {
 	// Key is the idempotency key, "<scope>#<hash>".
 	Key string `json:"key"`
+	// Scope is the scope part of Key.
+	Scope string `json:"scope,omitempty"`
 	// Token is the claim's fencing token; empty for the claims of a
 	// disabled guard, which hold nothing.
 	Token string `json:"token"`
@@ -55,15 +57,16 @@ func (g *Guard) Claim(ctx context.Context, scope string, input any, opts ...Call
 		return nil, nil, fmt.Errorf("%w (scope %s)", ErrKeyMissing, scope)
 	}
 	if g.disabled {
-		return &Claim{Key: d.key, PayloadHash: d.payloadHash, LeaseExpiresAt: g.clock.Now().Add(c.leaseFor(ctx))}, nil, nil
+		return &Claim{Key: d.key, Scope: d.scope, PayloadHash: d.payloadHash, LeaseExpiresAt: g.clock.Now().Add(c.leaseFor(ctx))}, nil, nil
 	}
 	if rec, ok := g.cached(d.key); ok {
-		if err := c.validate(d, rec); err != nil {
+		if err := validate(&d, rec, d.payloadHash); err != nil {
 			return nil, nil, err
 		}
 		return nil, rec, nil
 	}
-	claim, existing, err := g.acquire(ctx, c, d, nil)
+	var claim store.Record
+	existing, err := g.acquire(ctx, c, &d, nil, &claim)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -71,7 +74,17 @@ func (g *Guard) Claim(ctx context.Context, scope string, input any, opts ...Call
 		g.remember(existing)
 		return nil, existing, nil
 	}
-	return &Claim{Key: claim.Key, Token: claim.Token, PayloadHash: claim.PayloadHash, LeaseExpiresAt: claim.LeaseExpiresAt}, nil, nil
+	return &Claim{Key: claim.Key, Scope: d.scope, Token: claim.Token, PayloadHash: claim.PayloadHash, LeaseExpiresAt: claim.LeaseExpiresAt}, nil, nil
+}
+
+// derived returns the key of cl, for logs and the protocol's calls.
+func (cl *Claim) derived() *derived {
+	return &derived{key: cl.Key, scope: cl.Scope, payloadHash: cl.PayloadHash}
+}
+
+// record returns cl as the store's record of the claim.
+func (cl *Claim) record() *store.Record {
+	return &store.Record{Key: cl.Key, Status: store.StatusInProgress, Token: cl.Token, PayloadHash: cl.PayloadHash, LeaseExpiresAt: cl.LeaseExpiresAt}
 }
 
 // Complete records the outcome of a held claim: result is what replays get
@@ -85,7 +98,7 @@ func (g *Guard) Complete(ctx context.Context, cl Claim, kind store.ResultKind, r
 	if err != nil {
 		return nil, err
 	}
-	claim := &store.Record{Key: cl.Key, Token: cl.Token, PayloadHash: cl.PayloadHash}
+	claim := cl.record()
 	if g.disabled {
 		return g.completed(c, claim, kind, result), nil
 	}
@@ -94,7 +107,7 @@ func (g *Guard) Complete(ctx context.Context, cl Claim, kind store.ResultKind, r
 		// Past the lease, one attempt still completes a claim nobody took.
 		leaseEnd = now.Add(storeCallTimeout)
 	}
-	done, err := g.record(ctx, c, claim, leaseEnd, kind, result, nil, nil)
+	done, err := g.record(ctx, c, cl.derived(), claim, leaseEnd, kind, result, nil, nil)
 	if errors.Is(err, ErrLeaseLost) {
 		g.tel.LeaseLost.Add(ctx, 1)
 	}
@@ -140,7 +153,7 @@ func (g *Guard) Release(ctx context.Context, cl Claim) error {
 	if g.disabled {
 		return nil
 	}
-	err := g.store.Release(ctx, cl.Key, cl.Token)
+	err := g.release(ctx, cl.derived(), cl.record())
 	if errors.Is(err, store.ErrTokenMismatch) {
 		return fmt.Errorf("%w (key %s)", ErrLeaseLost, cl.Key)
 	}
@@ -162,7 +175,7 @@ func (g *Guard) Extend(ctx context.Context, cl Claim, leaseExpiresAt time.Time, 
 		cl.LeaseExpiresAt = leaseExpiresAt
 		return cl, nil
 	}
-	err = g.store.Extend(ctx, cl.Key, cl.Token, leaseExpiresAt, leaseExpiresAt.Add(c.ttl))
+	err = g.extend(ctx, cl.Key, cl.Token, leaseExpiresAt, leaseExpiresAt.Add(c.ttl), storeCallTimeout)
 	if errors.Is(err, store.ErrTokenMismatch) {
 		return cl, fmt.Errorf("%w (key %s)", ErrLeaseLost, cl.Key)
 	}
@@ -182,7 +195,7 @@ func Decode[T any](g *Guard, rec *store.Record, opts ...CallOption) (T, error) {
 		var zero T
 		return zero, err
 	}
-	v, _, err := replay[T](context.Background(), c, derived{key: rec.Key, payloadHash: rec.PayloadHash}, rec, OutcomeReplayed)
+	v, _, err := replay[T](context.Background(), c, &derived{key: rec.Key, payloadHash: rec.PayloadHash}, rec, OutcomeReplayed)
 	return v, err
 }
 

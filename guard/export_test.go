@@ -1,7 +1,5 @@
 package guard
 
-import "strings"
-
 // Joined returns how many calls have joined the in-process flight of key, for
 // tests that must know every duplicate is waiting before they let the leader
 // finish.
@@ -9,8 +7,8 @@ func (g *Guard) Joined(key string) int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	n := 0
-	for fkey, f := range g.flights {
-		if strings.HasPrefix(fkey, key+"\x00") {
+	for fk, f := range g.flights {
+		if fk.key == key {
 			n += f.dups
 		}
 	}

@@ -14,51 +14,70 @@ import (
 // soon as the leader runs or finds the key held; in Wait mode, when the
 // leader got no outcome it may replay, it goes to the store itself.
 
-// flight is a call in progress in this process.
+// flightKey names the calls that may share an execution.
+type flightKey struct{ key, payloadHash string }
+
+// flight is a call in progress in this process. It lives in the leader's
+// call; its channels are made by the first follower, so that a call that
+// nobody joins makes none.
 type flight struct {
-	decided chan struct{} // closed once the leader runs the function, finds the key held, or lands
-	done    chan struct{} // closed once the leader has landed
+	fk flightKey
 
 	// Protected by Guard.mu.
-	dups      int       // followers that joined
-	executing bool      // the leader runs the function
-	busy      bool      // the leader found the key held by another caller
-	leaseEnd  time.Time // the holder's lease end, when executing or busy
-	isDecided bool      // decided is closed
+	dups      int           // followers that joined
+	executing bool          // the leader runs the function
+	busy      bool          // the leader found the key held by another caller
+	leaseEnd  time.Time     // the holder's lease end, when executing or busy
+	isDecided bool          // the leader runs the function, found the key held, or landed
+	isDone    bool          // the leader has landed
+	decided   chan struct{} // closed once isDecided, if a follower made it
+	done      chan struct{} // closed once isDone, if a follower made it
 
-	landing // written before done is closed
+	landing // written before isDone is set
 }
 
 // landing is the outcome a leader hands its followers.
 type landing struct {
 	rec      *store.Record // the completed record, if any
-	value    any           // the leader's result, when it has one
+	value    any           // the leader's result, if it had followers
 	hasValue bool
 	err      error
 	released bool // the leader ran the function and gave the key back
 }
 
-// join returns the flight for fkey, creating it (leader) if there is none.
-func (g *Guard) join(fkey string) (f *flight, leader bool) {
+// join returns the flight for fk: the one in progress, or mine, which the
+// caller then leads.
+func (g *Guard) join(fk flightKey, mine *flight) (f *flight, leader bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if f, ok := g.flights[fkey]; ok {
+	if f, ok := g.flights[fk]; ok {
 		f.dups++
+		if f.decided == nil {
+			f.decided = make(chan struct{})
+			if f.isDecided {
+				close(f.decided)
+			}
+		}
+		if f.done == nil {
+			f.done = make(chan struct{})
+		}
 		return f, false
 	}
 	if g.flights == nil {
-		g.flights = make(map[string]*flight)
+		g.flights = make(map[flightKey]*flight)
 	}
-	f = &flight{decided: make(chan struct{}), done: make(chan struct{})}
-	g.flights[fkey] = f
-	return f, true
+	mine.fk = fk
+	g.flights[fk] = mine
+	return mine, true
 }
 
-// decide closes f.decided once; g.mu is held.
+// decide marks f decided; g.mu is held.
 func (f *flight) decide() {
 	if !f.isDecided {
 		f.isDecided = true
-		close(f.decided)
+		if f.decided != nil {
+			close(f.decided)
+		}
 	}
 }
 
@@ -90,23 +109,34 @@ func (g *Guard) extended(f *flight, leaseEnd time.Time) {
 	f.leaseEnd = leaseEnd
 }
 
-// land removes f from the flights and hands its outcome to the followers.
-func (g *Guard) land(fkey string, f *flight, l landing) {
+// followed reports whether another call joined f.
+func (g *Guard) followed(f *flight) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.flights[fkey] == f {
-		delete(g.flights, fkey)
+	return f.dups > 0
+}
+
+// land removes f from the flights and hands its outcome to the followers;
+// the leader's value is kept only if someone is there to take it.
+func (g *Guard) land(f *flight, l landing) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.flights[f.fk] == f {
+		delete(g.flights, f.fk)
 	}
 	f.landing = l
 	f.decide()
-	close(f.done)
+	f.isDone = true
+	if f.done != nil {
+		close(f.done)
+	}
 }
 
 // follow waits for the leader of f. again reports that the caller should
 // go to the store on its own: the leader's outcome is not one this call
 // may share.
-func follow[T any](ctx context.Context, g *Guard, c *config, d derived, f *flight) (v T, out Outcome, err error, again bool) {
-	if r, ok := ctx.Value(runningKey{}).(*running); ok && r.key == d.key {
+func follow[T any](ctx context.Context, g *Guard, c *config, d *derived, f *flight) (v T, out Outcome, err error, again bool) {
+	if r, ok := ctx.Value(runningKey{}).(*running); ok && r.d.key == d.key {
 		// A guarded function calling itself with its own key would wait for
 		// itself forever.
 		return v, 0, &InProgressError{Key: d.key}, false

@@ -642,7 +642,7 @@ func TestPayloadMismatchOnEveryPath(t *testing.T) {
 	})
 	t.Run("local cache", func(t *testing.T) {
 		m, cs := newMemory()
-		g := mustGuard(t, cs, append(opts, guard.WithCache(16))...)
+		g := mustGuard(t, cs, append(opts, guard.WithCache(16, 0))...)
 		guard.Do(ctx, g, "s", o1, ok)
 		before := cs.acquires.Load()
 		_, err := guard.Do(ctx, g, "s", o1b, ok)
@@ -805,7 +805,7 @@ func TestLocalCache(t *testing.T) {
 	cs := newCounting(m)
 	clock := newFakeClock()
 	var hooked []guard.Outcome
-	g := mustGuard(t, cs, guard.WithCache(8), guard.WithClock(clock), guard.WithTTL(time.Minute),
+	g := mustGuard(t, cs, guard.WithCache(8, 0), guard.WithClock(clock), guard.WithTTL(time.Minute),
 		guard.WithOutcomeHook(func(_ context.Context, key string, rec *store.Record, out guard.Outcome) {
 			hooked = append(hooked, out)
 		}))
@@ -873,7 +873,7 @@ func TestBadInputNeverRuns(t *testing.T) {
 	if _, err := guard.Do(ctx, g, "", 1, fn); !errors.Is(err, guard.ErrInvalidOption) {
 		t.Errorf("empty scope = %v, want ErrInvalidOption", err)
 	}
-	for _, o := range []guard.Option{guard.WithTTL(0), guard.WithLease(-1), guard.WithWait(0), guard.WithCache(-1), guard.WithCodec(nil), guard.WithClock(nil), guard.WithWaitBackoff(time.Second, time.Millisecond)} {
+	for _, o := range []guard.Option{guard.WithTTL(0), guard.WithLease(-1), guard.WithWait(0), guard.WithCache(-1, 0), guard.WithCodec(nil), guard.WithClock(nil), guard.WithWaitBackoff(time.Second, time.Millisecond)} {
 		if _, err := guard.New(m, o); !errors.Is(err, guard.ErrInvalidOption) {
 			t.Errorf("New with an invalid option = %v, want ErrInvalidOption", err)
 		}

@@ -205,14 +205,30 @@ func (e *inputError) Is(target error) bool {
 // derived is a call's key, bound before the function runs.
 type derived struct {
 	key         string // "<scope>#<hash>"; empty when the selection is missing
+	scope       string // the scope part of key
 	payloadHash string // empty when validation is off
+	validate    string // the payload-validation expression; "" when validation is off
 	selection   []byte // the canonical selection, kept only for WithKeySelectionAttribute
+	// previous are the key and payload hash under each previous key secret
+	// (WithKeySecret), in order, for a guard rotating its secret.
+	previous []derivedKey
+}
+
+// derivedKey is a key and payload hash under one key secret.
+type derivedKey struct{ key, payloadHash string }
+
+// hash returns the hash part of the key.
+func (d *derived) hash() string {
+	if d.key == "" {
+		return ""
+	}
+	return d.key[len(d.scope)+1:]
 }
 
 // derive computes the key (and the payload hash) of input under c. A missing
 // selection yields an empty key and no error.
 func (g *Guard) derive(c *config, scope string, input any) (derived, error) {
-	var d derived
+	d := derived{scope: scope}
 	in := inputForms{input: input}
 	defer in.release()
 	var sel []byte
@@ -245,20 +261,58 @@ func (g *Guard) derive(c *config, scope string, input any) (derived, error) {
 			sel = b
 		}
 	}
-	if sel != nil {
-		d.key = g.keyString(scope, sel)
-		if c.rawKeyAttr {
-			d.selection = bytes.Clone(sel) // sel may be in the pooled buffer
-		}
-	}
+	var vsel []byte
 	if c.validationPath != nil {
 		b, _, err := in.sel(c.validationPath, "payload validation path", "validation selection")
 		if err != nil {
 			return d, err
 		}
-		d.payloadHash = g.hashHex(b)
+		vsel = b
+		d.validate = c.validationPath.src
+		d.payloadHash = g.hashHex(g.secret, b)
+	}
+	if sel == nil {
+		return d, nil
+	}
+	d.key = g.keyString(g.secret, scope, sel)
+	if c.rawKeyAttr {
+		d.selection = bytes.Clone(sel) // sel may be in the pooled buffer
+	}
+	if len(g.previous) > 0 {
+		d.previous = make([]derivedKey, len(g.previous))
+		for i, secret := range g.previous {
+			d.previous[i].key = g.keyString(secret, scope, sel)
+			if vsel != nil {
+				d.previous[i].payloadHash = g.hashHex(secret, vsel)
+			}
+		}
 	}
 	return d, nil
+}
+
+// deriveStep derives the key of the step called name of the call d: the
+// hash, under each of the guard's secrets, of the enclosing call's key
+// under the same secret, within the step's scope. The step carries the
+// enclosing call's payload hash, so a step's record is checked against the
+// payload as the call's own record is.
+func (g *Guard) deriveStep(d *derived, name string) (derived, error) {
+	scope := d.scope + "/" + name
+	s := derived{scope: scope, payloadHash: d.payloadHash, validate: d.validate}
+	sel, err := canonical(d.key, "the enclosing call's key")
+	if err != nil {
+		return s, err
+	}
+	s.key = g.keyString(g.secret, scope, sel)
+	if len(d.previous) > 0 {
+		s.previous = make([]derivedKey, len(d.previous))
+		for i, p := range d.previous {
+			if sel, err = canonical(p.key, "the enclosing call's key"); err != nil {
+				return s, err
+			}
+			s.previous[i] = derivedKey{key: g.keyString(g.previous[i], scope, sel), payloadHash: p.payloadHash}
+		}
+	}
+	return s, nil
 }
 
 var errInvalidUTF8 = errors.New("it holds a string that is not valid UTF-8 (or a lone UTF-16 surrogate), which RFC 8785 cannot represent")
@@ -426,36 +480,44 @@ func missingCanonical(b []byte) bool {
 	return false
 }
 
-// keyString returns "<scope>#<hash of sel>", in one allocation.
-func (g *Guard) keyString(scope string, sel []byte) string {
+// keyString returns "<scope>#<hash of sel>" under secret, in one
+// allocation.
+func (g *Guard) keyString(secret []byte, scope string, sel []byte) string {
 	var hx [2 * sha256.Size]byte
 	var b strings.Builder
 	b.Grow(len(scope) + 1 + len(hx))
 	b.WriteString(scope)
 	b.WriteByte('#')
-	b.Write(g.hash(&hx, sel))
+	b.Write(hash(&hx, secret, sel))
 	return b.String()
 }
 
-// hashHex returns the hash of b as a string.
-func (g *Guard) hashHex(b []byte) string {
+// hashHex returns the hash of b under secret as a string.
+func (g *Guard) hashHex(secret, b []byte) string {
 	var hx [2 * sha256.Size]byte
-	return string(g.hash(&hx, b))
+	return string(hash(&hx, secret, b))
 }
 
 // hash writes into hx and returns the lowercase hex SHA-256 of b, or its
-// HMAC-SHA-256 under the guard's key secret.
-func (g *Guard) hash(hx *[2 * sha256.Size]byte, b []byte) []byte {
+// HMAC-SHA-256 under secret if there is one.
+func hash(hx *[2 * sha256.Size]byte, secret, b []byte) []byte {
 	var sum [sha256.Size]byte
-	if g.secret == nil {
+	if secret == nil {
 		sum = sha256.Sum256(b)
 	} else {
-		m := hmac.New(sha256.New, g.secret)
-		m.Write(b)
-		m.Sum(sum[:0])
+		sum = hmacSum(secret, b)
 	}
 	hex.Encode(hx[:], sum[:])
 	return hx[:]
+}
+
+// hmacSum returns the HMAC-SHA-256 of b under secret. It is a function of
+// its own so that hash's plain path keeps its sum on the stack.
+func hmacSum(secret, b []byte) (sum [sha256.Size]byte) {
+	m := hmac.New(sha256.New, secret)
+	m.Write(b)
+	m.Sum(sum[:0])
+	return sum
 }
 
 // missing reports whether a selection identifies nothing: null, an empty

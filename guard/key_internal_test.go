@@ -106,7 +106,7 @@ func (c *config) deriveReference(scope string, input any) (derived, error) {
 		}
 	}
 	if sel != nil {
-		d.key = scope + "#" + (&Guard{}).hashHex(sel)
+		d.key = scope + "#" + (&Guard{}).hashHex(nil, sel)
 		if c.rawKeyAttr {
 			d.selection = sel
 		}
@@ -124,7 +124,7 @@ func (c *config) deriveReference(scope string, input any) (derived, error) {
 		if err != nil {
 			return d, &inputError{"canonicalising the validation selection", err}
 		}
-		d.payloadHash = (&Guard{}).hashHex(b)
+		d.payloadHash = (&Guard{}).hashHex(nil, b)
 	}
 	return d, nil
 }

@@ -696,7 +696,7 @@ func TestKeyInvalidExpression(t *testing.T) {
 func TestKeyPayloadValidation(t *testing.T) {
 	for _, cache := range []int{0, 8} {
 		mem := memory.New()
-		g, err := guard.New(mem, guard.WithKeyPath("id"), guard.WithPayloadValidation("amount"), guard.WithCache(cache))
+		g, err := guard.New(mem, guard.WithKeyPath("id"), guard.WithPayloadValidation("amount"), guard.WithCache(cache, 0))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/idemguard/idemguard/store"
-	"github.com/idemguard/idemguard/telemetry"
 )
 
 // keeper extends a claim's lease while the guarded function runs, every
@@ -20,61 +19,79 @@ import (
 // partition): past that point another caller may hold the key, so the
 // function must not go on to its side effect.
 type keeper struct {
-	g      *Guard
-	c      *config
-	ctx    context.Context // the caller's context (its values, for the extensions)
-	f      *flight         // told of each new lease end
-	key    string
-	token  string
-	lease  time.Duration
+	cl     *call
+	ctx    context.Context         // the caller's context (its values, for the extensions)
 	cancel context.CancelCauseFunc // ends the function's context
+	tick   func()                  // k.extend, made once
 
-	mu        sync.Mutex  // protects the fields below
-	stopped   bool        // no more extensions
-	extending bool        // an extension is in flight
+	mu        sync.Mutex // protects the fields below
+	stopped   bool       // no more extensions
+	extending bool       // an extension is in flight
+	lease     time.Duration
 	leaseEnd  time.Time   // the lease end last written
 	expiresAt time.Time   // the record expiry last written
 	lost      error       // why the function's context was ended, if it was
-	timer     func() bool // stops the armed timer
+	timer     *time.Timer // on the system clock: one timer, reset
+	stopTimer func() bool // on another clock: stops the armed timer
 }
 
-func (g *Guard) keep(ctx context.Context, c *config, claim *store.Record, f *flight, cancel context.CancelCauseFunc) *keeper {
-	return &keeper{
-		g: g, c: c, ctx: ctx, f: f, key: claim.Key, token: claim.Token, cancel: cancel,
-		leaseEnd: claim.LeaseExpiresAt, expiresAt: claim.ExpiresAt,
-	}
+// init prepares the keeper of cl's claim; ctx is the caller's context.
+func (k *keeper) init(ctx context.Context, cl *call, cancel context.CancelCauseFunc) {
+	k.cl, k.ctx, k.cancel = cl, ctx, cancel
+	k.leaseEnd, k.expiresAt = cl.claim.LeaseExpiresAt, cl.claim.ExpiresAt
 }
 
 // start arms the first extension.
 func (k *keeper) start() {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	now := k.g.clock.Now()
+	now := k.cl.g.clock.Now()
 	k.lease = max(k.leaseEnd.Sub(now), MinLease)
+	k.tick = k.extend
 	k.arm(min(k.lease/3, k.leaseEnd.Sub(now)))
 }
 
 // arm sets the timer to tick after d; k.mu is held.
 func (k *keeper) arm(d time.Duration) {
-	if k.timer != nil {
-		k.timer()
+	d = max(d, 0)
+	if k.cl.g.sysClock {
+		if k.timer == nil {
+			k.timer = time.AfterFunc(d, k.tick)
+		} else {
+			k.timer.Reset(d)
+		}
+		return
 	}
-	k.timer = k.g.clock.AfterFunc(max(d, 0), k.tick)
+	if k.stopTimer != nil {
+		k.stopTimer()
+	}
+	k.stopTimer = k.cl.g.clock.AfterFunc(d, k.tick)
 }
 
-// tick extends the lease, or ends the function's context if the lease end
-// has passed.
-func (k *keeper) tick() {
+// disarm stops the timer; k.mu is held.
+func (k *keeper) disarm() {
+	switch {
+	case k.timer != nil:
+		k.timer.Stop()
+	case k.stopTimer != nil:
+		k.stopTimer()
+	}
+}
+
+// extend extends the lease, or ends the function's context if the lease
+// end has passed.
+func (k *keeper) extend() {
+	g, cl := k.cl.g, k.cl
 	k.mu.Lock()
 	if k.stopped {
 		k.mu.Unlock()
 		return
 	}
-	now := k.g.clock.Now()
+	now := g.clock.Now()
 	if !now.Before(k.leaseEnd) {
-		k.lose(fmt.Errorf("%w (key %s): the lease ended at %s without an extension", ErrLeaseLost, k.key, k.leaseEnd.UTC().Format(time.RFC3339Nano)))
+		k.lose(fmt.Errorf("%w (key %s): the lease ended at %s without an extension", ErrLeaseLost, cl.d.key, k.leaseEnd.UTC().Format(time.RFC3339Nano)))
 		k.mu.Unlock()
-		k.g.log(k.ctx, slog.LevelWarn, "idemguard: lease lapsed while the function ran; cancelling it", k.key)
+		g.log(k.ctx, slog.LevelWarn, "idemguard: lease lapsed while the function ran; cancelling it", &cl.d)
 		return
 	}
 	if k.extending {
@@ -93,14 +110,7 @@ func (k *keeper) tick() {
 	timeout := max(k.leaseEnd.Sub(now), storeCallTimeout)
 	k.mu.Unlock()
 
-	sctx, span := k.g.child(context.WithoutCancel(k.ctx), telemetry.SpanExtend)
-	ctx, cancel := context.WithTimeout(sctx, timeout)
-	start := time.Now()
-	err := k.g.store.Extend(ctx, k.key, k.token, leaseEnd, expiresAt)
-	k.g.timeStore(sctx, "extend", start)
-	cancel()
-	recordErrorIf(span, err)
-	span.End()
+	err := g.extend(k.ctx, cl.claim.Key, cl.claim.Token, leaseEnd, expiresAt, timeout)
 
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -111,16 +121,16 @@ func (k *keeper) tick() {
 	switch {
 	case err == nil:
 		k.leaseEnd, k.expiresAt = leaseEnd, expiresAt
-		k.g.extended(k.f, leaseEnd)
+		g.extended(&cl.flight, leaseEnd)
 		k.arm(k.lease / 3)
 	case errors.Is(err, store.ErrTokenMismatch):
-		k.lose(fmt.Errorf("%w (key %s)", ErrLeaseLost, k.key))
-		k.g.log(sctx, slog.LevelWarn, "idemguard: lease lost to another caller; cancelling the guarded function", k.key)
+		k.lose(fmt.Errorf("%w (key %s)", ErrLeaseLost, cl.d.key))
+		g.log(k.ctx, slog.LevelWarn, "idemguard: lease lost to another caller; cancelling the guarded function", &cl.d)
 	default:
 		// The lease stands as it was; try again a third of a lease on, or
 		// at its end.
-		k.g.log(sctx, slog.LevelWarn, "idemguard: lease extension failed; retrying before the lease lapses", k.key, slog.Any("error", err))
-		k.arm(min(k.lease/3, k.leaseEnd.Sub(k.g.clock.Now())))
+		g.log(k.ctx, slog.LevelWarn, "idemguard: lease extension failed; retrying before the lease lapses", &cl.d, slog.Any("error", err))
+		k.arm(min(k.lease/3, k.leaseEnd.Sub(g.clock.Now())))
 	}
 }
 
@@ -128,9 +138,7 @@ func (k *keeper) tick() {
 // k.mu is held.
 func (k *keeper) lose(err error) {
 	k.lost, k.stopped = err, true
-	if k.timer != nil {
-		k.timer()
-	}
+	k.disarm()
 	k.cancel(err)
 }
 
@@ -140,8 +148,6 @@ func (k *keeper) stop() (time.Time, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.stopped = true
-	if k.timer != nil {
-		k.timer()
-	}
+	k.disarm()
 	return k.leaseEnd, k.lost
 }

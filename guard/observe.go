@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -66,12 +65,14 @@ func outcomeLabel(out Outcome, err error) string {
 	case out == OutcomeUnguarded:
 		return telemetry.OutcomeUnguarded
 	}
+	// Executed, or executed and released by the result filter.
 	return telemetry.OutcomeExecuted
 }
 
 // observation collects what the execute span and the calls metric report.
 type observation struct {
-	scope string
+	scope string // the call's scope in telemetry: a step's is its call's
+	step  string // the step's name, for a step
 	span  trace.Span
 	cache string // "hit", "miss", or "" without a cache
 }
@@ -87,10 +88,13 @@ func (g *Guard) endExecute(ctx context.Context, o *observation, d *derived, c *c
 	}
 	span := o.span
 	if span.IsRecording() {
-		attrs := make([]attribute.KeyValue, 0, 6+len(c.spanAttrs))
+		attrs := make([]attribute.KeyValue, 0, 7+len(c.spanAttrs))
 		attrs = append(attrs, telemetry.ScopeKey.String(o.scope), telemetry.OutcomeKey.String(label), g.tel.StoreAttr)
-		if h := keyHash(d.key); h != "" {
+		if h := d.hash(); h != "" {
 			attrs = append(attrs, telemetry.KeyHashKey.String(h))
+		}
+		if o.step != "" {
+			attrs = append(attrs, telemetry.StepKey.String(o.step))
 		}
 		if c.rawKeyAttr && d.selection != nil {
 			attrs = append(attrs, telemetry.KeySelectionKey.String(string(d.selection)))
@@ -145,29 +149,14 @@ func errorType(err error) string {
 	return typeName(err)
 }
 
-// keyHash returns the hash part of "<scope>#<hash>".
-func keyHash(key string) string {
-	if i := strings.LastIndexByte(key, '#'); i >= 0 {
-		return key[i+1:]
-	}
-	return ""
-}
-
-// keyScope returns the scope part of "<scope>#<hash>".
-func keyScope(key string) string {
-	if i := strings.LastIndexByte(key, '#'); i >= 0 {
-		return key[:i]
-	}
-	return key
-}
-
-// log writes a guard event with the key hash, scope and trace identifiers.
-func (g *Guard) log(ctx context.Context, level slog.Level, msg, key string, args ...any) {
+// log writes a guard event with the key's scope and hash and the trace
+// identifiers.
+func (g *Guard) log(ctx context.Context, level slog.Level, msg string, d *derived, args ...any) {
 	l := g.tel.Logger
 	if !l.Enabled(ctx, level) {
 		return
 	}
-	args = append(args, slog.String("idemguard.scope", keyScope(key)), slog.String("idemguard.key.hash", keyHash(key)))
+	args = append(args, slog.String("idemguard.scope", d.scope), slog.String("idemguard.key.hash", d.hash()))
 	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
 		args = append(args, slog.String("trace_id", sc.TraceID().String()), slog.String("span_id", sc.SpanID().String()))
 	}

@@ -151,9 +151,11 @@ func WithDefaults(opts ...CallOption) CallOption {
 type settings struct {
 	call           config
 	cacheSize      int
+	cacheAge       time.Duration
 	clock          Clock
 	skew           time.Duration
 	secret         []byte
+	previous       [][]byte
 	tracerProvider trace.TracerProvider
 	meterProvider  metric.MeterProvider
 	logger         *slog.Logger
@@ -294,12 +296,21 @@ type OutcomeHook func(ctx context.Context, key string, rec *store.Record, outcom
 // Guard-wide options.
 
 // WithCache keeps up to size completed records in a local LRU cache that
-// answers replays with no store call. Records are checked for expiry and
-// payload on every hit.
-func WithCache(size int) Option {
+// answers replays with no store call, each for at most maxAge after it was
+// read from the store (and never past its expiry). Records are checked for
+// expiry and payload on every hit.
+//
+// The cache is the only way a record can be replayed after it left the
+// store: a record an operator deleted (idemguard release --force, to make a
+// wrong result run again) goes on being replayed by every process that
+// cached it for up to maxAge. maxAge bounds that window; zero keeps records
+// until they expire, so that deleting one takes effect only after a
+// restart of every process that cached it.
+func WithCache(size int, maxAge time.Duration) Option {
 	return guardOption(func(s *settings) {
-		if s.check(size >= 0, "cache size must not be negative, got %d", size) {
-			s.cacheSize = size
+		if s.check(size >= 0, "cache size must not be negative, got %d", size) &&
+			s.check(maxAge >= 0, "cache age must not be negative, got %v", maxAge) {
+			s.cacheSize, s.cacheAge = size, maxAge
 		}
 	})
 }
@@ -334,15 +345,39 @@ func WithClockSkew(d time.Duration) Option {
 // WithKeySecret makes the hashes in keys and payload hashes HMAC-SHA-256
 // under secret instead of plain SHA-256, so that a low-entropy selection
 // (an order number, an e-mail address) cannot be recovered from the store,
-// traces, metrics or logs by hashing candidates. Changing the secret
-// changes every key: records written under the old one are no longer
-// found, and expire with their TTL. To rotate without running calls twice,
-// keep a guard with the old secret and check it (with [Guard.Claim] or a
-// replay) for one TTL before the new one runs a call.
-func WithKeySecret(secret []byte) Option {
+// traces, metrics or logs by hashing candidates.
+//
+// Changing the secret changes every key. To rotate it without running a
+// call twice, give the secrets that were in use as previous, newest first:
+// the guard claims under secret, and before it runs the function it looks
+// the key up under each previous secret (one read per previous secret, on
+// a fresh claim only): a completed record there is replayed (and copied
+// under the new key), a claim in progress there makes the call wait or
+// give way as it would for its own key. Steps ([Step]) are looked up the
+// same way. Roll it out in two steps, so that no two processes ever claim
+// one call under different keys without seeing each other:
+//
+//  1. deploy WithKeySecret(old, new) everywhere: every process still claims
+//     under the old secret, and looks under the new one;
+//  2. once every process runs step 1, deploy WithKeySecret(new, old): every
+//     process claims under the new secret, and looks under the old one;
+//  3. after the longest TTL has passed, drop old: WithKeySecret(new).
+//
+// A process at step 1 and one at step 2 each claim under its own key, then
+// look under the other's; whichever looks second sees the other's claim, so
+// at most one of them runs the function.
+func WithKeySecret(secret []byte, previous ...[]byte) Option {
 	return guardOption(func(s *settings) {
-		if s.check(len(secret) > 0, "empty key secret") {
-			s.secret = append([]byte(nil), secret...)
+		if !s.check(len(secret) > 0, "empty key secret") {
+			return
+		}
+		s.secret = append([]byte(nil), secret...)
+		s.previous = nil
+		for _, p := range previous {
+			if !s.check(len(p) > 0, "empty previous key secret") {
+				return
+			}
+			s.previous = append(s.previous, append([]byte(nil), p...))
 		}
 	})
 }

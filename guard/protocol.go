@@ -18,37 +18,42 @@ import (
 	"github.com/idemguard/idemguard/telemetry"
 )
 
-// The record protocol against the store: claim (or find the outcome), replay,
-// complete, release.
+// The record protocol against the store, each step in one place: claim (or
+// find the outcome), replay, complete (alone or in a transaction), release,
+// extend. Every store call goes through timed, which measures it.
 
-// acquire claims d.key, or returns the completed record that holds it. In
-// Wait mode it polls while another call holds the key. f, if not nil, is
-// told when another call holds it.
-func (g *Guard) acquire(ctx context.Context, c *config, d derived, f *flight) (claim, existing *store.Record, err error) {
+// acquire claims d.key into claim, or returns the completed record that
+// holds the key. In Wait mode it polls while another call holds the key.
+// f, if not nil, is told when another call holds it. A guard rotating its
+// key secret looks the key up under its previous secrets once it holds the
+// claim (see WithKeySecret).
+func (g *Guard) acquire(ctx context.Context, c *config, d *derived, f *flight, claim *store.Record) (existing *store.Record, err error) {
 	ctx, span := g.child(ctx, telemetry.SpanAcquire)
 	var waitStart time.Time
 	defer func() {
 		if !waitStart.IsZero() {
 			waited := time.Since(waitStart).Seconds()
-			g.tel.LockWait.Record(ctx, waited, instrument.Scoped(keyScope(d.key), outcomeLabel(OutcomeReplayed, err)))
+			g.tel.LockWait.Record(ctx, waited, instrument.Scoped(d.scope, waitLabel(existing, err)))
 			span.SetAttributes(telemetry.WaitKey.Float64(waited))
 		}
 		recordErrorIf(span, err)
 		span.End()
 	}()
+	token := c.claimToken
+	if token == "" {
+		// One token for every attempt of this call: an attempt whose
+		// answer was lost is found by the next as the call's own claim.
+		token = newToken()
+	}
 	var bo *backoff.ExponentialBackOff
 	var waitEnd time.Time
 	for vanished := 0; ; {
 		if err := ctx.Err(); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		now := g.clock.Now()
 		lease := c.leaseFor(ctx)
-		token := c.claimToken
-		if token == "" {
-			token = newToken()
-		}
-		claim = &store.Record{
+		*claim = store.Record{
 			Key:            d.key,
 			Status:         store.StatusInProgress,
 			Token:          token,
@@ -58,39 +63,52 @@ func (g *Guard) acquire(ctx context.Context, c *config, d derived, f *flight) (c
 		}
 		// A lease counts as lapsed only once it has lapsed by more than the
 		// skew tolerance on this guard's clock.
-		start := time.Now()
-		old, err := g.store.Acquire(ctx, claim, now.Add(-g.skew))
-		g.timeStore(ctx, "acquire", start)
-		if err == nil {
-			return claim, nil, nil
-		}
-		if !errors.Is(err, store.ErrConflict) {
-			return nil, nil, &StoreError{Op: "acquire", Key: d.key, Err: err}
-		}
-		if old == nil {
+		var old *store.Record
+		err := g.timed(ctx, "acquire", func() (err error) {
+			old, err = g.store.Acquire(ctx, claim, now.Add(-g.skew))
+			return err
+		})
+		switch {
+		case err == nil:
+			prev, perr := g.lookPrevious(ctx, d, claim)
+			if perr != nil || prev == nil {
+				return nil, perr
+			}
+			if prev.Status == store.StatusCompleted {
+				return prev, nil
+			}
+			// Held under a previous secret: wait or give way as for our own
+			// key, without our claim in the way.
+			g.release(ctx, d, claim)
+			old = prev
+		case !errors.Is(err, store.ErrConflict):
+			return nil, &StoreError{Op: "acquire", Key: d.key, Err: err}
+		case old == nil:
 			// The holder's record vanished between the conflict and the
 			// read: try again.
 			if vanished++; vanished > 3 {
-				return nil, nil, &StoreError{Op: "acquire", Key: d.key, Err: err}
+				return nil, &StoreError{Op: "acquire", Key: d.key, Err: err}
 			}
 			continue
-		}
-		if err := c.validate(d, old); err != nil {
-			return nil, nil, err
-		}
-		if old.Status == store.StatusCompleted {
-			return nil, old, nil
-		}
-		if old.Token == token {
-			// Our own claim: made before under this fixed token, or written
-			// by a retried request whose first answer was lost. It holds
-			// with the lease end the store has.
-			return old, nil, nil
+		default:
+			if err := validate(d, old, d.payloadHash); err != nil {
+				return nil, err
+			}
+			if old.Status == store.StatusCompleted {
+				return old, nil
+			}
+			if old.Token == token {
+				// Our own claim: made before under this fixed token, or
+				// written by an attempt whose answer was lost. It holds with
+				// the lease end the store has.
+				*claim = *old
+				return nil, nil
+			}
 		}
 		g.held(f, old.LeaseExpiresAt)
 		busy := &InProgressError{Key: d.key, LeaseExpiresAt: old.LeaseExpiresAt}
 		if c.mode == Reject {
-			return nil, nil, busy
+			return nil, busy
 		}
 		if bo == nil {
 			bo = &backoff.ExponentialBackOff{
@@ -104,7 +122,7 @@ func (g *Guard) acquire(ctx context.Context, c *config, d derived, f *flight) (c
 		}
 		left := waitEnd.Sub(now)
 		if left <= 0 {
-			return nil, nil, busy
+			return nil, busy
 		}
 		pause := min(bo.NextBackOff(), left)
 		takeover := old.LeaseExpiresAt.Add(g.skew)
@@ -117,9 +135,63 @@ func (g *Guard) acquire(ctx context.Context, c *config, d derived, f *flight) (c
 				attribute.Float64("idemguard.wait.pause_seconds", pause.Seconds())))
 		}
 		if err := sleep(ctx, g.clock, pause); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 	}
+}
+
+// waitLabel is the outcome label of a wait that ended in existing or err:
+// replayed when it found the outcome, executed when it took the key over.
+func waitLabel(existing *store.Record, err error) string {
+	switch {
+	case err != nil:
+		return outcomeLabel(0, err)
+	case existing != nil:
+		return telemetry.OutcomeReplayed
+	}
+	return telemetry.OutcomeExecuted
+}
+
+// lookPrevious looks the key up under the guard's previous key secrets, once
+// claim is held: it returns a live record found there, and adopts a
+// completed one (completes claim with its outcome, so that later calls find
+// it under the new key). It returns nil when there is nothing live there.
+func (g *Guard) lookPrevious(ctx context.Context, d *derived, claim *store.Record) (*store.Record, error) {
+	for _, p := range d.previous {
+		var rec *store.Record
+		err := g.timed(ctx, "get", func() (err error) {
+			rec, err = g.store.Get(ctx, p.key)
+			return err
+		})
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			continue
+		case err != nil:
+			g.release(ctx, d, claim)
+			return nil, &StoreError{Op: "get", Key: p.key, Err: err}
+		case !rec.Live(g.clock.Now().Add(-g.skew)):
+			continue
+		}
+		if err := validate(d, rec, p.payloadHash); err != nil {
+			g.release(ctx, d, claim)
+			return nil, err
+		}
+		if rec.Status == store.StatusInProgress {
+			return rec, nil
+		}
+		adopted := *claim
+		adopted.Status, adopted.ResultKind, adopted.Result = store.StatusCompleted, rec.ResultKind, rec.Result
+		adopted.ExpiresAt, adopted.LeaseExpiresAt = rec.ExpiresAt, time.Time{}
+		sctx := newStoreContext(ctx, storeCallTimeout)
+		err = g.timed(ctx, "complete", func() error { return g.store.Complete(sctx, &adopted) })
+		sctx.cancel()
+		if err != nil {
+			g.release(ctx, d, claim)
+			g.log(ctx, slog.LevelWarn, "idemguard: copying a record found under a previous key secret failed; replaying it from there", d, slog.Any("error", err))
+		}
+		return &adopted, nil
+	}
+	return nil, nil
 }
 
 // leaseFor returns the lease for a claim made with ctx.
@@ -134,17 +206,18 @@ func (c *config) leaseFor(ctx context.Context) time.Duration {
 }
 
 // validate fails with ErrPayloadMismatch when rec was written for another
-// payload. Every path that hands out a stored outcome goes through it.
-func (c *config) validate(d derived, rec *store.Record) error {
-	if c.validationPath != nil && rec.PayloadHash != d.payloadHash {
-		return &MismatchError{Key: d.key, Path: c.validationPath.src, PayloadHash: d.payloadHash, Existing: rec}
+// payload than the one whose hash (under rec's key secret) is hash. Every
+// path that hands out a stored outcome goes through it.
+func validate(d *derived, rec *store.Record, hash string) error {
+	if d.validate != "" && rec.PayloadHash != hash {
+		return &MismatchError{Key: d.key, Path: d.validate, PayloadHash: d.payloadHash, Existing: rec}
 	}
 	return nil
 }
 
 // replay returns the outcome stored in rec.
-func replay[T any](ctx context.Context, c *config, d derived, rec *store.Record, out Outcome) (v T, _ Outcome, err error) {
-	if err := c.validate(d, rec); err != nil {
+func replay[T any](ctx context.Context, c *config, d *derived, rec *store.Record, out Outcome) (v T, _ Outcome, err error) {
+	if err := validate(d, rec, d.payloadHash); err != nil {
 		return v, 0, err
 	}
 	if c.onOutcome != nil {
@@ -165,51 +238,81 @@ func replay[T any](ctx context.Context, c *config, d derived, rec *store.Record,
 	return v, out, fmt.Errorf("%w (key %s)", ErrResultUnavailable, d.key)
 }
 
-// cached returns the live record the local cache holds for key, and drops
-// one that has expired.
+// cached returns the record the local cache may serve for key.
 func (g *Guard) cached(key string) (*store.Record, bool) {
 	if g.cache == nil {
 		return nil, false
 	}
-	rec, ok := g.cache.Get(key)
-	if !ok {
-		return nil, false
-	}
-	if !rec.Live(g.clock.Now()) {
-		g.cache.Remove(key)
-		return nil, false
-	}
-	return rec, true
+	return g.cache.get(key, g.clock.Now())
 }
 
 // remember puts a completed record in the local cache.
 func (g *Guard) remember(rec *store.Record) {
 	if g.cache != nil && rec != nil {
-		g.cache.Add(rec.Key, rec)
+		g.cache.put(rec, g.clock.Now())
 	}
 }
 
 // record completes claim with data as kind — an outcome that could not be
 // encoded (encErr) is recorded without a body, so that it is never run
-// again — inside tx if there is one. The completed record is cached.
-func (g *Guard) record(ctx context.Context, c *config, claim *store.Record, leaseEnd time.Time, kind store.ResultKind, data []byte, encErr error, tx txn) (*store.Record, error) {
+// again — inside the transaction of cl if it has one. The completed record
+// is cached, and shown to the outcome hook.
+func (g *Guard) record(ctx context.Context, c *config, d *derived, claim *store.Record, leaseEnd time.Time, kind store.ResultKind, data []byte, encErr error, cl *call) (*store.Record, error) {
 	if encErr != nil {
 		kind, data = store.ResultUnavailable, nil
 	}
 	var done *store.Record
 	var err error
-	if tx != nil {
-		done, err = g.completeTx(ctx, c, claim, kind, data, tx)
-	} else {
-		done, err = g.complete(ctx, c, claim, leaseEnd, kind, data)
+	inTx := cl != nil && cl.run.tx != nil
+	switch {
+	case inTx && cl.parent != nil:
+		// A step inside a transaction: its completion commits with the
+		// call's.
+		done, err = g.completeInTx(ctx, c, d, claim, kind, data, cl.run.tx)
+	case inTx:
+		done, err = g.completeTx(ctx, c, d, claim, kind, data, cl)
+	default:
+		done, err = g.complete(ctx, c, d, claim, leaseEnd, kind, data)
 	}
-	if err == nil {
-		g.remember(done)
-		if c.onOutcome != nil {
-			c.onOutcome(ctx, done.Key, done, OutcomeExecuted)
+	if err != nil {
+		return nil, err
+	}
+	if cl != nil && cl.parent != nil {
+		cl.run.steps.add(d, claim, inTx)
+		if inTx {
+			return done, nil // not committed yet: not for the cache
 		}
 	}
-	return done, err
+	g.remember(done)
+	if c.onOutcome != nil {
+		c.onOutcome(ctx, done.Key, done, OutcomeExecuted)
+	}
+	return done, nil
+}
+
+// completeInTx writes the completion of a step's claim into its call's
+// transaction, tx, which the call commits.
+func (g *Guard) completeInTx(ctx context.Context, c *config, d *derived, claim *store.Record, kind store.ResultKind, data []byte, tx txn) (done *store.Record, err error) {
+	ctx, span := g.child(ctx, telemetry.SpanComplete)
+	attempts := 1
+	defer func() { g.endComplete(ctx, span, d, attempts, done, err) }()
+	sctx := newStoreContext(ctx, storeCallTimeout)
+	defer sctx.cancel()
+	done = g.completed(c, claim, kind, data)
+	err = tx.Complete(sctx, done)
+	if errors.Is(err, store.ErrTooLarge) && kind != store.ResultUnavailable {
+		attempts++
+		done.ResultKind, done.Result = store.ResultUnavailable, nil
+		err = tx.Complete(sctx, done)
+	}
+	switch {
+	case errors.Is(err, store.ErrTokenMismatch):
+		return nil, fmt.Errorf("%w (key %s)", ErrLeaseLost, claim.Key)
+	case err != nil:
+		g.release(ctx, d, claim)
+		return nil, &StoreError{Op: "complete", Key: claim.Key, Err: err}
+	}
+	return done, nil
 }
 
 // completed is the record that completes claim with data as kind.
@@ -229,21 +332,18 @@ func (g *Guard) completed(c *config, claim *store.Record, kind store.ResultKind,
 // (the lease keeper is stopped). It retries transient store failures for as
 // long as the lease holds, so that a side effect that happened is never run
 // again because bookkeeping failed.
-func (g *Guard) complete(ctx context.Context, c *config, claim *store.Record, leaseEnd time.Time, kind store.ResultKind, data []byte) (done *store.Record, err error) {
+func (g *Guard) complete(ctx context.Context, c *config, d *derived, claim *store.Record, leaseEnd time.Time, kind store.ResultKind, data []byte) (done *store.Record, err error) {
 	ctx, span := g.child(ctx, telemetry.SpanComplete)
 	attempts := 0
-	defer func() { g.endComplete(ctx, span, claim.Key, attempts, done, err) }()
-	base := context.WithoutCancel(ctx)
+	defer func() { g.endComplete(ctx, span, d, attempts, done, err) }()
 	done = g.completed(c, claim, kind, data)
 	var bo *backoff.ExponentialBackOff
 	for {
 		now := g.clock.Now()
-		actx, cancel := context.WithTimeout(base, max(leaseEnd.Sub(now), storeCallTimeout))
 		attempts++
-		start := time.Now()
-		err := g.store.Complete(actx, done)
-		g.timeStore(ctx, "complete", start)
-		cancel()
+		sctx := newStoreContext(ctx, max(leaseEnd.Sub(now), storeCallTimeout))
+		err := g.timed(ctx, "complete", func() error { return g.store.Complete(sctx, done) })
+		sctx.cancel()
 		switch {
 		case err == nil:
 			return done, nil
@@ -253,7 +353,7 @@ func (g *Guard) complete(ctx context.Context, c *config, claim *store.Record, le
 			done.ResultKind, done.Result = store.ResultUnavailable, nil
 			continue
 		}
-		g.log(ctx, slog.LevelWarn, "idemguard: completion write failed; retrying while the lease holds", claim.Key,
+		g.log(ctx, slog.LevelWarn, "idemguard: completion write failed; retrying while the lease holds", d,
 			slog.Int("attempt", attempts), slog.Any("error", err))
 		now = g.clock.Now()
 		if !now.Before(leaseEnd) {
@@ -262,24 +362,25 @@ func (g *Guard) complete(ctx context.Context, c *config, claim *store.Record, le
 		if bo == nil {
 			bo = &backoff.ExponentialBackOff{InitialInterval: 50 * time.Millisecond, RandomizationFactor: 0.5, Multiplier: 2, MaxInterval: 2 * time.Second}
 		}
-		if serr := sleep(base, g.clock, min(bo.NextBackOff(), leaseEnd.Sub(now))); serr != nil {
+		if serr := sleep(context.WithoutCancel(ctx), g.clock, min(bo.NextBackOff(), leaseEnd.Sub(now))); serr != nil {
 			return nil, &notRecordedError{key: claim.Key, err: serr}
 		}
 	}
 }
 
-// completeTx records the outcome of a claim inside the function's
-// transaction and commits it: the function's writes and the completion
-// commit together or not at all. When the commit's answer is lost, the
-// record tells which: completed under the claim's token, or still held by
-// it (nothing committed, and the claim is released).
-func (g *Guard) completeTx(ctx context.Context, c *config, claim *store.Record, kind store.ResultKind, data []byte, tx txn) (done *store.Record, err error) {
+// completeTx records the outcome of a claim inside the call's transaction
+// and commits it: the function's writes, the completions of the steps it
+// ran inside it, and the call's completion commit together or not at all.
+// When the commit's answer is lost, the record tells which: completed
+// under the claim's token, or still held by it (nothing committed, and the
+// claim is released). Whatever did not commit releases the steps' claims.
+func (g *Guard) completeTx(ctx context.Context, c *config, d *derived, claim *store.Record, kind store.ResultKind, data []byte, cl *call) (done *store.Record, err error) {
 	ctx, span := g.child(ctx, telemetry.SpanComplete)
 	attempts := 1
-	defer func() { g.endComplete(ctx, span, claim.Key, attempts, done, err) }()
-	base := context.WithoutCancel(ctx)
-	sctx, cancel := context.WithTimeout(base, storeCallTimeout)
-	defer cancel()
+	defer func() { g.endComplete(ctx, span, d, attempts, done, err) }()
+	tx := cl.run.tx
+	sctx := newStoreContext(ctx, storeCallTimeout)
+	defer sctx.cancel()
 	done = g.completed(c, claim, kind, data)
 	err = tx.Complete(sctx, done)
 	if errors.Is(err, store.ErrTooLarge) && kind != store.ResultUnavailable {
@@ -288,43 +389,61 @@ func (g *Guard) completeTx(ctx context.Context, c *config, claim *store.Record, 
 		err = tx.Complete(sctx, done)
 	}
 	if err != nil {
-		_ = tx.Rollback(base)
+		cl.rollback(ctx)
 		if errors.Is(err, store.ErrTokenMismatch) {
 			return nil, fmt.Errorf("%w (key %s): the transaction was rolled back", ErrLeaseLost, claim.Key)
 		}
-		g.release(ctx, claim)
+		g.release(ctx, d, claim)
 		return nil, &StoreError{Op: "complete", Key: claim.Key, Err: err}
 	}
-	if cerr := tx.Commit(sctx); cerr != nil {
-		rec, gerr := g.store.Get(sctx, claim.Key)
-		switch {
-		case gerr == nil && rec.Token == claim.Token && rec.Status == store.StatusCompleted:
-			return rec, nil // committed; only the answer was lost
-		case gerr == nil && rec.Token == claim.Token:
-			// Still held: the commit did not land yet, or not at all. The
-			// release deletes only a claim in progress; if it finds none,
-			// the commit landed while it waited, and the record says so.
-			if errors.Is(g.release(ctx, claim), store.ErrTokenMismatch) {
-				if rec, gerr := g.store.Get(sctx, claim.Key); gerr == nil && rec.Token == claim.Token && rec.Status == store.StatusCompleted {
-					return rec, nil
-				}
-			}
-			return nil, &StoreError{Op: "commit", Key: claim.Key, Err: cerr}
-		case gerr != nil && !errors.Is(gerr, store.ErrNotFound):
-			return nil, &notRecordedError{key: claim.Key, err: errors.Join(cerr, gerr)}
-		}
+	cl.run.tx = nil
+	cerr := g.timed(ctx, "commit", func() error { return tx.Commit(sctx) })
+	if cerr == nil {
+		return done, nil
+	}
+	if errors.Is(cerr, store.ErrTokenMismatch) {
+		// A fenced completion in the transaction failed: nothing committed.
+		cl.run.steps.releaseInTx(ctx, g)
 		return nil, fmt.Errorf("%w (key %s): the transaction did not commit: %w", ErrLeaseLost, claim.Key, cerr)
 	}
-	return done, nil
+	rec, gerr := g.get(sctx, claim.Key)
+	switch {
+	case gerr == nil && rec.Token == claim.Token && rec.Status == store.StatusCompleted:
+		return rec, nil // committed; only the answer was lost
+	case gerr == nil && rec.Token == claim.Token:
+		// Still held: the commit did not land yet, or not at all. The
+		// release deletes only a claim in progress; if it finds none, the
+		// commit landed while it waited, and the record says so.
+		if errors.Is(g.release(ctx, d, claim), store.ErrTokenMismatch) {
+			if rec, gerr := g.get(sctx, claim.Key); gerr == nil && rec.Token == claim.Token && rec.Status == store.StatusCompleted {
+				return rec, nil
+			}
+		}
+		cl.run.steps.releaseInTx(ctx, g)
+		return nil, &StoreError{Op: "commit", Key: claim.Key, Err: cerr}
+	case gerr != nil && !errors.Is(gerr, store.ErrNotFound):
+		return nil, &notRecordedError{key: claim.Key, err: errors.Join(cerr, gerr)}
+	}
+	cl.run.steps.releaseInTx(ctx, g)
+	return nil, fmt.Errorf("%w (key %s): the transaction did not commit: %w", ErrLeaseLost, claim.Key, cerr)
+}
+
+// get reads a record with the store's strongly consistent Get.
+func (g *Guard) get(ctx context.Context, key string) (rec *store.Record, err error) {
+	err = g.timed(ctx, "get", func() (err error) {
+		rec, err = g.store.Get(ctx, key)
+		return err
+	})
+	return rec, err
 }
 
 // endComplete ends a completion's span and logs what callers must know.
-func (g *Guard) endComplete(ctx context.Context, span trace.Span, key string, attempts int, done *store.Record, err error) {
+func (g *Guard) endComplete(ctx context.Context, span trace.Span, d *derived, attempts int, done *store.Record, err error) {
 	if done != nil && done.ResultKind == store.ResultUnavailable {
-		g.log(ctx, slog.LevelWarn, "idemguard: result not stored (too large for the store, or not encodable); replays will get ErrResultUnavailable", key)
+		g.log(ctx, slog.LevelWarn, "idemguard: result not stored (too large for the store, or not encodable); replays will get ErrResultUnavailable", d)
 	}
 	if errors.Is(err, ErrLeaseLost) {
-		g.log(ctx, slog.LevelWarn, "idemguard: lease lost to another caller; outcome not recorded", key)
+		g.log(ctx, slog.LevelWarn, "idemguard: lease lost to another caller; outcome not recorded", d)
 	}
 	if span.IsRecording() {
 		span.SetAttributes(telemetry.AttemptsKey.Int(attempts))
@@ -350,21 +469,45 @@ func (e *notRecordedError) Error() string {
 }
 func (e *notRecordedError) Unwrap() []error { return []error{ErrNotRecorded, e.err} }
 
-// release deletes a claim so that the next call runs the function at once,
-// and returns the store's answer. If it fails the claim lapses with its
-// lease; store.ErrTokenMismatch (taken over, or completed) is not logged.
-func (g *Guard) release(ctx context.Context, claim *store.Record) error {
+// release deletes a claim in progress so that the next call runs the
+// function at once, and returns the store's answer: the one release path,
+// for calls, steps and the claim API. If it fails the claim lapses with
+// its lease; store.ErrTokenMismatch (taken over, or completed) is not
+// logged.
+func (g *Guard) release(ctx context.Context, d *derived, claim *store.Record) error {
 	ctx, span := g.child(ctx, telemetry.SpanRelease)
 	defer span.End()
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeCallTimeout)
-	defer cancel()
-	start := time.Now()
-	err := g.store.Release(rctx, claim.Key, claim.Token)
-	g.timeStore(ctx, "release", start)
+	sctx := newStoreContext(ctx, storeCallTimeout)
+	defer sctx.cancel()
+	err := g.timed(ctx, "release", func() error { return g.store.Release(sctx, claim.Key, claim.Token) })
 	if err != nil && !errors.Is(err, store.ErrTokenMismatch) {
 		recordError(span, err)
-		g.log(ctx, slog.LevelWarn, "idemguard: release failed; the key stays claimed until its lease lapses", claim.Key, slog.Any("error", err))
+		g.log(ctx, slog.LevelWarn, "idemguard: release failed; the key stays claimed until its lease lapses", d, slog.Any("error", err))
 	}
+	return err
+}
+
+// extend moves the lease of the claim key held under token to leaseEnd
+// and the record's expiry to expiresAt, with a call bounded by timeout:
+// the one extend path, for the lease keeper and the claim API.
+func (g *Guard) extend(ctx context.Context, key, token string, leaseEnd, expiresAt time.Time, timeout time.Duration) error {
+	ctx, span := g.child(ctx, telemetry.SpanExtend)
+	defer span.End()
+	sctx := newStoreContext(ctx, timeout)
+	defer sctx.cancel()
+	err := g.timed(ctx, "extend", func() error { return g.store.Extend(sctx, key, token, leaseEnd, expiresAt) })
+	recordErrorIf(span, err)
+	return err
+}
+
+// timed runs one store call, f, measuring it as operation op.
+func (g *Guard) timed(ctx context.Context, op string, f func() error) error {
+	if !g.tel.Metering() {
+		return f()
+	}
+	start := time.Now()
+	err := f()
+	g.tel.StoreDuration.Record(ctx, time.Since(start).Seconds(), g.tel.Operation(op))
 	return err
 }
 

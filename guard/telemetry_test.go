@@ -131,7 +131,7 @@ func callCount(t *testing.T, h *otelHarness, scope, outcome string) int64 {
 func TestTelemetryFirstCallReplayAndCache(t *testing.T) {
 	h := newOtel()
 	m, _ := newMemory()
-	g := mustGuard(t, m, append(h.opts, guard.WithCache(4))...)
+	g := mustGuard(t, m, append(h.opts, guard.WithCache(4, 0))...)
 	fn := func(context.Context) (int, error) { return 1, nil }
 
 	guard.Do(ctx, g, "charge", "order-1", fn)

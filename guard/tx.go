@@ -46,7 +46,7 @@ func ExecuteTx[T, H any](ctx context.Context, g *Guard, scope string, input any,
 	if err != nil {
 		return zero, 0, err
 	}
-	return executeTx(ctx, g, c, scope, input, txBody(fn), tr)
+	return execute(ctx, g, c, scope, input, txBody(fn), tr)
 }
 
 // WrapTx returns a function with the shape of a plain call, func(ctx, in),
@@ -63,7 +63,7 @@ func WrapTx[In, Out, H any](g *Guard, scope string, fn func(ctx context.Context,
 		return nil, err
 	}
 	return func(ctx context.Context, in In) (Out, error) {
-		v, _, err := executeTx(ctx, g, c, scope, in, txBody(func(ctx context.Context, tx H) (Out, error) { return fn(ctx, tx, in) }), tr)
+		v, _, err := execute(ctx, g, c, scope, in, txBody(func(ctx context.Context, tx H) (Out, error) { return fn(ctx, tx, in) }), tr)
 		return v, err
 	}, nil
 }

@@ -164,7 +164,7 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	observe(r.Context(), out, err)
 
 	switch {
-	case err == nil && out == guard.OutcomeExecuted:
+	case err == nil && (out == guard.OutcomeExecuted || out == guard.OutcomeReleased):
 		if fresh != nil {
 			m.serve(w, fresh, m.freshStatus(resp.status), m.freshExpiry(resp.status, ttl))
 		}

@@ -100,6 +100,9 @@ type Store interface {
 	// but is not live is replaced. An existing item that cannot be read as a
 	// record is reported as [ErrCorrupt], and the key stays blocked until the
 	// item expires or is removed. Acquire must be atomic.
+	//
+	// Acquire and Complete must not keep rec, or anything of it but copies,
+	// after they return: the caller may reuse it.
 	Acquire(ctx context.Context, rec *Record, now time.Time) (*Record, error)
 
 	// Complete replaces the record rec.Key, if it is held under rec.Token,
@@ -108,7 +111,10 @@ type Store interface {
 	// may read back alike. It returns [ErrTokenMismatch] and writes nothing
 	// when the record is absent or held under another token, and
 	// [ErrTooLarge] when rec cannot be stored because of its size, in which
-	// case the caller may try again with a smaller or empty Result.
+	// case the caller may try again with a smaller or empty Result. A
+	// completed record held under rec.Token is replaced too: a retried
+	// completion whose first attempt landed unseen must succeed, and the
+	// guard retires a record by completing it again as already expired.
 	Complete(ctx context.Context, rec *Record) error
 
 	// Extend sets LeaseExpiresAt and ExpiresAt of the in-progress record key

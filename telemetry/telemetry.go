@@ -55,8 +55,13 @@ const (
 
 // Attribute keys.
 const (
-	// ScopeKey is the guarded scope (for activities, the activity type).
+	// ScopeKey is the guarded scope (for activities, the activity type). A
+	// step (guard.Step) is counted and traced under its call's scope, so
+	// that step names, which may be per item, never become metric labels.
 	ScopeKey = attribute.Key("idemguard.scope")
+	// StepKey is the name of a step (guard.Step) on its idemguard.execute
+	// span; it is never a metric label.
+	StepKey = attribute.Key("idemguard.step")
 	// KeyHashKey is the hash part of the idempotency key. The raw selection
 	// it was computed from can carry user data and is recorded only when
 	// the guard is told to (as KeySelectionKey).

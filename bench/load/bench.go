@@ -190,7 +190,7 @@ func newGuardedSet(s store.Store, cacheSize int, body func(context.Context, Orde
 	if err != nil {
 		return gs, nil, err
 	}
-	cached, err := guard.New(s, guard.WithCache(cacheSize))
+	cached, err := guard.New(s, guard.WithCache(cacheSize, 0))
 	if err != nil {
 		return gs, nil, err
 	}
@@ -295,7 +295,7 @@ func newBench(ctx context.Context, cfg Config) (*bench, error) {
 		return nil, err
 	}
 	b.g = g
-	cached, err := guard.New(s, guard.WithCache(cfg.ReplayKeys))
+	cached, err := guard.New(s, guard.WithCache(cfg.ReplayKeys, 0))
 	if err != nil {
 		return nil, err
 	}

@@ -216,7 +216,7 @@ func floorFirstCall(t *testing.T, f *floor) {
 
 func floorCachedReplay(t *testing.T, f *floor) {
 	f.call(t, f.newGuard(t), 1)
-	cached := f.newGuard(t, guard.WithCache(64))
+	cached := f.newGuard(t, guard.WithCache(64, 0))
 	f.call(t, cached, 1)
 	f.check(t, ColdCacheReplay, 1, "the claim, which fills the cache")
 	for i := range 3 {
@@ -229,7 +229,7 @@ func floorCachedReplay(t *testing.T, f *floor) {
 }
 
 func floorCachedFirstCall(t *testing.T, f *floor) {
-	cached := f.newGuard(t, guard.WithCache(64))
+	cached := f.newGuard(t, guard.WithCache(64, 0))
 	f.call(t, cached, 2)
 	f.check(t, CachedFirstCall, 2, "the claim and the completion")
 	f.call(t, cached, 2)

@@ -259,7 +259,7 @@ func Outcome(out guard.Outcome, err error) string {
 		return telemetry.OutcomePayloadMismatch
 	case err != nil && (out == 0 || errors.Is(err, guard.ErrNotRecorded) || errors.Is(err, guard.ErrLeaseLost)):
 		return telemetry.OutcomeError
-	case out == guard.OutcomeExecuted:
+	case out == guard.OutcomeExecuted || out == guard.OutcomeReleased:
 		return telemetry.OutcomeExecuted
 	case out == guard.OutcomeReplayed || out == guard.OutcomeShared:
 		return telemetry.OutcomeReplayed

@@ -3,7 +3,7 @@
 // It is correct under concurrency and passes the storetest conformance suite,
 // so it is the store for tests, examples and single-process programs. It
 // implements [store.BatchGetter], so batches replay their completed items
-// with one lookup. It
+// with one lookup, and [store.Admin], for tests that play an operator. It
 // keeps records only for the life of the process and shares them only between
 // guards that use the same *Store. It checks expiry lazily against the time
 // the guard passes in, so it starts no goroutine and needs no Close; expired

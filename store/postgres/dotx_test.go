@@ -160,7 +160,7 @@ func TestDoTxCommitsTogether(t *testing.T) {
 		t.Errorf("replay sent %s; want the claim's BATCH only, no BEGIN", e.n)
 	}
 
-	cached := e.guard(t, nil, guard.WithCache(16))
+	cached := e.guard(t, nil, guard.WithCache(16, 0))
 	_, _ = guard.DoTx(e.ctx, cached, "move", in, fn)
 	e.n.Reset()
 	if v, err = guard.DoTx(e.ctx, cached, "move", in, fn); err != nil || v != "receipt-1" || e.n.Total() != 0 {

@@ -73,6 +73,7 @@ func Run(t *testing.T, newStore MakeStore, opts ...Option) {
 		{"ExtendFenced", testExtendFenced},
 		{"ReleaseFenced", testReleaseFenced},
 		{"ReleaseLeavesCompleted", testReleaseLeavesCompleted},
+		{"CompleteAgainUnderSameToken", testCompleteAgain},
 		{"ResultRoundTrip", testResultRoundTrip},
 		{"ResultKinds", testResultKinds},
 		{"NotFound", testNotFound},
@@ -649,5 +650,31 @@ func testReleaseLeavesCompleted(t *testing.T, h *harness) {
 	}
 	if d := sameRecord(h.mustGet(t, rec.Key), done); d != "" {
 		t.Errorf("Release changed the completed record: %s", d)
+	}
+}
+
+// Complete replaces a completed record held under its token: a retried
+// completion whose first attempt landed unseen must succeed, and the guard
+// retires a step of a call whose result was filtered out by completing it
+// again as already expired, after which the key is free.
+func testCompleteAgain(t *testing.T, h *harness) {
+	rec := h.claim("scope#complete-again", time.Minute)
+	h.mustAcquire(t, rec, h.t0)
+	h.mustComplete(t, rec, []byte(`"first"`))
+	retired := *rec
+	retired.Status, retired.ResultKind, retired.Result = store.StatusCompleted, store.ResultUnavailable, nil
+	retired.ExpiresAt, retired.LeaseExpiresAt = h.t0.Add(-time.Hour), time.Time{}
+	if err := h.s.Complete(h.ctx, &retired); err != nil {
+		t.Fatalf("Complete of a completed record under its token = %v", err)
+	}
+	next := h.claim(rec.Key, time.Minute)
+	if old, err := h.s.Acquire(h.ctx, next, h.t0.Add(time.Second)); err != nil {
+		t.Errorf("Acquire after the record was completed again as expired = %v, %v; want the key free", old, err)
+	}
+	other := *rec
+	other.Token = newToken()
+	other.Status = store.StatusCompleted
+	if err := h.s.Complete(h.ctx, &other); !errors.Is(err, store.ErrTokenMismatch) {
+		t.Errorf("Complete under another token = %v; want ErrTokenMismatch", err)
 	}
 }

@@ -1,0 +1,340 @@
+package guard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"time"
+
+	"github.com/idemguard/idemguard/store"
+	"github.com/idemguard/idemguard/telemetry"
+)
+
+// Do runs fn at most once for the key derived from input within scope, and
+// returns its result, or the stored result of an earlier call with the same
+// key. Scope names what is guarded, so that two guarded functions never
+// share keys; input is what the key is derived from (see [WithKeyPath]).
+// The key is bound before fn runs, so fn may change input.
+//
+// If fn returns an error the record is released and the next call runs fn
+// again, unless the error is definite (see [WithDefiniteErrors]), in which
+// case it is stored and replayed. If fn panics the record is released and
+// the panic continues in the caller. If something panics after fn returned
+// (a result's MarshalJSON, a codec, a predicate), the side effect has
+// happened: the record is completed without a result (replays get
+// [ErrResultUnavailable]) and the panic continues in the caller.
+func Do[T any](ctx context.Context, g *Guard, scope string, input any, fn func(context.Context) (T, error), opts ...CallOption) (T, error) {
+	v, _, err := Execute(ctx, g, scope, input, fn, opts...)
+	return v, err
+}
+
+// Execute is [Do] that also reports how the result was obtained. The
+// outcome is zero when the call returns an error without an outcome of its
+// own: a guard error before the function ran, or a failure of a concurrent
+// call it joined that was not recorded.
+func Execute[T any](ctx context.Context, g *Guard, scope string, input any, fn func(context.Context) (T, error), opts ...CallOption) (T, Outcome, error) {
+	c, err := g.with(scope, opts)
+	if err != nil {
+		var zero T
+		return zero, 0, err
+	}
+	return execute(ctx, g, c, scope, input, noTx(fn), nil)
+}
+
+// Wrap returns a function with fn's signature that runs fn through [Do],
+// deriving the key from its input argument. Options are checked once, here.
+func Wrap[In, Out any](g *Guard, scope string, fn func(context.Context, In) (Out, error), opts ...CallOption) (func(context.Context, In) (Out, error), error) {
+	c, err := g.with(scope, opts)
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context, in In) (Out, error) {
+		v, _, err := execute(ctx, g, c, scope, in, func(ctx context.Context, _ txn) (Out, error) { return fn(ctx, in) }, nil)
+		return v, err
+	}, nil
+}
+
+// KeyFromContext returns the idempotency key of the guarded call running
+// with ctx, "<scope>#<hash>". Inside the function, pass it downstream (for
+// example as a payment provider's Idempotency-Key header): it is the same on
+// every retry, which closes the one window no store can close, a crash after
+// the side effect and before its completion is recorded.
+func KeyFromContext(ctx context.Context) (string, bool) {
+	r, ok := ctx.Value(runningKey{}).(*running)
+	if !ok || r.d.key == "" {
+		return "", false
+	}
+	return r.d.key, true
+}
+
+// body is a guarded function; tx is nil unless the call runs in a store
+// transaction (DoTx).
+type body[T any] func(ctx context.Context, tx txn) (T, error)
+
+func noTx[T any](fn func(context.Context) (T, error)) body[T] {
+	return func(ctx context.Context, _ txn) (T, error) { return fn(ctx) }
+}
+
+// running is what a guarded function's context carries about its call:
+// what Step and KeyFromContext read.
+type running struct {
+	g     *Guard
+	c     *config
+	d     *derived // d.key is empty when the call runs unguarded
+	tx    txn      // the call's transaction (DoTx), or nil
+	steps *steps   // the steps the call completed, made by the first
+}
+
+type runningKey struct{}
+
+// runCtx is a guarded function's context: its call's running, over the
+// context that the lease keeper cancels.
+type runCtx struct {
+	context.Context
+	r *running
+}
+
+func (c *runCtx) Value(key any) any {
+	if key == (runningKey{}) {
+		return c.r
+	}
+	return c.Context.Value(key)
+}
+
+// call is one guarded call that claims its key: everything its path needs,
+// in one allocation.
+type call struct {
+	g      *Guard
+	c      *config
+	d      derived
+	begin  beginner     // nil unless the call is transactional
+	parent *running     // the enclosing call, when this call is a step
+	claim  store.Record // the claim this call made
+	flight flight       // followers in this process wait on it
+	keeper keeper
+	run    running
+	ctx    runCtx
+}
+
+// execute is the path of every guarded call: the key, then guarded.
+func execute[T any](ctx context.Context, g *Guard, c *config, scope string, input any, fn body[T], begin beginner) (T, Outcome, error) {
+	if g.disabled {
+		v, err := unguarded(context.WithValue(ctx, runningKey{}, &running{g: g, c: c, d: &derived{scope: scope}}), fn, begin)
+		return v, OutcomeUnguarded, err
+	}
+	d, err := g.derive(c, scope, input)
+	return guarded(ctx, g, c, d, err, scope, fn, begin, nil, "")
+}
+
+// guarded runs the call whose key is d (or whose key could not be derived,
+// derr): the local cache, then the in-process flight, then the store
+// protocol in lead. label is the call's scope in telemetry; parent and step
+// are the enclosing call and the step's name when the call is a step.
+func guarded[T any](ctx context.Context, g *Guard, c *config, d derived, derr error, label string, fn body[T], begin beginner, parent *running, step string) (v T, out Outcome, err error) {
+	o := observation{scope: label, step: step}
+	ctx, o.span = g.span(ctx, telemetry.SpanExecute)
+	defer func() { g.endExecute(ctx, &o, &d, c, out, err) }()
+	switch {
+	case derr != nil:
+		return v, 0, derr
+	case d.key == "" && c.requireKey:
+		return v, 0, fmt.Errorf("%w (scope %s)", ErrKeyMissing, d.scope)
+	case d.key == "":
+		g.log(ctx, slog.LevelInfo, "idemguard: key selection is empty; running unguarded", &d)
+		ud := d // a copy, so that d stays on the stack of the other paths
+		v, err = unguarded(context.WithValue(ctx, runningKey{}, &running{g: g, c: c, d: &ud}), fn, begin)
+		return v, OutcomeUnguarded, err
+	}
+	if g.cache != nil {
+		o.cache = "miss"
+		if rec, ok := g.cached(d.key); ok {
+			o.cache = "hit"
+			return replay[T](ctx, c, &d, rec, OutcomeReplayed)
+		}
+	}
+	// Calls share an execution only when their payloads hash the same, so a
+	// shared outcome is exactly what the call would have read from the store.
+	cl := &call{g: g, c: c, d: d, begin: begin, parent: parent}
+	for {
+		f, leader := g.join(flightKey{d.key, d.payloadHash}, &cl.flight)
+		if leader {
+			return lead(ctx, cl, fn)
+		}
+		var again bool
+		if v, out, err, again = follow[T](ctx, g, c, &d, f); !again {
+			return v, out, err
+		}
+	}
+}
+
+// lead runs the protocol for one key: claim, then replay, or run the
+// function and record its outcome. Followers in this process get what it
+// lands.
+func lead[T any](ctx context.Context, cl *call, fn body[T]) (v T, out Outcome, err error) {
+	g, c, f := cl.g, cl.c, &cl.flight
+	existing, err := g.acquire(ctx, c, &cl.d, f, &cl.claim)
+	switch {
+	case err != nil:
+		g.land(f, landing{err: err})
+		return v, 0, err
+	case existing != nil:
+		g.remember(existing)
+		v, out, err = replay[T](ctx, c, &cl.d, existing, OutcomeReplayed)
+		g.land(f, landing{rec: existing})
+		return v, out, err
+	}
+	g.settle(f, cl.claim.LeaseExpiresAt)
+
+	cl.run = running{g: g, c: c, d: &cl.d}
+	switch {
+	case cl.parent != nil:
+		// A step: in its call's transaction, noted in its call's steps.
+		cl.run.tx, cl.run.steps = cl.parent.tx, cl.parent.steps
+	case cl.begin != nil || c.keepResult != nil:
+		cl.run.steps = &steps{}
+	}
+	cctx, cancel := context.WithCancelCause(ctx)
+	cl.ctx = runCtx{Context: cctx, r: &cl.run}
+	cl.keeper.init(ctx, cl, cancel)
+	r := runner[T]{cl: cl, ctx: ctx}
+	defer r.settleOnPanic(cancel)
+	cl.keeper.start()
+	if cl.begin != nil {
+		tx, berr := cl.begin(&cl.ctx)
+		if berr != nil {
+			cl.keeper.stop()
+			g.release(ctx, &cl.d, &cl.claim)
+			r.settled = true
+			err = &StoreError{Op: "begin", Key: cl.d.key, Err: berr}
+			g.land(f, landing{err: err})
+			cancel(nil)
+			return v, 0, err
+		}
+		cl.run.tx = tx
+	}
+	v, err = fn(&cl.ctx, cl.run.tx)
+	r.returned = true
+	leaseEnd, lost := cl.keeper.stop()
+	cancel(nil)
+	v, out, err = r.record(v, err, leaseEnd, lost)
+	r.settled = true
+	return v, out, err
+}
+
+// runner records the outcome of a call that ran its function.
+type runner[T any] struct {
+	cl       *call
+	ctx      context.Context // the caller's context, for the records' store calls
+	returned bool            // the function returned: its side effect happened
+	settled  bool            // the outcome is recorded or released, and landed
+}
+
+// record records what the function returned (v, fnErr), with the lease
+// that ended at leaseEnd, or lost, and lands it.
+func (r *runner[T]) record(v T, fnErr error, leaseEnd time.Time, lost error) (T, Outcome, error) {
+	cl, ctx := r.cl, r.ctx
+	g, c := cl.g, cl.c
+	var l landing
+	out := OutcomeExecuted
+	switch {
+	case fnErr != nil:
+		if lost != nil {
+			fnErr = fmt.Errorf("%w: %w", lost, fnErr)
+		}
+		cl.rollback(ctx)
+		if lost != nil || !c.isDefinite(fnErr) {
+			g.release(ctx, &cl.d, &cl.claim)
+			l = landing{err: fnErr, released: true}
+			break
+		}
+		data, encErr := c.errorCodec.EncodeError(fnErr)
+		rec, cerr := g.record(ctx, c, &cl.d, &cl.claim, leaseEnd, store.ResultError, data, encErr, nil)
+		if cerr != nil {
+			fnErr = errors.Join(fnErr, cerr)
+		}
+		l = landing{rec: rec, err: fnErr}
+	case c.keepResult != nil && !c.keepResult(v):
+		// The caller gets the result; the next call runs again, and so do
+		// the steps this call completed.
+		var err error
+		if tx := cl.run.tx; tx != nil {
+			err = tx.Commit(context.WithoutCancel(ctx))
+			cl.run.tx = nil
+		}
+		g.release(ctx, &cl.d, &cl.claim)
+		cl.run.steps.retire(ctx, g)
+		out = OutcomeReleased
+		l = landing{hasValue: err == nil, err: err, released: true}
+		if l.hasValue && g.followed(&cl.flight) {
+			l.value = v
+		}
+		fnErr = err
+	default:
+		data, encErr := c.codec.Marshal(v)
+		rec, cerr := g.record(ctx, c, &cl.d, &cl.claim, leaseEnd, store.ResultValue, data, encErr, cl)
+		if cerr != nil {
+			var zero T
+			v, fnErr = zero, cerr
+		}
+		l = landing{rec: rec, hasValue: cerr == nil}
+		if l.hasValue && g.followed(&cl.flight) {
+			l.value = v // boxed only for followers
+		}
+	}
+	g.land(&cl.flight, l)
+	return v, out, fnErr
+}
+
+// settleOnPanic settles a call left unsettled by a panic or
+// runtime.Goexit, in the function or after it returned, and lets the panic
+// go on.
+func (r *runner[T]) settleOnPanic(cancel context.CancelCauseFunc) {
+	if r.settled {
+		return
+	}
+	cancel(nil)
+	cl, ctx := r.cl, r.ctx
+	g := cl.g
+	p := recover()
+	leaseEnd, _ := cl.keeper.stop()
+	perr := error(errGoexit)
+	if p != nil {
+		perr = &PanicError{Value: p, Stack: debug.Stack()}
+	}
+	var rec *store.Record
+	switch {
+	case cl.begin != nil || (cl.parent != nil && cl.parent.tx != nil):
+		// The function's writes roll back with the transaction (or
+		// committed with the completion, which Release leaves alone); a
+		// step's roll back with its call's, which goes on panicking.
+		cl.rollback(ctx)
+		g.release(ctx, &cl.d, &cl.claim)
+	case r.returned:
+		// The side effect happened: never run it again.
+		rec, _ = g.complete(ctx, cl.c, &cl.d, &cl.claim, leaseEnd, store.ResultUnavailable, nil)
+		g.log(ctx, slog.LevelError, "idemguard: panic after the guarded function returned; recorded without a result", &cl.d, slog.Any("panic", p))
+	default:
+		g.release(ctx, &cl.d, &cl.claim)
+	}
+	g.land(&cl.flight, landing{rec: rec, err: perr})
+	if p != nil {
+		panic(p)
+	}
+}
+
+// rollback ends the call's transaction, if it began one, without
+// committing, and releases the claims of the steps it completed inside it.
+// A step leaves its call's transaction to its call.
+func (cl *call) rollback(ctx context.Context) {
+	tx := cl.run.tx
+	if tx == nil || cl.parent != nil {
+		return
+	}
+	cl.run.tx = nil
+	_ = tx.Rollback(context.WithoutCancel(ctx))
+	cl.run.steps.releaseInTx(ctx, cl.g)
+}
+
+var errGoexit = errors.New("idemguard: guarded function called runtime.Goexit")
