@@ -22,6 +22,7 @@ type Set struct {
 	LockWait      metric.Float64Histogram
 	StoreDuration metric.Float64Histogram
 	LeaseLost     metric.Int64Counter
+	BatchItems    metric.Int64Counter
 	Logger        *slog.Logger
 	// StoreAttr names the guard's store (telemetry.StoreKey).
 	StoreAttr attribute.KeyValue
@@ -82,6 +83,11 @@ func New(tp trace.TracerProvider, mp metric.MeterProvider, logger *slog.Logger, 
 	if s.LeaseLost, err = meter.Int64Counter(telemetry.MetricLeaseLost,
 		metric.WithDescription("Claims taken over by another caller while their function ran."),
 		metric.WithUnit("{claim}")); err != nil {
+		otel.Handle(err)
+	}
+	if s.BatchItems, err = meter.Int64Counter(telemetry.MetricBatchItems,
+		metric.WithDescription("Items of batches, by outcome (not_run: the batch did not start them)."),
+		metric.WithUnit("{item}")); err != nil {
 		otel.Handle(err)
 	}
 	return s
