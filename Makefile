@@ -14,16 +14,23 @@
 #             docs/benchmarks.md); pass flags to it with BENCHFLAGS, e.g.
 #             BENCHFLAGS='-ops 4000'.
 # make fuzz   every fuzz target for $$(FUZZTIME) (default 60s) each.
+# make dashboards  regenerates the Grafana dashboard and the Prometheus alert
+#             rules (dashboards/idemguard.json, dashboards/alerts.yaml) from
+#             telemetry/'s names; make test fails when they are stale.
+# make dashboard-png  re-renders dashboards/dashboard.png, the README's
+#             picture, from the same panels over a fresh run of the library
+#             (docs/operations.md); about half a minute.
 # make cli-scale  loads 100,000 records into DynamoDB Local and lists them
 #             with the idemguard CLI, reporting time and peak RSS
 #             (docs/cli.md); about a minute and a half, so not in make test.
 
 GO ?= go
 
-.PHONY: test unit vet bench tools fmt cli-scale
+.PHONY: test unit vet bench tools fmt cli-scale dashboards dashboard-png
 
-# The library module and the nested examples, bench, chaos and CLI modules (go.work).
-PKGS = ./... ./examples/... ./bench/... ./chaos/... ./cmd/idemguard/...
+# The library module and the nested examples, bench, chaos, CLI and dashboards
+# modules (go.work).
+PKGS = ./... ./examples/... ./bench/... ./chaos/... ./cmd/idemguard/... ./dashboards/...
 
 test: vet
 	scripts/harness.sh run $(GO) test -race -count=1 $(PKGS)
@@ -61,6 +68,12 @@ fuzz:
 		echo "fuzz: $$name in $$pkg for $(FUZZTIME)"; \
 		$(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 5s $$pkg; \
 	done
+
+dashboards:
+	$(GO) generate ./dashboards/...
+
+dashboard-png:
+	$(GO) run ./dashboards/cmd/render -out dashboards/dashboard.png
 
 cli-scale:
 	IDEMGUARD_SERVICES=dynamodb scripts/harness.sh run $(GO) test -count=1 -run '^TestListScale$$' -v ./cmd/idemguard/ -list-records 100000

@@ -11,6 +11,7 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 
@@ -422,8 +423,15 @@ func (r *batchRun[In, Out]) panicking(value any, stack []byte) {
 func (r *batchRun[In, Out]) end(ctx context.Context, span trace.Span, lookedUp, found int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for label, n := range r.direct {
-		r.g.tel.Calls.Add(ctx, int64(n), instrument.Scoped(r.scope, label))
+	if r.g.tel.Metering() {
+		for label, n := range r.direct {
+			r.g.tel.Calls.Add(ctx, int64(n), instrument.Scoped(r.scope, label), metric.WithAttributes(r.g.tel.StoreAttr))
+		}
+		for label, n := range r.counts {
+			if n > 0 {
+				r.g.tel.BatchItems.Add(ctx, int64(n), instrument.Scoped(r.scope, label), metric.WithAttributes(r.g.tel.StoreAttr))
+			}
+		}
 	}
 	if span.IsRecording() {
 		attrs := []attribute.KeyValue{

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sort"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/store"
@@ -701,5 +703,25 @@ func TestDoBatchTelemetry(t *testing.T) {
 	}
 	if executes != 3 {
 		t.Errorf("%d execute spans, want 3: one per item claimed", executes)
+	}
+	// The batch items counter has the outcomes of both batches, by scope
+	// and store.
+	items, ok := h.metrics(t)[telemetry.MetricBatchItems].(metricdata.Sum[int64])
+	if !ok {
+		t.Fatalf("no %s counter", telemetry.MetricBatchItems)
+	}
+	got := map[string]int64{}
+	for _, dp := range items.DataPoints {
+		o, _ := dp.Attributes.Value(telemetry.OutcomeKey)
+		sc, _ := dp.Attributes.Value(telemetry.ScopeKey)
+		st, _ := dp.Attributes.Value(telemetry.StoreKey)
+		if sc.AsString() != "charge" || st.AsString() == "" {
+			t.Errorf("batch items point with scope %q, store %q", sc.AsString(), st.AsString())
+		}
+		got[o.AsString()] += dp.Value
+	}
+	want := map[string]int64{telemetry.OutcomeExecuted: 6, telemetry.OutcomeReplayed: 3, telemetry.OutcomePayloadMismatch: 1}
+	if !maps.Equal(got, want) {
+		t.Errorf("batch items by outcome %v, want %v", got, want)
 	}
 }

@@ -8,10 +8,10 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
-	"github.com/idemguard/idemguard/internal/instrument"
 	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/telemetry"
 )
@@ -81,7 +81,20 @@ type observation struct {
 func (g *Guard) endExecute(ctx context.Context, o *observation, d *derived, c *config, out Outcome, err error) {
 	label := outcomeLabel(out, err)
 	if g.tel.Metering() {
-		g.tel.Calls.Add(ctx, 1, instrument.Scoped(o.scope, label))
+		// The store, the cache's answer and, for errors, what failed: so
+		// that dashboards filter by store and chart cache hits and store
+		// errors from the calls metric.
+		kv := [5]attribute.KeyValue{telemetry.ScopeKey.String(o.scope), telemetry.OutcomeKey.String(label), g.tel.StoreAttr}
+		n := 3
+		if o.cache != "" {
+			kv[n] = telemetry.CacheKey.String(o.cache)
+			n++
+		}
+		if label == telemetry.OutcomeError {
+			kv[n] = telemetry.ErrorTypeKey.String(callErrorType(out, err))
+			n++
+		}
+		g.tel.Calls.Add(ctx, 1, metric.WithAttributes(kv[:n]...))
 		if errors.Is(err, ErrLeaseLost) {
 			g.tel.LeaseLost.Add(ctx, 1)
 		}
@@ -147,6 +160,15 @@ func errorType(err error) string {
 		}
 	}
 	return typeName(err)
+}
+
+// callErrorType is the error.type of a call counted as an error: "panic"
+// when the function panicked, else errorType.
+func callErrorType(out Outcome, err error) string {
+	if err == nil && out == 0 {
+		return "panic"
+	}
+	return errorType(err)
 }
 
 // log writes a guard event with the key's scope and hash and the trace

@@ -112,20 +112,30 @@ func (h *otelHarness) metrics(t *testing.T) map[string]metricdata.Aggregation {
 	return out
 }
 
-func callCount(t *testing.T, h *otelHarness, scope, outcome string) int64 {
+// callCount sums the calls counted with scope and outcome, whatever their
+// other attributes (store, cache, error.type).
+func callCount(t *testing.T, h *otelHarness, scope, outcome string, more ...attribute.KeyValue) int64 {
 	t.Helper()
 	sum, ok := h.metrics(t)[telemetry.MetricCalls].(metricdata.Sum[int64])
 	if !ok {
 		t.Fatalf("no %s counter", telemetry.MetricCalls)
 	}
+	var n int64
+points:
 	for _, dp := range sum.DataPoints {
 		s, _ := dp.Attributes.Value(telemetry.ScopeKey)
 		o, _ := dp.Attributes.Value(telemetry.OutcomeKey)
-		if s.AsString() == scope && o.AsString() == outcome {
-			return dp.Value
+		if s.AsString() != scope || o.AsString() != outcome {
+			continue
 		}
+		for _, kv := range more {
+			if v, ok := dp.Attributes.Value(kv.Key); !ok || v != kv.Value {
+				continue points
+			}
+		}
+		n += dp.Value
 	}
-	return 0
+	return n
 }
 
 func TestTelemetryFirstCallReplayAndCache(t *testing.T) {
@@ -171,6 +181,14 @@ func TestTelemetryFirstCallReplayAndCache(t *testing.T) {
 	}
 	if n := callCount(t, h, "charge", "replayed"); n != 2 {
 		t.Errorf("calls{replayed} = %d, want 2", n)
+	}
+	// The calls metric carries the store and the cache's answer.
+	for _, c := range []struct {
+		outcome, cache string
+	}{{"executed", "miss"}, {"replayed", "hit"}} {
+		if n := callCount(t, h, "charge", c.outcome, telemetry.StoreKey.String("memory"), telemetry.CacheKey.String(c.cache)); n != 1 {
+			t.Errorf("calls{%s, store=memory, cache=%s} = %d, want 1", c.outcome, c.cache, n)
+		}
 	}
 	hist, ok := h.metrics(t)[telemetry.MetricStoreDuration].(metricdata.Histogram[float64])
 	if !ok {
@@ -303,6 +321,9 @@ func TestTelemetryLeaseLost(t *testing.T) {
 	sum, ok := h.metrics(t)[telemetry.MetricLeaseLost].(metricdata.Sum[int64])
 	if !ok || len(sum.DataPoints) != 1 || sum.DataPoints[0].Value != 1 {
 		t.Errorf("lease lost counter = %+v, want 1", sum)
+	}
+	if n := callCount(t, h, "charge", "error", telemetry.ErrorTypeKey.String("lease_lost")); n != 1 {
+		t.Errorf("calls{error, error.type=lease_lost} = %d, want 1", n)
 	}
 }
 

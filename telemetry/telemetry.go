@@ -22,10 +22,15 @@
 //
 // # Metrics
 //
-//	idemguard.calls           counter: guarded calls, by outcome and scope
+//	idemguard.calls           counter: guarded calls, by outcome, scope and
+//	                          store; with idemguard.cache (hit, miss) when the
+//	                          guard has a cache, and error.type when the
+//	                          outcome is error
 //	idemguard.lock.wait       histogram, s: time spent waiting for another holder
 //	idemguard.store.duration  histogram, s: store calls, by operation and store
 //	idemguard.lease.lost      counter: claims taken over while their function ran
+//	idemguard.batch.items     counter: items of guard.DoBatch calls, by outcome
+//	                          (not_run too), scope and store
 package telemetry
 
 import (
@@ -117,4 +122,5 @@ const (
 	MetricLockWait      = "idemguard.lock.wait"
 	MetricStoreDuration = "idemguard.store.duration"
 	MetricLeaseLost     = "idemguard.lease.lost"
+	MetricBatchItems    = "idemguard.batch.items"
 )

@@ -14,6 +14,13 @@ import (
 	"github.com/idemguard/idemguard/telemetry"
 )
 
+// Buckets are the bucket boundaries, in seconds, that the guard's
+// histograms advise: the SDK's default boundaries (0, 5, 10, … 10000) are
+// meant for milliseconds and would put every store call of a second or
+// less in one bucket. From 100 µs (an in-memory or Redis call) to 30 s (a
+// long wait for another holder).
+var Buckets = []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}
+
 // Set is the tracer, metric instruments and logger of one guard. Build it
 // once with [New]; it is safe for concurrent use.
 type Set struct {
@@ -22,6 +29,7 @@ type Set struct {
 	LockWait      metric.Float64Histogram
 	StoreDuration metric.Float64Histogram
 	LeaseLost     metric.Int64Counter
+	BatchItems    metric.Int64Counter
 	Logger        *slog.Logger
 	// StoreAttr names the guard's store (telemetry.StoreKey).
 	StoreAttr attribute.KeyValue
@@ -71,17 +79,22 @@ func New(tp trace.TracerProvider, mp metric.MeterProvider, logger *slog.Logger, 
 	}
 	if s.LockWait, err = meter.Float64Histogram(telemetry.MetricLockWait,
 		metric.WithDescription("Time a call waited for another holder of its key."),
-		metric.WithUnit("s")); err != nil {
+		metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(Buckets...)); err != nil {
 		otel.Handle(err)
 	}
 	if s.StoreDuration, err = meter.Float64Histogram(telemetry.MetricStoreDuration,
 		metric.WithDescription("Duration of store calls, by operation and store."),
-		metric.WithUnit("s")); err != nil {
+		metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(Buckets...)); err != nil {
 		otel.Handle(err)
 	}
 	if s.LeaseLost, err = meter.Int64Counter(telemetry.MetricLeaseLost,
 		metric.WithDescription("Claims taken over by another caller while their function ran."),
 		metric.WithUnit("{claim}")); err != nil {
+		otel.Handle(err)
+	}
+	if s.BatchItems, err = meter.Int64Counter(telemetry.MetricBatchItems,
+		metric.WithDescription("Items of batches, by outcome (not_run: the batch did not start them)."),
+		metric.WithUnit("{item}")); err != nil {
 		otel.Handle(err)
 	}
 	return s

@@ -1,0 +1,180 @@
+// Command render draws the dashboard's panels into a PNG with real data:
+// it runs the library's workload round after round (the same workload the
+// reality test runs, with a store that takes a few milliseconds a call),
+// scrapes the OpenTelemetry Prometheus exporter after each round as a
+// Prometheus server would every 15 seconds, stores the samples in a
+// Prometheus TSDB, evaluates each panel's PromQL with the Prometheus engine
+// and draws the results with gonum/plot. Grafana itself is not a
+// dependency of the project; this draws the same panel definitions
+// (package dashboards) that the Grafana JSON is generated from.
+//
+//	go run ./dashboards/cmd/render -out dashboards/dashboard.png
+//
+// The time axis is simulated: round i is stamped 15 s after round i-1,
+// whatever the run took.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log"
+	"math"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/promql"
+	"github.com/prometheus/prometheus/tsdb"
+
+	"github.com/idemguard/idemguard/dashboards"
+	"github.com/idemguard/idemguard/dashboards/internal/expo"
+	"github.com/idemguard/idemguard/dashboards/internal/promcheck"
+	"github.com/idemguard/idemguard/dashboards/internal/workload"
+)
+
+// scrapeInterval is the simulated time between two rounds' scrapes.
+const scrapeInterval = 15 * time.Second
+
+func main() {
+	out := flag.String("out", "dashboard.png", "the PNG to write")
+	rounds := flag.Int("rounds", 48, "workload rounds, one scrape each")
+	flag.Parse()
+	if err := run(context.Background(), *out, *rounds); err != nil {
+		log.Fatal("render: ", err)
+	}
+}
+
+func run(ctx context.Context, out string, rounds int) error {
+	dir, err := os.MkdirTemp("", "idemguard-render-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	db, err := tsdb.Open(dir, nil, nil, tsdb.DefaultOptions(), nil)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+
+	e, err := expo.New()
+	if err != nil {
+		return err
+	}
+	defer e.Close()
+	w, err := workload.New(e.Provider, workload.Options{StoreLatency: storeLatency})
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+
+	start := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+	for i := range rounds {
+		// A load that rises and falls, so that the lines move.
+		n := 2 + int(math.Round(3+3*math.Sin(float64(i)/7)))
+		if err := w.Round(ctx, n); err != nil {
+			return err
+		}
+		text, err := e.Scrape(ctx)
+		if err != nil {
+			return err
+		}
+		if err := store(ctx, db, text, start.Add(time.Duration(i)*scrapeInterval)); err != nil {
+			return err
+		}
+	}
+	end := start.Add(time.Duration(rounds-1) * scrapeInterval)
+
+	engine := promql.NewEngine(promql.EngineOpts{
+		MaxSamples:    10_000_000,
+		Timeout:       time.Minute,
+		LookbackDelta: 5 * time.Minute,
+		Parser:        promcheck.Parser,
+	})
+	from := start.Add(2 * scrapeInterval)
+	var drawn []drawnRow
+	for _, r := range dashboards.Rows(dashboards.DefaultMetrics()) {
+		dr := drawnRow{title: r.Title}
+		for _, p := range r.Panels {
+			dp := drawnPanel{Panel: p}
+			for _, q := range p.Queries {
+				m, err := evaluate(ctx, engine, db, q.Expr, from, end)
+				if err != nil {
+					return fmt.Errorf("panel %q: %w", p.Title, err)
+				}
+				dp.results = append(dp.results, result{query: q, matrix: m})
+			}
+			dr.panels = append(dr.panels, dp)
+		}
+		drawn = append(drawn, dr)
+	}
+	return render(out, drawn, from, end)
+}
+
+// storeLatency is a store call's duration: about 1 to 10 ms, with a tail.
+func storeLatency() time.Duration {
+	ms := 0.8 + rand.ExpFloat64()*2.5
+	return time.Duration(min(ms, 60) * float64(time.Millisecond))
+}
+
+// store appends a scrape's samples at t.
+func store(ctx context.Context, db *tsdb.DB, text string, t time.Time) error {
+	fams, err := expo.Parse(text)
+	if err != nil {
+		return err
+	}
+	app := db.Appender(ctx)
+	for _, s := range samples(fams) {
+		if _, err := app.Append(0, s.labels, t.UnixMilli(), s.value); err != nil {
+			app.Rollback()
+			return err
+		}
+	}
+	return app.Commit()
+}
+
+// evaluate runs expr (Grafana's variables replaced: $__rate_interval 1m,
+// $__range the whole run, label variables "All") over [from, end].
+func evaluate(ctx context.Context, engine *promql.Engine, db *tsdb.DB, expr string, from, end time.Time) (promql.Matrix, error) {
+	q, err := engine.NewRangeQuery(ctx, db, nil, promcheck.Substitute(expr), from, end, scrapeInterval)
+	if err != nil {
+		return nil, err
+	}
+	defer q.Close()
+	res := q.Exec(ctx)
+	if res.Err != nil {
+		return nil, res.Err
+	}
+	m, err := res.Matrix()
+	if err != nil {
+		return nil, err
+	}
+	// Close returns the points to the engine's pool: keep copies.
+	out := make(promql.Matrix, len(m))
+	for i, s := range m {
+		out[i] = promql.Series{Metric: s.Metric.Copy(), Floats: slices.Clone(s.Floats)}
+	}
+	return out, nil
+}
+
+type sample struct {
+	labels labels.Labels
+	value  float64
+}
+
+type drawnRow struct {
+	title  string
+	panels []drawnPanel
+}
+
+type drawnPanel struct {
+	dashboards.Panel
+	results []result
+}
+
+type result struct {
+	query  dashboards.Query
+	matrix promql.Matrix
+}
