@@ -1,5 +1,6 @@
-// Package teststores runs a test on each store a transport integration
-// (httpguard, grpcguard) is tested on: the memory store and DynamoDB Local.
+// Package teststores gives tests the stores they run on: the memory store
+// and the servers the harness starts (DynamoDB Local, redis-server,
+// PostgreSQL), each on fresh tables or key prefixes.
 package teststores
 
 import (
@@ -9,6 +10,8 @@ import (
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/dynamodbtest"
+	"github.com/idemguard/idemguard/internal/postgrestest"
+	"github.com/idemguard/idemguard/internal/redistest"
 	"github.com/idemguard/idemguard/internal/reqcount"
 	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/store/memory"
@@ -37,6 +40,20 @@ func DynamoDB(t testing.TB) (store.Store, *reqcount.Counter) {
 	s := dynamodbtest.NewStore(t, client)
 	n.Reset()
 	return s, n
+}
+
+// All returns a maker per store: "memory", "dynamodb", "redis" and
+// "postgres", each store on a fresh table or key prefix, for suites that
+// hold a feature to every store (guardtest.RunComposition). The real
+// stores skip, or fail when CI=true, if the harness did not start their
+// server.
+func All() map[string]func(t *testing.T) store.Store {
+	return map[string]func(t *testing.T) store.Store{
+		"memory":   func(*testing.T) store.Store { return memory.New() },
+		"dynamodb": func(t *testing.T) store.Store { s, _ := DynamoDB(t); return s },
+		"redis":    func(t *testing.T) store.Store { return redistest.NewStore(t, redistest.NewClient(t)) },
+		"postgres": func(t *testing.T) store.Store { return postgrestest.NewStore(t, postgrestest.NewPool(t)) },
+	}
 }
 
 // NewGuard returns a guard over s, failing the test on an invalid option.
