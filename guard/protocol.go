@@ -298,13 +298,7 @@ func (g *Guard) completeInTx(ctx context.Context, c *config, d *derived, claim *
 	defer func() { g.endComplete(ctx, span, d, attempts, done, err) }()
 	sctx := newStoreContext(ctx, storeCallTimeout)
 	defer sctx.cancel()
-	done = g.completed(c, claim, kind, data)
-	err = tx.Complete(sctx, done)
-	if errors.Is(err, store.ErrTooLarge) && kind != store.ResultUnavailable {
-		attempts++
-		done.ResultKind, done.Result = store.ResultUnavailable, nil
-		err = tx.Complete(sctx, done)
-	}
+	done, err = g.writeInTx(sctx, c, claim, kind, data, tx, &attempts)
 	switch {
 	case errors.Is(err, store.ErrTokenMismatch):
 		return nil, fmt.Errorf("%w (key %s)", ErrLeaseLost, claim.Key)
@@ -381,13 +375,7 @@ func (g *Guard) completeTx(ctx context.Context, c *config, d *derived, claim *st
 	tx := cl.run.tx
 	sctx := newStoreContext(ctx, storeCallTimeout)
 	defer sctx.cancel()
-	done = g.completed(c, claim, kind, data)
-	err = tx.Complete(sctx, done)
-	if errors.Is(err, store.ErrTooLarge) && kind != store.ResultUnavailable {
-		attempts++
-		done.ResultKind, done.Result = store.ResultUnavailable, nil
-		err = tx.Complete(sctx, done)
-	}
+	done, err = g.writeInTx(sctx, c, claim, kind, data, tx, &attempts)
 	if err != nil {
 		cl.rollback(ctx)
 		if errors.Is(err, store.ErrTokenMismatch) {
@@ -426,6 +414,20 @@ func (g *Guard) completeTx(ctx context.Context, c *config, d *derived, claim *st
 	}
 	cl.run.steps.releaseInTx(ctx, g)
 	return nil, fmt.Errorf("%w (key %s): the transaction did not commit: %w", ErrLeaseLost, claim.Key, cerr)
+}
+
+// writeInTx writes the completion of claim with data as kind into tx, and
+// without a body if the store finds it too large; attempts counts the
+// writes.
+func (g *Guard) writeInTx(ctx context.Context, c *config, claim *store.Record, kind store.ResultKind, data []byte, tx txn, attempts *int) (*store.Record, error) {
+	done := g.completed(c, claim, kind, data)
+	err := tx.Complete(ctx, done)
+	if errors.Is(err, store.ErrTooLarge) && kind != store.ResultUnavailable {
+		*attempts++
+		done.ResultKind, done.Result = store.ResultUnavailable, nil
+		err = tx.Complete(ctx, done)
+	}
+	return done, err
 }
 
 // get reads a record with the store's strongly consistent Get.

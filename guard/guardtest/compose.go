@@ -89,22 +89,14 @@ type Stores map[string]func(t *testing.T) store.Store
 func RunComposition(t *testing.T, ep EntryPoint, stores Stores) {
 	for name, mk := range stores {
 		t.Run(name, func(t *testing.T) {
-			for _, c := range []struct {
-				name string
-				fn   func(t *testing.T, h *composeHarness)
-			}{
+			runCases(t, func(ctx context.Context, t *testing.T) *composeHarness {
+				return &composeHarness{ep: ep, s: mk(t), ctx: ctx, key: fmt.Sprintf("%s-%d", t.Name(), time.Now().UnixNano())}
+			}, []testCase[*composeHarness]{
 				{"FirstCallAndReplay", composeFirstCallAndReplay},
 				{"ErrorAfterStepThenRetry", composeErrorAfterStep},
 				{"PayloadReusedAfterStep", composePayloadReused},
 				{"TakeoverOfPausedHolder", composeTakeover},
-			} {
-				t.Run(c.name, func(t *testing.T) {
-					ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
-					defer cancel()
-					h := &composeHarness{ep: ep, s: mk(t), ctx: ctx, key: fmt.Sprintf("%s-%d", c.name, time.Now().UnixNano())}
-					c.fn(t, h)
-				})
-			}
+			})
 		})
 	}
 }

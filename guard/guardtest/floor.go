@@ -103,20 +103,31 @@ func RunRequestFloor(t *testing.T, newStore storetest.MakeStore, n Counter, opts
 	if _, ok := n.(fmt.Stringer); !ok && len(cfg.sent) > 0 {
 		t.Fatalf("WithSent needs a Counter that is a fmt.Stringer; %T is not", n)
 	}
-	for _, c := range []struct {
-		name string
-		fn   func(t *testing.T, f *floor)
-	}{
+	runCases(t, func(ctx context.Context, t *testing.T) *floor {
+		return &floor{s: newStore(t), n: n, cfg: cfg, ctx: ctx}
+	}, []testCase[*floor]{
 		{"FirstCallAndReplay", floorFirstCall},
 		{"CachedReplay", floorCachedReplay},
 		{"CachedFirstCall", floorCachedFirstCall},
 		{"ConcurrentDuplicates", floorConcurrent},
 		{"Batch", floorBatchCase},
-	} {
+	})
+}
+
+// testCase is a case of a suite whose fixture is F.
+type testCase[F any] struct {
+	name string
+	fn   func(t *testing.T, f F)
+}
+
+// runCases runs each case as a subtest, with a fresh fixture and a
+// context that ends after two minutes.
+func runCases[F any](t *testing.T, fixture func(ctx context.Context, t *testing.T) F, cases []testCase[F]) {
+	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 			defer cancel()
-			c.fn(t, &floor{s: newStore(t), n: n, cfg: cfg, ctx: ctx})
+			c.fn(t, fixture(ctx, t))
 		})
 	}
 }
