@@ -247,6 +247,7 @@ func (r *runner[T]) record(v T, fnErr error, leaseEnd time.Time, lost error) (T,
 		if lost != nil || !c.isDefinite(fnErr) {
 			g.release(ctx, &cl.d, &cl.claim)
 			l = landing{err: fnErr, released: true}
+			out = OutcomeReleased
 			break
 		}
 		data, encErr := c.errorCodec.EncodeError(fnErr)

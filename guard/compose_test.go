@@ -383,3 +383,22 @@ func TestBatchFilteredItemIsNotDone(t *testing.T) {
 		t.Errorf("WithItemDone saw %v", outcomes)
 	}
 }
+
+// A caller (a message consumer deciding to ack or nack) tells a released
+// error from a recorded definite one by the outcome.
+func TestOutcomeOfErrors(t *testing.T) {
+	m, _ := newMemory()
+	g := mustGuard(t, m)
+	_, out, err := guard.Execute(ctx, g, "job", "transient", func(context.Context) (int, error) { return 0, errors.New("timeout") })
+	if err == nil || out != guard.OutcomeReleased {
+		t.Errorf("a released error: %v, %v; want OutcomeReleased", out, err)
+	}
+	_, out, err = guard.Execute(ctx, g, "job", "definite", func(context.Context) (int, error) { return 0, guard.Definite(errors.New("declined")) })
+	if err == nil || out != guard.OutcomeExecuted {
+		t.Errorf("a recorded definite error: %v, %v; want OutcomeExecuted", out, err)
+	}
+	_, out, err = guard.Execute(ctx, g, "job", "definite", func(context.Context) (int, error) { return 1, nil })
+	if err == nil || out != guard.OutcomeReplayed {
+		t.Errorf("its replay: %v, %v; want OutcomeReplayed", out, err)
+	}
+}

@@ -33,10 +33,12 @@ const (
 	// OutcomeUnguarded: this call ran the function without a record,
 	// because the key selection was empty or the guard is disabled.
 	OutcomeUnguarded
-	// OutcomeReleased: this call ran the function and returned its result,
-	// but the result filter refused to store it ([WithResultFilter]): the
-	// key was released, so the next call runs the function again. A batch
-	// does not count such an item as done ([WithItemDone], [WithResume]).
+	// OutcomeReleased: this call ran the function, and the key was
+	// released so that the next call runs it again: the function returned
+	// an error that is not definite (see [WithDefiniteErrors]), or a result
+	// the result filter refused to store ([WithResultFilter]). A batch does
+	// not count such an item as done ([WithItemDone], [WithResume]). A
+	// definite error that was recorded comes with [OutcomeExecuted].
 	OutcomeReleased
 )
 
