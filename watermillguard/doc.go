@@ -78,34 +78,51 @@
 // # Middleware order
 //
 // Watermill runs middleware in the order it was added, the first added
-// outermost. Add the poison queue before (outside) this middleware:
+// outermost. This order works:
 //
 //	router.AddMiddleware(
-//		poisonQueue,                  // PoisonQueueWithFilter(pub, topic, watermillguard.IsPermanent)
-//		middleware.Retry{...}.Middleware,
-//		middleware.Timeout(time.Minute),
+//		poisonQueue, // middleware.PoisonQueueWithFilter(pub, topic, watermillguard.IsPermanent)
 //		watermillguard.Middleware(g),
+//		middleware.Retry{
+//			MaxRetries: 3, InitialInterval: 100 * time.Millisecond, Multiplier: 2,
+//			ShouldRetry:         func(p middleware.RetryParams) bool { return !guard.IsDefinite(p.Err) },
+//			ResetContextOnRetry: true,
+//		}.Middleware,
+//		middleware.Timeout(time.Minute),
 //	)
 //
-// Retry works on either side. Outside the middleware, as above, each
-// attempt is a guarded call of its own (a failed attempt released the key;
-// the next claims it again), and it also retries a duplicate in progress
-// and a store failure; set its ShouldRetry to skip permanent errors
-// (!watermillguard.IsPermanent(params.Err)). Inside, one claim covers all
-// the attempts. Timeout outside the middleware gives the guard's claim a
-// lease that ends with the deadline, unless guard.WithLease is given.
+// The poison queue goes outside the guard, to see its permanent errors.
+// Retry inside the guard runs all its attempts under one claim (two store
+// round trips however many attempts), whose lease the guard extends while
+// Retry backs off; its ShouldRetry skips definite errors, which another
+// attempt would only repeat, and ResetContextOnRetry gives each attempt a
+// fresh Timeout. Retry outside the guard works too: each attempt is then a
+// guarded call of its own (a failed attempt released the key, and the next
+// claims it again), and a duplicate in progress elsewhere or a store
+// failure is retried as well; there, skip permanent errors
+// (!watermillguard.IsPermanent(p.Err)). The guard's claim has the guard's
+// lease ([guard.DefaultLease] unless guard.WithLease is given), extended
+// while the handler runs; Timeout outside the guard shortens it to the
+// time left until the deadline.
 //
 // These orders do not work:
 //
-//   - The poison queue inside this middleware: the handler's errors never
-//     reach the guard (the poison queue turns them into success), so every
+//   - The poison queue inside the guard: the handler's errors never reach
+//     the guard (the poison queue turns them into success), so every
 //     failed message is recorded as handled, transient failures included;
 //     and the guard's own permanent errors (payload mismatch, no key, a
 //     payload that is not JSON) never reach the poison queue, so the
 //     broker redelivers those messages for ever.
-//   - Watermill's Deduplicator or InstantAck outside this middleware:
-//     both let a message be acknowledged (or dropped) before the handler
-//     succeeded, which is what this middleware exists to prevent.
+//   - Timeout between the poison queue and the guard. Watermill's Timeout
+//     leaves the message holding the context it cancels when the handler
+//     returns, and a publisher that publishes with the message's context
+//     (Redis Streams, SQL) then fails to publish to the poison topic: the
+//     router nacks the message, and the broker redelivers it for ever. Put
+//     Timeout inside the guard, which hands the message back with the
+//     context it came with, or outside the poison queue.
+//   - Watermill's Deduplicator or InstantAck outside the guard: both let a
+//     message be acknowledged (or dropped) before the handler succeeded,
+//     which is what this middleware exists to prevent.
 //
 // # Handlers of several side effects
 //
