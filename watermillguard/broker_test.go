@@ -24,14 +24,14 @@ type broker struct {
 	// pub publishes to the broker.
 	pub message.Publisher
 	// sub returns a new subscriber (a consumer of group, on Redis).
-	sub func(t *testing.T, group string) message.Subscriber
+	sub func(t testing.TB, group string) message.Subscriber
 	// topic names a topic of this test's own.
 	topic func(name string) string
 	// published returns what topic holds (on Redis, read from the stream).
-	published func(t *testing.T, topic string) []*message.Message
+	published func(t testing.TB, topic string) []*message.Message
 	// pending returns how many deliveries of topic to group are not
 	// acknowledged (Redis; -1 on gochannel, which does not say).
-	pending func(t *testing.T, topic, group string) int
+	pending func(t testing.TB, topic, group string) int
 }
 
 // eachBroker runs test on Redis Streams and on gochannel.
@@ -50,7 +50,7 @@ func redisClient(t testing.TB) *goredis.Client {
 // redisBroker is Redis Streams under stream names of this test's own,
 // deleted when it ends. Its consumers take over a dead consumer's pending
 // messages after half a second, and redeliver a nacked one after 10 ms.
-func redisBroker(t *testing.T) *broker {
+func redisBroker(t testing.TB) *broker {
 	prefix := strings.TrimSuffix(redistest.Prefix(t), ":")
 	admin := redisClient(t)
 	pub, err := redisstream.NewPublisher(redisstream.PublisherConfig{Client: redisClient(t)}, watermill.NopLogger{})
@@ -65,13 +65,13 @@ func redisBroker(t *testing.T) *broker {
 		name:  "redisstream",
 		pub:   pub,
 		topic: func(name string) string { return prefix + "." + name },
-		sub: func(t *testing.T, group string) message.Subscriber {
+		sub: func(t testing.TB, group string) message.Subscriber {
 			return redisSubscriber(t, redisClient(t), group, watermill.NewShortUUID())
 		},
-		published: func(t *testing.T, topic string) []*message.Message {
+		published: func(t testing.TB, topic string) []*message.Message {
 			return readStream(t, admin, topic)
 		},
-		pending: func(t *testing.T, topic, group string) int {
+		pending: func(t testing.TB, topic, group string) int {
 			p, err := admin.XPending(context.Background(), topic, group).Result()
 			if err != nil {
 				t.Fatalf("XPENDING %s %s: %v", topic, group, err)
@@ -126,13 +126,13 @@ func gochannelBroker(t *testing.T) *broker {
 		name:  "gochannel",
 		pub:   tap,
 		topic: func(name string) string { return name },
-		sub:   func(*testing.T, string) message.Subscriber { return ch },
-		published: func(_ *testing.T, topic string) []*message.Message {
+		sub:   func(testing.TB, string) message.Subscriber { return ch },
+		published: func(_ testing.TB, topic string) []*message.Message {
 			tap.mu.Lock()
 			defer tap.mu.Unlock()
 			return append([]*message.Message(nil), tap.topics[topic]...)
 		},
-		pending: func(*testing.T, string, string) int { return -1 },
+		pending: func(testing.TB, string, string) int { return -1 },
 	}
 }
 
