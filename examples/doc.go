@@ -2,6 +2,6 @@
 // every command and Go snippet in the repository's README works as written
 // (readme_test.go). The examples themselves are the commands in its
 // directories: quickstart, workerpool, payments, httpapi, ledger and
-// consumer;
-// quickstart and payments share one payment domain, internal/payment.
+// consumer; quickstart and payments share one payment domain,
+// internal/payment.
 package examples
