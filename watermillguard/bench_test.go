@@ -62,7 +62,7 @@ func consumeStream(tb testing.TB, b *broker, in, out string, n int, mw message.H
 		r.AddMiddleware(mw)
 	}
 	// The router closes its publisher when it stops: keep the broker's open.
-	r.AddHandler("ship", in, b.sub(tb, "bench"), out, publisherFunc(b.pub.Publish), func(msg *message.Message) ([]*message.Message, error) {
+	r.AddHandler("ship", in, b.sub(tb, "bench"), out, keepOpen(b.pub), func(msg *message.Message) ([]*message.Message, error) {
 		shipped := message.NewMessage(watermill.NewUUID(), []byte(`{"shipped":true}`))
 		shipped.Metadata.Set("order", msg.UUID)
 		return []*message.Message{shipped}, nil

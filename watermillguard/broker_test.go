@@ -211,3 +211,8 @@ func (c *counts) counting(h message.HandlerFunc) message.HandlerFunc {
 		return h(msg)
 	}
 }
+
+// keepOpen is pub for a router, which closes its handlers' publisher when
+// it stops, while middleware (a poison queue) may still publish with it:
+// the broker's publisher stays open until the test ends.
+func keepOpen(pub message.Publisher) message.Publisher { return publisherFunc(pub.Publish) }

@@ -89,7 +89,7 @@ func TestRecommendedOrder(t *testing.T) {
 			middleware.Timeout(10*time.Second),
 		)
 		h := &orderHandler{}
-		r.AddHandler("ship", in, b.sub(t, group), out, b.pub, h.handle)
+		r.AddHandler("ship", in, b.sub(t, group), out, keepOpen(b.pub), h.handle)
 		runRouter(t, r)
 
 		ok, flaky := orderMessage("ok", `{"order_id":"o-1"}`), orderMessage("flaky", `{"order_id":"o-2"}`)
@@ -175,7 +175,7 @@ func TestPoisonQueueInsideTheGuard(t *testing.T) {
 			pq,
 		)
 		h := &orderHandler{}
-		r.AddHandler("ship", in, b.sub(t, group), out, b.pub, h.handle)
+		r.AddHandler("ship", in, b.sub(t, group), out, keepOpen(b.pub), h.handle)
 		runRouter(t, r)
 
 		flaky, bad := orderMessage("flaky", `{"order_id":"o-2"}`), orderMessage("ok", `order_id=o-4`)
@@ -222,7 +222,7 @@ func TestTimeoutBetweenPoisonQueueAndGuard(t *testing.T) {
 	var deliveries counts
 	r.AddMiddleware(deliveries.counting, pq, middleware.Timeout(10*time.Second), watermillguard.Middleware(g))
 	h := &orderHandler{}
-	r.AddHandler("ship", in, b.sub(t, "shipping"), out, b.pub, h.handle)
+	r.AddHandler("ship", in, b.sub(t, "shipping"), out, keepOpen(b.pub), h.handle)
 	runRouter(t, r)
 
 	declined := orderMessage("declined", `{}`)
