@@ -181,7 +181,10 @@ func consume(ctx context.Context, cfg consumerConfig) error {
 		}
 		return []*message.Message{confirmed}, nil
 	})
-	fmt.Println("READY")
+	go func() {
+		<-router.Running() // subscribed
+		fmt.Println("READY")
+	}()
 	return router.Run(ctx)
 }
 
