@@ -28,9 +28,9 @@ GO ?= go
 
 .PHONY: test unit vet bench tools fmt cli-scale dashboards dashboard-png
 
-# The library module and the nested examples, bench, chaos, CLI and dashboards
-# modules (go.work).
-PKGS = ./... ./examples/... ./bench/... ./chaos/... ./cmd/idemguard/... ./dashboards/...
+# The library module and the nested examples, bench, chaos, CLI, dashboards
+# and Watermill modules (go.work).
+PKGS = ./... ./examples/... ./bench/... ./chaos/... ./cmd/idemguard/... ./dashboards/... ./watermillguard/...
 
 test: vet
 	scripts/harness.sh run $(GO) test -race -count=1 $(PKGS)

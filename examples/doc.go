@@ -1,6 +1,7 @@
 // Package examples holds the checks that span the examples module: that
 // every command and Go snippet in the repository's README works as written
 // (readme_test.go). The examples themselves are the commands in its
-// directories: quickstart, workerpool, payments, httpapi and ledger;
-// quickstart and payments share one payment domain, internal/payment.
+// directories: quickstart, workerpool, payments, httpapi, ledger and
+// consumer; quickstart and payments share one payment domain,
+// internal/payment.
 package examples

@@ -363,6 +363,9 @@ var snippetImports = []string{
 	`redis "github.com/redis/go-redis/v9"`,
 	`"github.com/idemguard/idemguard/workflow"`,
 	`"github.com/jackc/pgx/v5"`,
+	`"github.com/ThreeDotsLabs/watermill/message"`,
+	`"github.com/ThreeDotsLabs/watermill/message/router/middleware"`,
+	`"github.com/idemguard/idemguard/watermillguard"`,
 }
 
 // standIns declare, at package level, the identifiers the snippets use
@@ -384,6 +387,8 @@ var standIns = map[string]string{
 	"OrderWorkflow": "func OrderWorkflow(ctx tworkflow.Context, o Order) (Receipt, error) { return Receipt{}, nil }",
 	"g":             "var g *guard.Guard",
 	"t":             "var t struct{ ID string; From, To int; Cents int64 } // a transfer",
+	"router":        "var router *message.Router // a Watermill router",
+	"pub":           "var pub message.Publisher // the broker's publisher",
 }
 
 // TestReadmeGoSnippets type-checks every ```go block of the README against

@@ -1,0 +1,171 @@
+package watermillguard
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync/atomic"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"go.opentelemetry.io/otel/attribute"
+
+	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/store"
+)
+
+// MessageIDKey is the attribute of the guard's idemguard.execute span that
+// holds the message's UUID, as OpenTelemetry's messaging conventions name
+// it.
+const MessageIDKey = attribute.Key("messaging.message.id")
+
+// Middleware returns Watermill handler middleware that guards each message
+// with g: see the package documentation. It panics if an option is
+// invalid, as regexp.MustCompile does; use [NewMiddleware] to get the
+// error instead.
+func Middleware(g *guard.Guard, opts ...Option) message.HandlerMiddleware {
+	mw, err := NewMiddleware(g, opts...)
+	if err != nil {
+		panic(err)
+	}
+	return mw
+}
+
+// NewMiddleware is [Middleware] that reports an invalid option (of its own
+// or of the guard's, given to [WithGuardOptions]) or a nil guard as an
+// error.
+func NewMiddleware(g *guard.Guard, opts ...Option) (message.HandlerMiddleware, error) {
+	if g == nil {
+		return nil, errors.New("watermillguard: nil guard")
+	}
+	var c config
+	for _, o := range opts {
+		o.apply(&c)
+	}
+	if c.err != nil {
+		return nil, c.err
+	}
+	m := &middleware{g: g, c: c}
+	// The middleware's defaults give way to the guard's and to the user's;
+	// its key and codec are its own.
+	m.call = append(m.call, guard.WithDefaults(
+		guard.WithTTL(DefaultTTL),
+		guard.WithRequireKey(true),
+		guard.WithOutcomeHook(m.observe),
+	))
+	m.call = append(m.call, c.call...)
+	m.call = append(m.call, guard.WithCodec(codec{}))
+	check := m.call
+	if c.key != keyPayload {
+		check = append(slices.Clip(check), guard.WithKey("probe"))
+	}
+	if _, err := g.Settings(check...); err != nil {
+		return nil, err
+	}
+	m.call = slices.Clip(m.call)
+	return func(h message.HandlerFunc) message.HandlerFunc {
+		return func(msg *message.Message) ([]*message.Message, error) { return m.handle(h, msg) }
+	}, nil
+}
+
+// middleware is one configured middleware; every handler it wraps shares
+// it.
+type middleware struct {
+	g    *guard.Guard
+	c    config
+	call []guard.CallOption // the guard options of every call, before the key
+	// hooked is set once the middleware's outcome hook has run: it is the
+	// guard's hook for its calls (neither the guard nor WithGuardOptions set
+	// one of their own), so a call it did not see record a definite error
+	// recorded none.
+	hooked atomic.Bool
+}
+
+// callState is what the outcome hook learns about one call.
+type callState struct {
+	recorded bool             // the hook saw the call's outcome in the store
+	kind     store.ResultKind // the kind of that outcome
+}
+
+type callStateKey struct{}
+
+// observe is the middleware's outcome hook.
+func (m *middleware) observe(ctx context.Context, _ string, rec *store.Record, _ guard.Outcome) {
+	m.hooked.Store(true)
+	if st, ok := ctx.Value(callStateKey{}).(*callState); ok {
+		st.recorded, st.kind = true, rec.ResultKind
+	}
+}
+
+// handle guards one delivery of msg to h.
+func (m *middleware) handle(h message.HandlerFunc, msg *message.Message) ([]*message.Message, error) {
+	if m.g.Disabled() {
+		return h(msg)
+	}
+	orig := msg.Context()
+	scope := m.c.scope
+	if scope == "" {
+		if scope = message.HandlerNameFromCtx(orig); scope == "" {
+			scope = DefaultScope
+		}
+	}
+	call := make([]guard.CallOption, len(m.call), len(m.call)+2)
+	copy(call, m.call)
+	switch m.c.key {
+	case keyUUID:
+		call = append(call, guard.WithKey(msg.UUID))
+	case keyMetadata:
+		call = append(call, guard.WithKey(msg.Metadata.Get(m.c.field)))
+	}
+	call = append(call, guard.WithSpanAttributes(MessageIDKey.String(msg.UUID)))
+
+	st := &callState{}
+	ctx := context.WithValue(orig, callStateKey{}, st)
+	produced, out, err := guard.Execute(ctx, m.g, scope, payload(msg.Payload), func(ctx context.Context) ([]*message.Message, error) {
+		// The handler sees the guarded call's context: its key
+		// (guard.KeyFromContext), its span as parent, guard.Step.
+		msg.SetContext(ctx)
+		defer msg.SetContext(orig)
+		return h(msg)
+	}, call...)
+	if err != nil {
+		if m.isPermanent(out, err, st) {
+			return nil, &PermanentError{UUID: msg.UUID, Err: err}
+		}
+		return nil, err
+	}
+	if out == guard.OutcomeShared {
+		// A concurrent delivery in this process ran the handler and
+		// publishes its messages itself: publish copies, never the same
+		// values from two goroutines.
+		copies := make([]*message.Message, len(produced))
+		for i, p := range produced {
+			copies[i] = p.Copy()
+		}
+		return copies, nil
+	}
+	return produced, nil
+}
+
+// isPermanent reports whether a delivery that failed with err (its call's
+// outcome out) fails the same way when redelivered.
+func (m *middleware) isPermanent(out guard.Outcome, err error, st *callState) bool {
+	switch {
+	case out == guard.OutcomeReplayed || out == guard.OutcomeShared:
+		// A stored outcome: a recorded definite error, or a result that
+		// cannot be replayed.
+		return true
+	case out != guard.OutcomeExecuted:
+		return permanent(err)
+	case errors.Is(err, guard.ErrLeaseLost) || errors.Is(err, guard.ErrNotRecorded):
+		// Ran, but nothing was recorded: a redelivery replays another
+		// holder's outcome or runs again.
+		return false
+	case st.recorded:
+		return st.kind != store.ResultValue
+	case m.hooked.Load():
+		return false // released
+	}
+	// The guard has an outcome hook of the user's: tell a recorded error
+	// from a released one by the default predicate.
+	return guard.IsDefinite(err)
+}
