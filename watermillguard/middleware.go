@@ -4,13 +4,11 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"sync/atomic"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/idemguard/idemguard/guard"
-	"github.com/idemguard/idemguard/store"
 )
 
 // MessageIDKey is the attribute of the guard's idemguard.execute span that
@@ -50,7 +48,6 @@ func NewMiddleware(g *guard.Guard, opts ...Option) (message.HandlerMiddleware, e
 	m.call = append(m.call, guard.WithDefaults(
 		guard.WithTTL(DefaultTTL),
 		guard.WithRequireKey(true),
-		guard.WithOutcomeHook(m.observe),
 	))
 	m.call = append(m.call, c.call...)
 	m.call = append(m.call, guard.WithCodec(codec{}))
@@ -73,27 +70,6 @@ type middleware struct {
 	g    *guard.Guard
 	c    config
 	call []guard.CallOption // the guard options of every call, before the key
-	// hooked is set once the middleware's outcome hook has run: it is the
-	// guard's hook for its calls (neither the guard nor WithGuardOptions set
-	// one of their own), so a call it did not see record a definite error
-	// recorded none.
-	hooked atomic.Bool
-}
-
-// callState is what the outcome hook learns about one call.
-type callState struct {
-	recorded bool             // the hook saw the call's outcome in the store
-	kind     store.ResultKind // the kind of that outcome
-}
-
-type callStateKey struct{}
-
-// observe is the middleware's outcome hook.
-func (m *middleware) observe(ctx context.Context, _ string, rec *store.Record, _ guard.Outcome) {
-	m.hooked.Store(true)
-	if st, ok := ctx.Value(callStateKey{}).(*callState); ok {
-		st.recorded, st.kind = true, rec.ResultKind
-	}
 }
 
 // handle guards one delivery of msg to h.
@@ -118,9 +94,7 @@ func (m *middleware) handle(h message.HandlerFunc, msg *message.Message) ([]*mes
 	}
 	call = append(call, guard.WithSpanAttributes(MessageIDKey.String(msg.UUID)))
 
-	st := &callState{}
-	ctx := context.WithValue(orig, callStateKey{}, st)
-	produced, out, err := guard.Execute(ctx, m.g, scope, payload(msg.Payload), func(ctx context.Context) ([]*message.Message, error) {
+	produced, out, err := guard.Execute(orig, m.g, scope, payload(msg.Payload), func(ctx context.Context) ([]*message.Message, error) {
 		// The handler sees the guarded call's context: its key
 		// (guard.KeyFromContext), its span as parent, guard.Step.
 		msg.SetContext(ctx)
@@ -128,7 +102,7 @@ func (m *middleware) handle(h message.HandlerFunc, msg *message.Message) ([]*mes
 		return h(msg)
 	}, call...)
 	if err != nil {
-		if m.isPermanent(out, err, st) {
+		if isPermanent(out, err) {
 			return nil, &PermanentError{UUID: msg.UUID, Err: err}
 		}
 		return nil, err
@@ -148,24 +122,22 @@ func (m *middleware) handle(h message.HandlerFunc, msg *message.Message) ([]*mes
 
 // isPermanent reports whether a delivery that failed with err (its call's
 // outcome out) fails the same way when redelivered.
-func (m *middleware) isPermanent(out guard.Outcome, err error, st *callState) bool {
+func isPermanent(out guard.Outcome, err error) bool {
 	switch {
 	case out == guard.OutcomeReplayed || out == guard.OutcomeShared:
 		// A stored outcome: a recorded definite error, or a result that
 		// cannot be replayed.
 		return true
+	case out == guard.OutcomeReleased:
+		// The handler's error released the key: a redelivery runs again.
+		return false
 	case out != guard.OutcomeExecuted:
 		return permanent(err)
 	case errors.Is(err, guard.ErrLeaseLost) || errors.Is(err, guard.ErrNotRecorded):
 		// Ran, but nothing was recorded: a redelivery replays another
 		// holder's outcome or runs again.
 		return false
-	case st.recorded:
-		return st.kind != store.ResultValue
-	case m.hooked.Load():
-		return false // released
 	}
-	// The guard has an outcome hook of the user's: tell a recorded error
-	// from a released one by the default predicate.
-	return guard.IsDefinite(err)
+	// Ran and recorded a definite error.
+	return true
 }
