@@ -83,8 +83,8 @@ type Stores map[string]func(t *testing.T) store.Store
 //     holder's transaction locks, or gives up and retries, and charges
 //     once itself.)
 //
-// The guards are built with a one-second lease and a clock skew of 50 ms,
-// plus ep.GuardOptions: a default given to guard.New must reach the entry
+// The guards are built with a lease of three seconds and a clock skew of
+// 50 ms, plus ep.GuardOptions: a default given to guard.New must reach the entry
 // point's calls.
 func RunComposition(t *testing.T, ep EntryPoint, stores Stores) {
 	for name, mk := range stores {
@@ -114,7 +114,7 @@ type composeHarness struct {
 
 // composeLease and composeSkew are the guards' lease and clock skew.
 const (
-	composeLease = time.Second
+	composeLease = 3 * time.Second
 	composeSkew  = 50 * time.Millisecond
 )
 
@@ -244,7 +244,7 @@ func composePayloadReused(t *testing.T, h *composeHarness) {
 func composeTakeover(t *testing.T, h *composeHarness) {
 	// The holder's clock runs behind: the lease end it writes has lapsed by
 	// the taker's clock, as if the holder had been paused for seconds.
-	holder := h.guard(t, guard.WithClock(behind{5 * time.Second}))
+	holder := h.guard(t, guard.WithClock(behind{composeLease + 10*time.Second}))
 	taker := h.guard(t)
 	paused, resume := make(chan struct{}), make(chan struct{})
 	holderDone := make(chan struct{})
