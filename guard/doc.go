@@ -50,7 +50,9 @@
 //     runs it again, unless the error is definite ([Definite],
 //     [WithDefiniteErrors]): definite errors are stored and replayed.
 //     [Step] guards each side effect of a function of several, so that a
-//     retry runs only the steps that did not complete.
+//     retry runs only the steps that did not complete; a step keeps its
+//     call's promises (payload validation, its transaction, its result
+//     filter, a key-secret rotation).
 //   - Two different inputs never share a key: a selection holding a string
 //     that is not valid UTF-8 is refused with [ErrInvalidInput].
 //
@@ -87,14 +89,17 @@
 //
 // A first call costs two store writes (claim, complete); a replay costs one
 // (the failed claim returns the record); a replay from the local cache
-// ([WithCache]) costs none.
+// ([WithCache]) costs none. The guard's own work is a few allocations per
+// call (docs/benchmarks.md in the repository has the figures).
 //
 // # Options
 //
 // Options have one scope each: an [Option] configures the guard in [New], a
 // [CallOption] configures calls (as a default in New, or per call), and a
 // [BatchOption] configures [DoBatch]. An option passed where it has no
-// effect does not compile.
+// effect does not compile. The adapters (Temporal, HTTP, gRPC, Watermill)
+// take call options as they are, and apply defaults of their own with
+// [WithDefaults], so that a default given to New reaches every adapter.
 //
 // Setting the environment variable IDEMGUARD_DISABLED=true before guards are
 // built makes them pass-throughs, the claim API and [Step] included.
