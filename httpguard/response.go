@@ -1,6 +1,7 @@
 package httpguard
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -10,11 +11,12 @@ import (
 )
 
 // response is a handler's response as stored for replays: its status, the
-// headers that are safe to replay, and its body.
+// headers that are safe to replay, its body and its trailers.
 type response struct {
-	status int
-	header http.Header
-	body   []byte
+	status  int
+	header  http.Header
+	body    []byte
+	trailer http.Header // nil for none
 	// unstorable: the body passed the bound on stored responses and was
 	// streamed to the client; the codec refuses to encode it, so the guard
 	// records the call without a result.
@@ -27,16 +29,21 @@ var errTooLarge = errors.New("httpguard: response body over the bound on stored 
 // codec stores responses in a compact binary form, not JSON: bodies are
 // bytes, and base64 would make them a third larger in the store.
 //
-//	"IGH" 1                 magic and version
+//	"IGH" 2                 magic and version
 //	uvarint status
-//	uvarint n               header fields, sorted by name
-//	n × (string name, uvarint m, m × string value)
+//	fields                  the header
+//	fields                  the trailers
 //	rest                    the body
 //
-// where a string is a uvarint length and its bytes.
+// where fields are a uvarint n and n × (string name, uvarint m, m ×
+// string value), sorted by name, and a string is a uvarint length and its
+// bytes. Version 1, which it still reads, had no trailers.
 type codec struct{}
 
-var magic = []byte("IGH\x01")
+var (
+	magic   = []byte("IGH\x02")
+	magicV1 = []byte("IGH\x01")
+)
 
 // Marshal encodes a *response.
 func (codec) Marshal(v any) ([]byte, error) {
@@ -47,30 +54,42 @@ func (codec) Marshal(v any) ([]byte, error) {
 	if r.unstorable {
 		return nil, errTooLarge
 	}
-	names := make([]string, 0, len(r.header))
-	size := len(magic) + 2*binary.MaxVarintLen64 + len(r.body)
-	for name, values := range r.header {
-		names = append(names, name)
-		size += binary.MaxVarintLen64 * (2 + len(values))
-		size += len(name)
+	size := len(magic) + 3*binary.MaxVarintLen64 + len(r.body) + fieldsSize(r.header) + fieldsSize(r.trailer)
+	b := make([]byte, 0, size)
+	b = append(b, magic...)
+	b = binary.AppendUvarint(b, uint64(r.status))
+	b = appendFields(b, r.header)
+	b = appendFields(b, r.trailer)
+	return append(b, r.body...), nil
+}
+
+func fieldsSize(h http.Header) int {
+	size := 0
+	for name, values := range h {
+		size += binary.MaxVarintLen64*(2+len(values)) + len(name)
 		for _, v := range values {
 			size += len(v)
 		}
 	}
+	return size
+}
+
+func appendFields(b []byte, h http.Header) []byte {
+	names := make([]string, 0, len(h))
+	for name := range h {
+		names = append(names, name)
+	}
 	slices.Sort(names)
-	b := make([]byte, 0, size)
-	b = append(b, magic...)
-	b = binary.AppendUvarint(b, uint64(r.status))
 	b = binary.AppendUvarint(b, uint64(len(names)))
 	for _, name := range names {
 		b = appendString(b, name)
-		values := r.header[name]
+		values := h[name]
 		b = binary.AppendUvarint(b, uint64(len(values)))
 		for _, v := range values {
 			b = appendString(b, v)
 		}
 	}
-	return append(b, r.body...), nil
+	return b
 }
 
 func appendString(b []byte, s string) []byte {
@@ -84,21 +103,21 @@ func (codec) Unmarshal(data []byte, v any) error {
 		return fmt.Errorf("httpguard: cannot decode into %T", v)
 	}
 	d := decoder{b: data}
-	if len(data) < len(magic) || string(data[:len(magic)]) != string(magic) {
+	var v1 bool
+	switch {
+	case bytes.HasPrefix(data, magic):
+	case bytes.HasPrefix(data, magicV1):
+		v1 = true
+	default:
 		return errors.New("httpguard: the stored result is not a response stored by httpguard")
 	}
 	d.b = d.b[len(magic):]
 	r := &response{status: int(d.uvarint(999))}
-	n := d.uvarint(1 << 16)
-	r.header = make(http.Header, n)
-	for range n {
-		name := d.string()
-		m := d.uvarint(1 << 16)
-		values := make([]string, 0, min(m, 16))
-		for range m {
-			values = append(values, d.string())
+	r.header = d.fields()
+	if !v1 {
+		if r.trailer = d.fields(); len(r.trailer) == 0 {
+			r.trailer = nil
 		}
-		r.header[name] = values
 	}
 	if d.err != nil {
 		return d.err
@@ -129,6 +148,21 @@ func (d *decoder) uvarint(limit uint64) int {
 	}
 	d.b = d.b[n:]
 	return int(v)
+}
+
+func (d *decoder) fields() http.Header {
+	n := d.uvarint(1 << 16)
+	h := make(http.Header, min(n, 64))
+	for range n {
+		name := d.string()
+		m := d.uvarint(1 << 16)
+		values := make([]string, 0, min(m, 16))
+		for range m {
+			values = append(values, d.string())
+		}
+		h[name] = values
+	}
+	return h
 }
 
 func (d *decoder) string() string {

@@ -10,9 +10,10 @@ import (
 
 func TestCodecRoundTrip(t *testing.T) {
 	in := &response{
-		status: 201,
-		header: http.Header{"Content-Type": {"application/json"}, "X-Multi": {"a", "", "c"}, "Empty": {}},
-		body:   []byte("\x00\xffbinary body"),
+		status:  201,
+		header:  http.Header{"Content-Type": {"application/json"}, "X-Multi": {"a", "", "c"}, "Empty": {}},
+		body:    []byte("\x00\xffbinary body"),
+		trailer: http.Header{"X-Checksum": {"c0ffee"}},
 	}
 	b, err := codec{}.Marshal(in)
 	if err != nil {
@@ -26,8 +27,14 @@ func TestCodecRoundTrip(t *testing.T) {
 	if err := (codec{}).Unmarshal(b, &out); err != nil {
 		t.Fatal(err)
 	}
-	if out.status != in.status || !bytes.Equal(out.body, in.body) || !reflect.DeepEqual(out.header, http.Header{"Content-Type": {"application/json"}, "X-Multi": {"a", "", "c"}, "Empty": {}}) {
+	if out.status != in.status || !bytes.Equal(out.body, in.body) || !reflect.DeepEqual(out.header, http.Header{"Content-Type": {"application/json"}, "X-Multi": {"a", "", "c"}, "Empty": {}}) ||
+		!reflect.DeepEqual(out.trailer, in.trailer) {
 		t.Errorf("round trip: %+v, want %+v", out, in)
+	}
+	// A response stored by version 1, which had no trailers, still decodes.
+	v1 := []byte("IGH\x01\xc9\x01\x01\x0cContent-Type\x01\x0atext/plain" + "old body")
+	if err := (codec{}).Unmarshal(v1, &out); err != nil || out.status != 201 || out.header.Get("Content-Type") != "text/plain" || string(out.body) != "old body" || out.trailer != nil {
+		t.Errorf("version 1: %+v, %v", out, err)
 	}
 	// Every truncation is corrupt or decodes to less, never panics.
 	for i := range len(b) {
