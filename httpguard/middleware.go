@@ -46,7 +46,7 @@ func NewMiddleware(g *guard.Guard, opts ...Option) (func(http.Handler) http.Hand
 	}
 	call, err := c.Finish(g, c.fingerprint != nil,
 		guard.WithCodec(codec{}),
-		guard.WithResultFilter(func(v any) bool { return c.stores(v.(*response).status) }))
+		guard.WithResultFilter(func(v any) bool { return c.stores(v.(*response).Status) }))
 	if err != nil {
 		return nil, err
 	}
@@ -202,18 +202,18 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case err == nil && (out == guard.OutcomeExecuted || out == guard.OutcomeReleased):
 		if fresh != nil {
 			// The expiry of the record just written (none if released).
-			m.serve(w, fresh, m.freshStatus(resp.status), st.ExpiresAt)
+			m.serve(w, fresh, m.freshStatus(resp.Status), st.ExpiresAt)
 		}
 	case err == nil && out == guard.OutcomeShared && resp.unstorable:
 		// Shared by the first request in this process (wait mode), which
 		// streamed a response too large to keep: there is nothing to send.
-		if m.c.stores(resp.status) {
+		if m.c.stores(resp.Status) {
 			m.refuse(w, r, guard.ErrResultUnavailable, st)
 			return
 		}
 		m.writeProblem(w, problemFirstFailed, fmt.Sprintf("The first request with this %s failed, and its response could not be kept for this one; the key is free again. Retry the same request.", m.c.keyHeader), 1)
 	case err == nil && (out == guard.OutcomeReplayed || out == guard.OutcomeShared):
-		if !m.c.stores(resp.status) {
+		if !m.c.stores(resp.Status) {
 			// A response shared by a concurrent duplicate in wait mode
 			// that the status policy did not store.
 			m.serve(w, resp, StatusReleased, time.Time{})
@@ -277,27 +277,27 @@ func (m *middleware) setHeaders(h http.Header, status string, expires time.Time)
 // it.
 func (m *middleware) serve(w http.ResponseWriter, resp *response, status string, expires time.Time) {
 	h := w.Header()
-	for name, values := range resp.header {
+	for name, values := range resp.Header {
 		h[name] = slices.Clone(values) // a shared response's slices stay untouched
 	}
-	if _, ok := resp.header["Content-Type"]; !ok {
+	if _, ok := resp.Header["Content-Type"]; !ok {
 		h["Content-Type"] = nil
 	}
 	m.setHeaders(h, status, expires)
-	if len(resp.trailer) > 0 {
-		names := make([]string, 0, len(resp.trailer))
-		for name := range resp.trailer {
+	if len(resp.Trailer) > 0 {
+		names := make([]string, 0, len(resp.Trailer))
+		for name := range resp.Trailer {
 			names = append(names, name)
 		}
 		slices.Sort(names)
 		h.Set("Trailer", strings.Join(names, ", "))
 		h.Del("Content-Length")
 	}
-	w.WriteHeader(resp.status)
-	if len(resp.body) > 0 {
-		_, _ = w.Write(resp.body)
+	w.WriteHeader(resp.Status)
+	if len(resp.Body) > 0 {
+		_, _ = w.Write(resp.Body)
 	}
-	for name, values := range resp.trailer {
+	for name, values := range resp.Trailer {
 		h[name] = slices.Clone(values)
 	}
 }

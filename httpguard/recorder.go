@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/idemguard/idemguard/internal/respfmt"
 )
 
 // recorder is the http.ResponseWriter a guarded handler writes to. It
@@ -180,17 +182,17 @@ func (r *recorder) finish(setCookie bool, drop ...string) (stored, fresh *respon
 			h[http.TrailerPrefix+name] = values
 		}
 	}
-	stored = &response{status: r.status, unstorable: r.unstorable}
+	stored = &response{HTTP: respfmt.HTTP{Status: r.status}, unstorable: r.unstorable}
 	if r.unstorable {
 		return stored, nil
 	}
-	stored.body, stored.trailer = r.body, trailer
-	stored.header = replaySafe(header, setCookie, drop)
+	stored.Body, stored.Trailer = r.body, trailer
+	stored.Header = replaySafe(header, setCookie, drop)
 	if r.sent != nil {
 		return stored, nil
 	}
-	fresh = &response{status: r.status, header: header.Clone(), body: r.body, trailer: trailer}
-	for _, h := range []http.Header{stored.header, fresh.header} {
+	fresh = &response{HTTP: respfmt.HTTP{Status: r.status, Header: header.Clone(), Body: r.body, Trailer: trailer}}
+	for _, h := range []http.Header{stored.Header, fresh.Header} {
 		for name := range trailer {
 			delete(h, name)
 			delete(h, http.TrailerPrefix+name)
