@@ -34,9 +34,6 @@ const (
 	StatusReleased = "released"
 )
 
-// defaultScope is the guard scope of the interceptor's keys.
-const defaultScope = "grpc"
-
 // Option configures the interceptor.
 type Option func(*config)
 
@@ -53,7 +50,7 @@ type config struct {
 
 func defaults() config {
 	return config{
-		Settings:    idemkey.NewSettings("grpcguard", defaultScope),
+		Settings:    idemkey.NewSettings("grpcguard", idemkey.GRPCScope),
 		keyMD:       DefaultKeyMetadata,
 		fingerprint: DefaultFingerprint,
 		policy:      func(codes.Code) bool { return false },

@@ -40,12 +40,8 @@ const (
 	StatusReleased = "released" // the handler ran, but its response was not stored: a retry runs again
 )
 
-// The middleware's own defaults; the guard's defaults and
-// [WithGuardOptions] override the first two.
-const (
-	defaultScope   = "http"
-	defaultMaxBody = 1 << 20
-)
+// defaultMaxBody bounds the body the middleware reads by default.
+const defaultMaxBody = 1 << 20
 
 // Option configures the middleware.
 type Option func(*config)
@@ -69,7 +65,7 @@ type config struct {
 
 func defaults() config {
 	return config{
-		Settings:      idemkey.NewSettings("httpguard", defaultScope),
+		Settings:      idemkey.NewSettings("httpguard", idemkey.HTTPScope),
 		methods:       map[string]bool{http.MethodPost: true, http.MethodPatch: true},
 		keyHeader:     DefaultKeyHeader,
 		fingerprint:   DefaultFingerprint,

@@ -27,6 +27,10 @@ const (
 	// DefaultMaxResponse bounds the response stored for replays: 256 KiB
 	// fits in a DynamoDB item (400 KB) even when it does not compress.
 	DefaultMaxResponse = 256 << 10
+	// HTTPScope and GRPCScope are the guard scopes of the middleware's and
+	// the interceptor's keys unless WithScope says otherwise.
+	HTTPScope = "http"
+	GRPCScope = "grpc"
 )
 
 // Settings are the options the HTTP middleware and the gRPC interceptor
