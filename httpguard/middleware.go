@@ -44,9 +44,13 @@ func NewMiddleware(g *guard.Guard, opts ...Option) (func(http.Handler) http.Hand
 	for _, o := range opts {
 		o(&c)
 	}
+	// A response the status policy does not store is the guarded
+	// function's error, never a definite one: the guard releases the key
+	// and keeps the records of the steps the handler completed, whose side
+	// effects happened (a result filter would release those too).
 	call, err := c.Finish(g, c.fingerprint != nil,
 		guard.WithCodec(codec{}),
-		guard.WithResultFilter(func(v any) bool { return c.stores(v.(*response).Status) }))
+		guard.WithDefiniteErrors(nil))
 	if err != nil {
 		return nil, err
 	}
@@ -191,6 +195,9 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		m.next.ServeHTTP(rec, r.WithContext(ctx))
 		stored, f := rec.finish(m.c.setCookie, m.c.statusHeader, m.c.expiresHeader)
 		fresh = f
+		if !m.c.stores(stored.Status) {
+			return nil, &notStored{stored}
+		}
 		return stored, nil
 	}, call...)
 	observe(r.Context(), out, err)
@@ -198,27 +205,32 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		m.health.OK()
 	}
 
+	var ns *notStored
 	switch {
 	case err == nil && (out == guard.OutcomeExecuted || out == guard.OutcomeReleased):
 		if fresh != nil {
-			// The expiry of the record just written (none if released).
-			m.serve(w, fresh, m.freshStatus(resp.Status), st.ExpiresAt)
+			// The expiry of the record just written.
+			m.serve(w, fresh, StatusExecuted, st.ExpiresAt)
 		}
+	case ran && errors.As(err, &ns):
+		// Released: served, not stored.
+		if fresh != nil {
+			m.serve(w, fresh, StatusReleased, time.Time{})
+		}
+	case errors.As(err, &ns) && ns.resp.unstorable:
+		// The response of the first request in this process, which this
+		// one followed, was not stored and streamed past the bound:
+		// there is nothing to send.
+		m.writeProblem(w, problemFirstFailed, fmt.Sprintf("The first request with this %s failed, and its response could not be kept for this one; the key is free again. Retry the same request.", m.c.keyHeader), 1)
+	case errors.As(err, &ns):
+		// The response of the first request in this process, which this
+		// one followed (reject mode), was not stored.
+		m.serve(w, ns.resp, StatusReleased, time.Time{})
 	case err == nil && out == guard.OutcomeShared && resp.unstorable:
 		// Shared by the first request in this process (wait mode), which
 		// streamed a response too large to keep: there is nothing to send.
-		if m.c.stores(resp.Status) {
-			m.refuse(w, r, guard.ErrResultUnavailable, st)
-			return
-		}
-		m.writeProblem(w, problemFirstFailed, fmt.Sprintf("The first request with this %s failed, and its response could not be kept for this one; the key is free again. Retry the same request.", m.c.keyHeader), 1)
+		m.refuse(w, r, guard.ErrResultUnavailable, st)
 	case err == nil && (out == guard.OutcomeReplayed || out == guard.OutcomeShared):
-		if !m.c.stores(resp.Status) {
-			// A response shared by a concurrent duplicate in wait mode
-			// that the status policy did not store.
-			m.serve(w, resp, StatusReleased, time.Time{})
-			return
-		}
 		m.serve(w, resp, StatusReplayed, st.ExpiresAt)
 	case err == nil:
 		// Unguarded: the guard is disabled (IDEMGUARD_DISABLED).
@@ -237,6 +249,15 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		m.refuse(w, r, err, st)
 	}
+}
+
+// notStored is the guarded function's error for a response the status
+// policy does not store: the guard releases the key, and the middleware
+// serves the response.
+type notStored struct{ resp *response }
+
+func (e *notStored) Error() string {
+	return fmt.Sprintf("httpguard: a %d response is not stored", e.resp.Status)
 }
 
 // freshStatus is the status header's value for a response that ran now.

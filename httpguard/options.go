@@ -96,9 +96,9 @@ func (c *config) stores(status int) bool { return !retryLater(status) && c.polic
 // duplicate 409 at once), guard.WithLease or guard.WithWaitBackoff. They
 // win over the defaults given to guard.New, which win over the
 // middleware's own. The middleware sets the key (path and requirement),
-// the payload validation (see [WithFingerprint]), the codec, the result
-// filter (see [WithStatusPolicy]) and the outcome hook of its calls
-// itself; options that set those here or on the guard do not apply to its
+// the payload validation (see [WithFingerprint]), the codec, the definite
+// errors (a response [WithStatusPolicy] does not store is an error that
+// releases the key) and the outcome hook of its calls itself; options that set those here or on the guard do not apply to its
 // calls. guard.WithKey and guard.WithClaimToken, which name one call, are
 // refused.
 func WithGuardOptions(opts ...guard.CallOption) Option {
