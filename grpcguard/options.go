@@ -119,11 +119,7 @@ func WithSkip(skip func(ctx context.Context, fullMethod string) bool) Option {
 // (default [DefaultKeyMetadata]).
 func WithKeyMetadata(name string) Option {
 	return func(c *config) {
-		if name == "" {
-			c.Fail("empty key metadata name")
-			return
-		}
-		c.keyMD = strings.ToLower(name)
+		idemkey.Set(&c.Settings, &c.keyMD, strings.ToLower(name), name != "", "empty key metadata name")
 	}
 }
 
@@ -159,11 +155,7 @@ func WithKeyOptional() Option {
 // authorization metadata (see [WithSharedKeys]).
 func WithPrincipal(principal func(ctx context.Context) string) Option {
 	return func(c *config) {
-		if principal == nil {
-			c.Fail("nil principal function")
-			return
-		}
-		c.principal = principal
+		idemkey.Set(&c.Settings, &c.principal, principal, principal != nil, "nil principal function")
 	}
 }
 
@@ -208,13 +200,7 @@ func WithScope(scope string) Option {
 //		return false
 //	})
 func WithCodePolicy(store func(codes.Code) bool) Option {
-	return func(c *config) {
-		if store == nil {
-			c.Fail("nil code policy")
-			return
-		}
-		c.policy = store
-	}
+	return func(c *config) { idemkey.Set(&c.Settings, &c.policy, store, store != nil, "nil code policy") }
 }
 
 // WithCacheErrors stores every error (but the codes that ask for a later
@@ -237,13 +223,7 @@ func WithMaxResponseBytes(n int) Option {
 // name (default protoregistry.GlobalTypes, where generated code registers
 // its messages).
 func WithTypes(types protoregistry.MessageTypeResolver) Option {
-	return func(c *config) {
-		if types == nil {
-			c.Fail("nil type resolver")
-			return
-		}
-		c.types = types
-	}
+	return func(c *config) { idemkey.Set(&c.Settings, &c.types, types, types != nil, "nil type resolver") }
 }
 
 // WithLogger sets where the interceptor logs what an operator must know:

@@ -132,11 +132,7 @@ func WithSkip(skip func(*http.Request) bool) Option {
 // their own.
 func WithKeyHeader(name string) Option {
 	return func(c *config) {
-		if name == "" {
-			c.Fail("empty key header name")
-			return
-		}
-		c.keyHeader = http.CanonicalHeaderKey(name)
+		idemkey.Set(&c.Settings, &c.keyHeader, http.CanonicalHeaderKey(name), name != "", "empty key header name")
 	}
 }
 
@@ -174,13 +170,7 @@ func WithKeyOptional() Option {
 // before the middleware ran, the pattern the ServeMux would route it to when
 // the middleware wraps the ServeMux itself, and else the URL path.
 func WithRoute(route func(*http.Request) string) Option {
-	return func(c *config) {
-		if route == nil {
-			c.Fail("nil route function")
-			return
-		}
-		c.route = route
-	}
+	return func(c *config) { idemkey.Set(&c.Settings, &c.route, route, route != nil, "nil route function") }
 }
 
 // WithPrincipal sets how the authenticated caller of a request is named
@@ -194,11 +184,7 @@ func WithRoute(route func(*http.Request) string) Option {
 // [WithSharedKeys]).
 func WithPrincipal(principal func(*http.Request) string) Option {
 	return func(c *config) {
-		if principal == nil {
-			c.Fail("nil principal function")
-			return
-		}
-		c.principal = principal
+		idemkey.Set(&c.Settings, &c.principal, principal, principal != nil, "nil principal function")
 	}
 }
 
@@ -237,11 +223,7 @@ func WithScope(scope string) Option {
 // 400. Without this option the header is ignored.
 func WithRequestTTL(max time.Duration) Option {
 	return func(c *config) {
-		if max < time.Second {
-			c.Fail("the most a request may ask for must be at least a second, got %v", max)
-			return
-		}
-		c.maxRequestTTL = max
+		idemkey.Set(&c.Settings, &c.maxRequestTTL, max, max >= time.Second, "the most a request may ask for must be at least a second, got %v", max)
 	}
 }
 
@@ -251,13 +233,7 @@ func WithRequestTTL(max time.Duration) Option {
 // 425 and 429 are never stored, whatever the policy: they ask the client
 // to come back later.
 func WithStatusPolicy(store func(status int) bool) Option {
-	return func(c *config) {
-		if store == nil {
-			c.Fail("nil status policy")
-			return
-		}
-		c.policy = store
-	}
+	return func(c *config) { idemkey.Set(&c.Settings, &c.policy, store, store != nil, "nil status policy") }
 }
 
 // WithCacheErrorResponses stores 4xx and 5xx responses too (but 408, 425
@@ -280,11 +256,7 @@ func WithSetCookieReplay() Option {
 // handler runs and before any record is written.
 func WithMaxBodyBytes(n int64) Option {
 	return func(c *config) {
-		if n < 0 {
-			c.Fail("max body bytes must not be negative, got %d", n)
-			return
-		}
-		c.maxBody = n
+		idemkey.Set(&c.Settings, &c.maxBody, n, n >= 0, "max body bytes must not be negative, got %d", n)
 	}
 }
 

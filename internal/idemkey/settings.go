@@ -64,6 +64,17 @@ func (s *Settings) Fail(format string, args ...any) {
 	}
 }
 
+// Set sets *dst to v if ok, and otherwise records the invalid option
+// described by msg: the check of an option that must not be nil, empty or
+// out of range.
+func Set[T any](s *Settings, dst *T, v T, ok bool, msg string, args ...any) {
+	if !ok {
+		s.Fail(msg, args...)
+		return
+	}
+	*dst = v
+}
+
 // SetKeyLength bounds keys' length; Finish checks the bounds.
 func (s *Settings) SetKeyLength(min, max int) { s.Rules.MinLength, s.Rules.MaxLength = min, max }
 
