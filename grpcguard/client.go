@@ -9,11 +9,11 @@ import (
 	"google.golang.org/grpc/metadata"
 )
 
-// WithKey returns a context whose outgoing calls carry key as their
+// ContextWithKey returns a context whose outgoing calls carry key as their
 // idempotency key (in the [DefaultKeyMetadata] metadata). Use the same key
 // for every attempt of one logical call, including the attempts an
 // application makes itself after a timeout; a new key is a new call.
-func WithKey(ctx context.Context, key string) context.Context {
+func ContextWithKey(ctx context.Context, key string) context.Context {
 	return metadata.AppendToOutgoingContext(ctx, DefaultKeyMetadata, key)
 }
 
@@ -21,13 +21,13 @@ func WithKey(ctx context.Context, key string) context.Context {
 // idempotency key a random one (128 bits, hex). The retries gRPC makes by
 // itself (a retry policy in the service config, transparent retries)
 // resend the call's metadata and so its key; a call the application makes
-// again is a new call with a new key, unless it sets one with [WithKey].
+// again is a new call with a new key, unless it sets one with [ContextWithKey].
 func UnaryClientInterceptor() grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		if md, ok := metadata.FromOutgoingContext(ctx); !ok || len(md.Get(DefaultKeyMetadata)) == 0 {
 			var b [16]byte
 			rand.Read(b[:])
-			ctx = WithKey(ctx, hex.EncodeToString(b[:]))
+			ctx = ContextWithKey(ctx, hex.EncodeToString(b[:]))
 		}
 		return invoker(ctx, method, req, reply, cc, opts...)
 	}

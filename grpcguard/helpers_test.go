@@ -128,7 +128,7 @@ func charge(t testing.TB, conn *grpc.ClientConn, key, req string, kv ...string) 
 	t.Helper()
 	ctx := context.Background()
 	if key != "" {
-		ctx = grpcguard.WithKey(ctx, key)
+		ctx = grpcguard.ContextWithKey(ctx, key)
 	}
 	if len(kv) > 0 {
 		ctx = metadata.AppendToOutgoingContext(ctx, kv...)

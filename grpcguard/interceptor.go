@@ -64,7 +64,7 @@ func NewUnaryServerInterceptor(g *guard.Guard, opts ...Option) (grpc.UnaryServer
 	call, err := c.Finish(g, c.fingerprint != nil,
 		guard.WithCodec(messageCodec{max: c.MaxResponse, types: c.types}),
 		guard.WithErrorCodec(statusCodec{}),
-		guard.WithDefiniteErrors(func(err error) bool { return c.policy(status.Code(err)) }))
+		guard.WithDefiniteErrors(func(err error) bool { return c.stores(status.Code(err)) }))
 	if err != nil {
 		return nil, err
 	}
@@ -73,9 +73,10 @@ func NewUnaryServerInterceptor(g *guard.Guard, opts ...Option) (grpc.UnaryServer
 }
 
 type interceptor struct {
-	g    *guard.Guard
-	c    config
-	call []guard.CallOption
+	g      *guard.Guard
+	c      config
+	call   []guard.CallOption
+	health idemkey.Health
 }
 
 // DefaultFingerprint is the default request fingerprint: the SHA-256 of
@@ -117,10 +118,13 @@ func (in *interceptor) intercept(ctx context.Context, req any, info *grpc.UnaryS
 		return nil, refusal(codes.InvalidArgument, ReasonKeyInvalid, err.Error())
 	}
 	k := idemkey.Input{K: idemkey.Selection{Key: key, Method: info.FullMethod}}
-	if in.c.principal != nil {
+	switch {
+	case in.c.principal != nil:
 		if k.K.Principal = in.c.principal(ctx); k.K.Principal == "" {
 			return nil, refusal(codes.Unauthenticated, ReasonPrincipalMissing, "idempotent calls need an authenticated caller, so that one caller's key never meets another's")
 		}
+	case !in.c.SharedKeys:
+		k.K.Credential = idemkey.Credential(md.Get("authorization"))
 	}
 	if in.c.fingerprint != nil {
 		if k.F, err = in.c.fingerprint(info.FullMethod, req); err != nil {
@@ -141,6 +145,9 @@ func (in *interceptor) intercept(ctx context.Context, req any, info *grpc.UnaryS
 	if span := trace.SpanFromContext(ctx); span.IsRecording() {
 		span.SetAttributes(telemetry.OutcomeKey.String(idemkey.Outcome(out, err)))
 	}
+	if !errors.Is(err, guard.ErrStore) {
+		in.health.OK()
+	}
 
 	switch {
 	case ran:
@@ -150,14 +157,15 @@ func (in *interceptor) intercept(ctx context.Context, req any, info *grpc.UnaryS
 		} else if out == guard.OutcomeExecuted || out == guard.OutcomeReleased {
 			v := StatusReleased
 			var exp time.Time
-			if herr == nil || in.c.policy(status.Code(herr)) {
-				v, exp = StatusExecuted, in.g.Now().Add(in.c.TTL)
+			if herr == nil || in.c.stores(status.Code(herr)) {
+				// The expiry of the record just written.
+				v, exp = StatusExecuted, st.ExpiresAt
 			}
 			setMetadata(ctx, v, exp, herr != nil)
 		}
 		return hresp, herr
 	case (out == guard.OutcomeReplayed || out == guard.OutcomeShared) && !errors.Is(err, guard.ErrResultUnavailable):
-		if err != nil && !in.c.policy(status.Code(err)) {
+		if err != nil && !in.c.stores(status.Code(err)) {
 			// An error shared by a concurrent duplicate, not stored.
 			setMetadata(ctx, StatusReleased, time.Time{}, true)
 			return nil, err
@@ -165,11 +173,11 @@ func (in *interceptor) intercept(ctx context.Context, req any, info *grpc.UnaryS
 		setMetadata(ctx, StatusReplayed, st.ExpiresAt, err != nil)
 		return resp, err
 	}
-	return nil, in.refuse(ctx, err)
+	return nil, in.refuse(ctx, info.FullMethod, err)
 }
 
 // refuse turns a guard error for a call that did not run into a status.
-func (in *interceptor) refuse(ctx context.Context, err error) error {
+func (in *interceptor) refuse(ctx context.Context, method string, err error) error {
 	var busy *guard.InProgressError
 	switch {
 	case errors.As(err, &busy):
@@ -183,6 +191,7 @@ func (in *interceptor) refuse(ctx context.Context, err error) error {
 	case errors.Is(err, guard.ErrResultUnavailable):
 		return refusal(codes.AlreadyExists, ReasonResponseUnavailable, "the call with this idempotency key was processed, but its response was too large to keep; it will not run again: look up its result instead of retrying")
 	case errors.Is(err, guard.ErrStore):
+		in.c.StoreFailed(ctx, &in.health, "Unavailable", err, slog.String("method", method))
 		return refusal(codes.Unavailable, ReasonStoreUnavailable, "the call was not processed: its idempotency record could not be read or written; retrying is safe")
 	case errors.Is(err, guard.ErrInvalidInput):
 		return refusal(codes.InvalidArgument, ReasonRequestUnkeyable, "the call cannot be keyed: its principal is not valid UTF-8")
@@ -209,7 +218,9 @@ func refusal(code codes.Code, reason, msg string) error {
 func setMetadata(ctx context.Context, v string, expires time.Time, isErr bool) {
 	md := metadata.Pairs(StatusMetadata, v)
 	if !expires.IsZero() {
-		md.Set(ExpiresMetadata, expires.UTC().Format(time.RFC3339))
+		// Rounded up to the second, as the stores keep it, so that every
+		// replay says the same.
+		md.Set(ExpiresMetadata, idemkey.Expires(expires).UTC().Format(time.RFC3339))
 	}
 	if isErr {
 		_ = grpc.SetTrailer(ctx, md)

@@ -5,15 +5,15 @@ import (
 	"log/slog"
 	"regexp"
 	"strings"
-	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
+	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/idemkey"
 )
 
-// Defaults used when an option is not given.
+// Names of the metadata.
 const (
 	// DefaultKeyMetadata is the request metadata key that carries the
 	// idempotency key (gRPC metadata keys are lowercase).
@@ -25,13 +25,6 @@ const (
 	// ExpiresMetadata is the response header metadata that says until when
 	// a stored response is replayed (RFC 3339, UTC).
 	ExpiresMetadata = "idempotency-key-expires"
-	// DefaultScope is the guard scope of the interceptor's keys.
-	DefaultScope = "grpc"
-	// DefaultTTL is how long a stored response is replayed.
-	DefaultTTL = 24 * time.Hour
-	// DefaultMaxResponseBytes bounds the response message stored for
-	// replays (its wire size).
-	DefaultMaxResponseBytes = 256 << 10
 )
 
 // Values of the status metadata.
@@ -44,32 +37,6 @@ const (
 // Option configures the interceptor.
 type Option func(*config)
 
-// CodePolicy decides from a handler's error code whether the error is
-// stored and replayed (true) or the key is released so that the client's
-// retry runs the handler again (false).
-type CodePolicy func(codes.Code) bool
-
-// StoreClientErrors stores the errors that answer the request as sent, the
-// codes that map to a 4xx HTTP status: InvalidArgument, NotFound,
-// AlreadyExists, PermissionDenied, FailedPrecondition, OutOfRange and
-// Unauthenticated. Every other code — Canceled, Aborted and
-// ResourceExhausted, which ask for a retry, and the server's failures
-// (Unknown, Internal, Unavailable, DeadlineExceeded, DataLoss,
-// Unimplemented) — releases the key. It is the default, as 4xx/5xx is for
-// httpguard.
-func StoreClientErrors(c codes.Code) bool {
-	switch c {
-	case codes.InvalidArgument, codes.NotFound, codes.AlreadyExists, codes.PermissionDenied,
-		codes.FailedPrecondition, codes.OutOfRange, codes.Unauthenticated:
-		return true
-	}
-	return false
-}
-
-// StoreAllErrors stores every error, so a retry always gets the first
-// answer.
-func StoreAllErrors(codes.Code) bool { return true }
-
 type config struct {
 	idemkey.Settings
 	methods     map[string]bool // nil: every unary method
@@ -77,18 +44,48 @@ type config struct {
 	keyMD       string
 	principal   func(context.Context) string
 	fingerprint func(fullMethod string, req any) (string, error)
-	policy      CodePolicy
+	policy      func(codes.Code) bool
 	types       protoregistry.MessageTypeResolver
 }
 
 func defaults() config {
 	return config{
-		Settings:    idemkey.NewSettings("grpcguard", DefaultScope, DefaultTTL, DefaultMaxResponseBytes),
+		Settings:    idemkey.NewSettings("grpcguard", idemkey.GRPCScope),
 		keyMD:       DefaultKeyMetadata,
 		fingerprint: DefaultFingerprint,
-		policy:      StoreClientErrors,
+		policy:      func(codes.Code) bool { return false },
 		types:       protoregistry.GlobalTypes,
 	}
+}
+
+// retryLater are the codes never stored, whatever the policy: those
+// gRPC's status-code guide asks the client to retry (Unavailable,
+// ResourceExhausted, Aborted), and a call that did not finish (Canceled,
+// DeadlineExceeded). httpguard never stores 408, 425 and 429 likewise.
+func retryLater(c codes.Code) bool {
+	switch c {
+	case codes.Canceled, codes.DeadlineExceeded, codes.ResourceExhausted, codes.Aborted, codes.Unavailable:
+		return true
+	}
+	return false
+}
+
+// stores reports whether a handler's error with code c is stored.
+func (c *config) stores(code codes.Code) bool { return !retryLater(code) && c.policy(code) }
+
+// WithGuardOptions passes guard call options to every guarded call, such
+// as guard.WithTTL (default 24 hours), guard.WithWait (default: wait up to
+// 30 s for an in-flight duplicate), guard.WithReject (fail a duplicate
+// with Aborted at once) or guard.WithLease. They win over the defaults
+// given to guard.New, which win over the interceptor's own. The
+// interceptor sets the key (path and requirement), the payload validation
+// (see [WithFingerprint]), the codecs, the definite errors (see
+// [WithCodePolicy]) and the outcome hook of its calls itself; options
+// that set those here or on the guard do not apply to its calls.
+// guard.WithKey and guard.WithClaimToken, which name one call, are
+// refused.
+func WithGuardOptions(opts ...guard.CallOption) Option {
+	return func(c *config) { c.AddGuardOptions(opts) }
 }
 
 // WithMethods guards only the unary methods named, by full method name
@@ -122,15 +119,11 @@ func WithSkip(skip func(ctx context.Context, fullMethod string) bool) Option {
 // (default [DefaultKeyMetadata]).
 func WithKeyMetadata(name string) Option {
 	return func(c *config) {
-		if name == "" {
-			c.Fail("empty key metadata name")
-			return
-		}
-		c.keyMD = strings.ToLower(name)
+		idemkey.Set(&c.Settings, &c.keyMD, strings.ToLower(name), name != "", "empty key metadata name")
 	}
 }
 
-// WithKeyLength bounds a key's length in bytes (default 1 to 255).
+// WithKeyLength bounds a key's length in bytes (default 1 to 256).
 func WithKeyLength(min, max int) Option {
 	return func(c *config) { c.SetKeyLength(min, max) }
 }
@@ -144,13 +137,13 @@ func WithKeyPattern(pattern *regexp.Regexp) Option {
 // quotes, as the IETF draft prescribes for the HTTP header. By default a
 // bare value is accepted too, and means the same key as its quoted form.
 func WithStrictKey() Option {
-	return func(c *config) { c.Rules.Strict = true }
+	return func(c *config) { c.SetStrictKey() }
 }
 
 // WithKeyOptional runs a call without a key unguarded instead of failing
 // it with InvalidArgument.
 func WithKeyOptional() Option {
-	return func(c *config) { c.KeyOptional = true }
+	return func(c *config) { c.SetKeyOptional() }
 }
 
 // WithPrincipal sets how the authenticated caller of a call is named (from
@@ -158,15 +151,23 @@ func WithKeyOptional() Option {
 // certificate) and puts it in every key, so that the same key sent by two
 // callers names two records and no caller is ever replayed another's
 // response. A call for which principal returns "" fails with
-// Unauthenticated.
+// Unauthenticated. Without this option, keys are scoped by the call's
+// authorization metadata (see [WithSharedKeys]).
 func WithPrincipal(principal func(ctx context.Context) string) Option {
 	return func(c *config) {
-		if principal == nil {
-			c.Fail("nil principal function")
-			return
-		}
-		c.principal = principal
+		idemkey.Set(&c.Settings, &c.principal, principal, principal != nil, "nil principal function")
 	}
+}
+
+// WithSharedKeys stops scoping keys by the caller's credentials, for
+// methods whose callers send none. By default, without [WithPrincipal],
+// the SHA-256 of the call's authorization metadata (where per-call
+// credentials such as OAuth tokens travel) is part of every key, so that
+// two callers with different credentials never share a record. Services
+// that authenticate callers otherwise (a client certificate, a metadata
+// key of their own) should name them with WithPrincipal.
+func WithSharedKeys() Option {
+	return func(c *config) { c.SetSharedKeys() }
 }
 
 // WithFingerprint sets how a request is fingerprinted (default
@@ -177,44 +178,41 @@ func WithFingerprint(fingerprint func(fullMethod string, req any) (string, error
 }
 
 // WithScope sets the guard scope of the interceptor's keys (default
-// [DefaultScope]).
+// "grpc").
 func WithScope(scope string) Option {
 	return func(c *config) { c.SetScope(scope) }
 }
 
-// WithTTL sets how long a stored response is replayed (default
-// [DefaultTTL]), instead of the guard's default TTL.
-func WithTTL(ttl time.Duration) Option {
-	return func(c *config) { c.SetTTL(ttl) }
+// WithCodePolicy sets which handler errors are stored and replayed as
+// their status, by code; by default none is: an error releases the key,
+// so that the client's retry runs the handler again, as httpguard
+// releases 4xx and 5xx. Canceled, DeadlineExceeded, ResourceExhausted,
+// Aborted and Unavailable are never stored, whatever the policy: they ask
+// the client to come back later. To store the errors that answer the
+// request as sent (the codes that map to a 4xx):
+//
+//	grpcguard.WithCodePolicy(func(c codes.Code) bool {
+//		switch c {
+//		case codes.InvalidArgument, codes.NotFound, codes.AlreadyExists, codes.PermissionDenied,
+//			codes.FailedPrecondition, codes.OutOfRange, codes.Unauthenticated:
+//			return true
+//		}
+//		return false
+//	})
+func WithCodePolicy(store func(codes.Code) bool) Option {
+	return func(c *config) { idemkey.Set(&c.Settings, &c.policy, store, store != nil, "nil code policy") }
 }
 
-// WithLease sets the in-progress lease of a call's claim (default: the
-// call's deadline, as the guard takes it, or the guard's default). The
-// lease is extended while the handler runs.
-func WithLease(lease time.Duration) Option {
-	return func(c *config) { c.SetLease(lease) }
-}
-
-// WithWait makes a duplicate that arrives while the first call runs wait up
-// to budget for its response instead of failing at once with Aborted.
-func WithWait(budget time.Duration) Option {
-	return func(c *config) { c.SetWait(budget) }
-}
-
-// WithCodePolicy sets which handler errors are stored and replayed
-// (default [StoreClientErrors]).
-func WithCodePolicy(policy CodePolicy) Option {
-	return func(c *config) {
-		if policy == nil {
-			c.Fail("nil code policy")
-			return
-		}
-		c.policy = policy
-	}
+// WithCacheErrors stores every error (but the codes that ask for a later
+// retry, see [WithCodePolicy]), as httpguard's WithCacheErrorResponses
+// does: a client that retries a failed call gets the same status instead
+// of another attempt, until the key expires.
+func WithCacheErrors() Option {
+	return WithCodePolicy(func(codes.Code) bool { return true })
 }
 
 // WithMaxResponseBytes bounds the stored response message's wire size
-// (default [DefaultMaxResponseBytes]). A larger response is returned to
+// (default 256 KiB). A larger response is returned to
 // the caller and recorded without a result, so the handler never runs
 // twice for its key; a replay fails with AlreadyExists.
 func WithMaxResponseBytes(n int) Option {
@@ -225,17 +223,12 @@ func WithMaxResponseBytes(n int) Option {
 // name (default protoregistry.GlobalTypes, where generated code registers
 // its messages).
 func WithTypes(types protoregistry.MessageTypeResolver) Option {
-	return func(c *config) {
-		if types == nil {
-			c.Fail("nil type resolver")
-			return
-		}
-		c.types = types
-	}
+	return func(c *config) { idemkey.Set(&c.Settings, &c.types, types, types != nil, "nil type resolver") }
 }
 
-// WithLogger sets where the interceptor logs a response returned but not
-// recorded. The default is slog.Default().
+// WithLogger sets where the interceptor logs what an operator must know:
+// a call refused because the store failed (with the cause), a response
+// returned but not recorded. The default is slog.Default().
 func WithLogger(l *slog.Logger) Option {
-	return func(c *config) { c.Logger = l }
+	return func(c *config) { c.SetLogger(l) }
 }

@@ -25,28 +25,24 @@ import (
 	"github.com/idemguard/idemguard/store/memory"
 )
 
-// With WithCodePolicy(StoreAllErrors) every error is the answer: a server
-// failure, which releases the key by default (TestErrorPolicy), is stored
-// and replayed with its code and message, and the handler runs once.
-func TestStoreAllErrors(t *testing.T) {
-	for c := codes.OK; c <= codes.Unauthenticated; c++ {
-		if !grpcguard.StoreAllErrors(c) {
-			t.Errorf("StoreAllErrors(%v) = false", c)
-		}
-	}
+// With WithCacheErrors every error but the retry-later codes is the
+// answer: a server failure, which releases the key by default
+// (TestOnlyResponsesStoredByDefault), is stored and replayed with its code
+// and message, and the handler runs once.
+func TestCacheErrors(t *testing.T) {
 	eachStore(t, func(t *testing.T, s store.Store, _ *reqcount.Counter) {
 		p := &payments{fail: func(run int64, _ string) error {
-			return status.Errorf(codes.Unavailable, "downstream timeout on run %d", run)
+			return status.Errorf(codes.Internal, "downstream failure on run %d", run)
 		}}
-		conn := start(t, newGuard(t, s), p, grpcguard.WithCodePolicy(grpcguard.StoreAllErrors))
+		conn := start(t, newGuard(t, s), p, grpcguard.WithCacheErrors())
 		r1 := charge(t, conn, "key-all", "x")
 		r2 := charge(t, conn, "key-all", "x")
 		if statusOf(r1) != "executed" || statusOf(r2) != "replayed" {
 			t.Errorf("statuses %q, %q; want executed, replayed", statusOf(r1), statusOf(r2))
 		}
 		s1, s2 := status.Convert(r1.err), status.Convert(r2.err)
-		if s1.Code() != codes.Unavailable || s2.Code() != codes.Unavailable || s2.Message() != "downstream timeout on run 1" {
-			t.Errorf("errors %v and %v, want the first run's Unavailable twice", r1.err, r2.err)
+		if s1.Code() != codes.Internal || s2.Code() != codes.Internal || s2.Message() != "downstream failure on run 1" {
+			t.Errorf("errors %v and %v, want the first run's Internal twice", r1.err, r2.err)
 		}
 		if len(r2.trailer.Get(grpcguard.ExpiresMetadata)) != 1 {
 			t.Errorf("replayed error without an expiry in its trailer: %v", r2.trailer)
@@ -234,7 +230,7 @@ func TestLogger(t *testing.T) {
 	p := &payments{}
 	// A 1 s lease: the guard retries the completion while the lease holds.
 	g := newGuard(t, unrecorded{memory.New()}, guard.WithLogger(slog.New(slog.DiscardHandler)))
-	conn := start(t, g, p, grpcguard.WithLease(time.Second), grpcguard.WithLogger(logs.Logger()))
+	conn := start(t, g, p, grpcguard.WithGuardOptions(guard.WithLease(time.Second)), grpcguard.WithLogger(logs.Logger()))
 	r := charge(t, conn, "key-log", "x")
 	if r.err != nil || r.value != "charge 1: x" || statusOf(r) != "" {
 		t.Errorf("call: %q %v, status %q; want the handler's response without status metadata", r.value, r.err, statusOf(r))

@@ -31,7 +31,7 @@ func ExampleUnaryServerInterceptor() {
 	conn, _ := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	defer conn.Close()
 	client := healthpb.NewHealthClient(conn)
-	ctx := grpcguard.WithKey(context.Background(), "8e03978e-40d5-43e8-bc93-6894a57f9324")
+	ctx := grpcguard.ContextWithKey(context.Background(), "8e03978e-40d5-43e8-bc93-6894a57f9324")
 	for range 2 {
 		var header metadata.MD
 		resp, err := client.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Header(&header))

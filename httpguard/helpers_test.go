@@ -37,9 +37,10 @@ func serve(t testing.TB, g *guard.Guard, h http.Handler, opts ...httpguard.Optio
 
 // result is a response as the client read it.
 type result struct {
-	status int
-	header http.Header
-	body   []byte
+	status  int
+	header  http.Header
+	body    []byte
+	trailer http.Header
 }
 
 // post sends a POST with key (none if ""), body and extra headers
@@ -72,7 +73,7 @@ func do(t testing.TB, client *http.Client, method, url, key, body string, header
 	if err != nil {
 		t.Errorf("%s %s: reading the body: %v", method, url, err)
 	}
-	return result{resp.StatusCode, resp.Header, b}
+	return result{resp.StatusCode, resp.Header, b, resp.Trailer}
 }
 
 // problem is an RFC 9457 body.

@@ -9,15 +9,18 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"mime"
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/canonjson"
 	"github.com/idemguard/idemguard/internal/idemkey"
 	"github.com/idemguard/idemguard/telemetry"
 )
@@ -41,13 +44,18 @@ func NewMiddleware(g *guard.Guard, opts ...Option) (func(http.Handler) http.Hand
 	for _, o := range opts {
 		o(&c)
 	}
+	// A response the status policy does not store is the guarded
+	// function's error, never a definite one: the guard releases the key
+	// and keeps the records of the steps the handler completed, whose side
+	// effects happened (a result filter would release those too).
 	call, err := c.Finish(g, c.fingerprint != nil,
 		guard.WithCodec(codec{}),
-		guard.WithResultFilter(func(v any) bool { return c.policy(v.(*response).status) }))
+		guard.WithDefiniteErrors(nil))
 	if err != nil {
 		return nil, err
 	}
-	m := &middleware{g: g, c: c, call: call}
+	cs, _ := g.Settings(call...) // checked by Finish
+	m := &middleware{g: g, c: c, call: call, ttl: cs.TTL, health: new(idemkey.Health)}
 	return func(next http.Handler) http.Handler {
 		h := *m
 		h.next = next
@@ -58,16 +66,24 @@ func NewMiddleware(g *guard.Guard, opts ...Option) (func(http.Handler) http.Hand
 
 // middleware is one installation of the middleware in front of next.
 type middleware struct {
-	g    *guard.Guard
-	c    config
-	call []guard.CallOption // the guard options of every call
-	next http.Handler
-	mux  *http.ServeMux // next, when it is one: it names the route
+	g      *guard.Guard
+	c      config
+	call   []guard.CallOption // the guard options of every call
+	ttl    time.Duration      // the calls' TTL, unless the request asks for its own
+	health *idemkey.Health    // shared by every installation of one middleware
+	next   http.Handler
+	mux    *http.ServeMux // next, when it is one: it names the route
 }
 
 // DefaultFingerprint is the default request fingerprint: the SHA-256 of
-// the method, the escaped path, the raw query and the body. Two requests
-// with the same key but another path, query or body get 422.
+// the method, the escaped path, the raw query and the body. A JSON body
+// (Content-Type application/json, or a type ending in +json) is hashed in
+// its RFC 8785 canonical form, so that a client that serialises the same
+// JSON again (another member order, other white space, 1e2 for 100) sends
+// the same request; as in RFC 8785, numbers are compared as IEEE-754
+// doubles. Any other body, or one that is not valid JSON, is hashed as it
+// is. Two requests with the same key but another path, query or body get
+// 422.
 func DefaultFingerprint(r *http.Request, body []byte) string {
 	h := sha256.New()
 	io.WriteString(h, r.Method)
@@ -76,8 +92,25 @@ func DefaultFingerprint(r *http.Request, body []byte) string {
 	h.Write([]byte{'?'})
 	io.WriteString(h, r.URL.RawQuery)
 	h.Write([]byte{0})
+	if isJSON(r.Header.Get("Content-Type")) {
+		if canonical, _, err := canonjson.AppendText(nil, body); err == nil {
+			h.Write([]byte("json\x00"))
+			h.Write(canonical)
+			return hex.EncodeToString(h.Sum(nil))
+		}
+	}
 	h.Write(body)
 	return hex.EncodeToString(h.Sum(nil))
+}
+
+// isJSON reports whether the media type contentType names JSON:
+// application/json, or any type with the +json suffix (RFC 6839).
+func isJSON(contentType string) bool {
+	mt, _, err := mime.ParseMediaType(contentType)
+	if err != nil {
+		return false
+	}
+	return mt == "application/json" || (strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json"))
 }
 
 // route names r's route.
@@ -116,7 +149,7 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	call := m.call
-	ttl := m.c.TTL
+	ttl := m.ttl
 	if m.c.maxRequestTTL > 0 {
 		if v := r.Header.Values(ExpirySecondsHeader); len(v) > 0 {
 			if ttl, err = m.requestTTL(v); err != nil {
@@ -127,11 +160,14 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	in := idemkey.Input{K: idemkey.Selection{Key: key, Method: r.Method}}
-	if m.c.principal != nil {
+	switch {
+	case m.c.principal != nil:
 		if in.K.Principal = m.c.principal(r); in.K.Principal == "" {
 			m.writeProblem(w, problemPrincipalMissing, "Idempotent requests to this API need an authenticated caller, so that one caller's key never meets another's.", 0)
 			return
 		}
+	case !m.c.SharedKeys:
+		in.K.Credential = idemkey.Credential(r.Header.Values("Authorization"))
 	}
 	var pattern bool
 	in.K.Route, pattern = m.route(r)
@@ -159,30 +195,42 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		m.next.ServeHTTP(rec, r.WithContext(ctx))
 		stored, f := rec.finish(m.c.setCookie, m.c.statusHeader, m.c.expiresHeader)
 		fresh = f
+		if !m.c.stores(stored.Status) {
+			return nil, &notStored{stored}
+		}
 		return stored, nil
 	}, call...)
 	observe(r.Context(), out, err)
+	if !errors.Is(err, guard.ErrStore) {
+		m.health.OK()
+	}
 
+	var ns *notStored
 	switch {
 	case err == nil && (out == guard.OutcomeExecuted || out == guard.OutcomeReleased):
 		if fresh != nil {
-			m.serve(w, fresh, m.freshStatus(resp.status), m.freshExpiry(resp.status, ttl))
+			// The expiry of the record just written.
+			m.serve(w, fresh, StatusExecuted, st.ExpiresAt)
 		}
+	case ran && errors.As(err, &ns):
+		// Released: served, not stored.
+		if fresh != nil {
+			m.serve(w, fresh, StatusReleased, time.Time{})
+		}
+	case errors.As(err, &ns) && ns.resp.unstorable:
+		// The response of the first request in this process, which this
+		// one followed, was not stored and streamed past the bound:
+		// there is nothing to send.
+		m.writeProblem(w, problemFirstFailed, fmt.Sprintf("The first request with this %s failed, and its response could not be kept for this one; the key is free again. Retry the same request.", m.c.keyHeader), 1)
+	case errors.As(err, &ns):
+		// The response of the first request in this process, which this
+		// one followed (reject mode), was not stored.
+		m.serve(w, ns.resp, StatusReleased, time.Time{})
 	case err == nil && out == guard.OutcomeShared && resp.unstorable:
 		// Shared by the first request in this process (wait mode), which
 		// streamed a response too large to keep: there is nothing to send.
-		if m.c.policy(resp.status) {
-			m.refuse(w, r, guard.ErrResultUnavailable, st)
-			return
-		}
-		m.writeProblem(w, problemFirstFailed, fmt.Sprintf("The first request with this %s failed, and its response could not be kept for this one; the key is free again. Retry the same request.", m.c.keyHeader), 1)
+		m.refuse(w, r, guard.ErrResultUnavailable, st)
 	case err == nil && (out == guard.OutcomeReplayed || out == guard.OutcomeShared):
-		if !m.c.policy(resp.status) {
-			// A response shared by a concurrent duplicate in wait mode
-			// that the status policy did not store.
-			m.serve(w, resp, StatusReleased, time.Time{})
-			return
-		}
 		m.serve(w, resp, StatusReplayed, st.ExpiresAt)
 	case err == nil:
 		// Unguarded: the guard is disabled (IDEMGUARD_DISABLED).
@@ -203,46 +251,75 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// notStored is the guarded function's error for a response the status
+// policy does not store: the guard releases the key, and the middleware
+// serves the response.
+type notStored struct{ resp *response }
+
+func (e *notStored) Error() string {
+	return fmt.Sprintf("httpguard: a %d response is not stored", e.resp.Status)
+}
+
 // freshStatus is the status header's value for a response that ran now.
 func (m *middleware) freshStatus(status int) string {
-	if m.c.policy(status) {
+	if m.c.stores(status) {
 		return StatusExecuted
 	}
 	return StatusReleased
 }
 
-// freshExpiry is when a response that ran now with status stops being
-// replayed, or zero if it is not stored. It is this server's reading of
-// the guard's record expiry, which the guard computes a moment later.
+// freshExpiry is when a response that ran now with status, and is sent
+// before its record is written (it was flushed), stops being replayed, or
+// zero if it is not stored: this server's reading of the record's expiry,
+// which the guard computes when the handler returns, so never later than
+// the record's.
 func (m *middleware) freshExpiry(status int, ttl time.Duration) time.Time {
-	if !m.c.policy(status) {
+	if !m.c.stores(status) {
 		return time.Time{}
 	}
 	return m.g.Now().Add(ttl)
 }
 
 // setHeaders sets the status header (unless status is "") and the expiry
-// header (unless expires is zero) in h.
+// header (unless expires is zero) in h. The expiry is rounded up to the
+// second, as the stores keep it, so that every replay says the same.
 func (m *middleware) setHeaders(h http.Header, status string, expires time.Time) {
 	if status != "" && m.c.statusHeader != "" {
 		h.Set(m.c.statusHeader, status)
 	}
 	if !expires.IsZero() && m.c.expiresHeader != "" {
-		h.Set(m.c.expiresHeader, expires.UTC().Format(http.TimeFormat))
+		h.Set(m.c.expiresHeader, idemkey.Expires(expires).UTC().Format(http.TimeFormat))
 	}
 }
 
 // serve writes a stored (or buffered) response with the middleware's
-// headers.
+// headers, and its trailers after its body. A response that was sent
+// without a Content-Type is replayed without one: net/http does not sniff
+// it.
 func (m *middleware) serve(w http.ResponseWriter, resp *response, status string, expires time.Time) {
 	h := w.Header()
-	for name, values := range resp.header {
+	for name, values := range resp.Header {
 		h[name] = slices.Clone(values) // a shared response's slices stay untouched
 	}
+	if _, ok := resp.Header["Content-Type"]; !ok {
+		h["Content-Type"] = nil
+	}
 	m.setHeaders(h, status, expires)
-	w.WriteHeader(resp.status)
-	if len(resp.body) > 0 {
-		_, _ = w.Write(resp.body)
+	if len(resp.Trailer) > 0 {
+		names := make([]string, 0, len(resp.Trailer))
+		for name := range resp.Trailer {
+			names = append(names, name)
+		}
+		slices.Sort(names)
+		h.Set("Trailer", strings.Join(names, ", "))
+		h.Del("Content-Length")
+	}
+	w.WriteHeader(resp.Status)
+	if len(resp.Body) > 0 {
+		_, _ = w.Write(resp.Body)
+	}
+	for name, values := range resp.Trailer {
+		h[name] = slices.Clone(values)
 	}
 }
 
@@ -256,11 +333,10 @@ func (m *middleware) refuse(w http.ResponseWriter, r *http.Request, err error, s
 	case errors.Is(err, guard.ErrPayloadMismatch):
 		m.writeProblem(w, problemKeyReused, fmt.Sprintf("This %s was first used with a different request (method, path, query or body). A key must not be reused for another request; send this request with a new key.", m.c.keyHeader), 0)
 	case errors.Is(err, guard.ErrResultUnavailable):
-		if !st.ExpiresAt.IsZero() && m.c.expiresHeader != "" {
-			w.Header().Set(m.c.expiresHeader, st.ExpiresAt.UTC().Format(http.TimeFormat))
-		}
+		m.setHeaders(w.Header(), "", st.ExpiresAt)
 		m.writeProblem(w, problemResponseUnavailable, fmt.Sprintf("The request with this %s was processed, but its response was too large to keep, so it cannot be replayed. It will not be processed again: look up its result instead of retrying.", m.c.keyHeader), 0)
 	case errors.Is(err, guard.ErrStore):
+		m.c.StoreFailed(r.Context(), m.health, "503", err, slog.String("method", r.Method), slog.String("path", r.URL.Path))
 		m.writeProblem(w, problemStoreUnavailable, "The request was not processed: its idempotency record could not be read or written. Retrying the same request is safe.", 1)
 	case errors.Is(err, guard.ErrInvalidInput):
 		m.writeProblem(w, problemRequestUnkeyable, "The request cannot be keyed: its route or caller is not valid UTF-8.", 0)

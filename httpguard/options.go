@@ -7,10 +7,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/idemkey"
 )
 
-// Defaults used when an option is not given.
+// Names and values of the headers, the IETF httpapi draft's and the
+// ASP.NET idempotency middleware's.
 const (
 	// DefaultKeyHeader is the request header that carries the key, as the
 	// IETF httpapi draft names it.
@@ -26,17 +28,6 @@ const (
 	// for a shorter or longer record life, in seconds, when
 	// [WithRequestTTL] allows it.
 	ExpirySecondsHeader = "Idempotency-Expiry-Seconds"
-	// DefaultScope is the guard scope of the middleware's keys.
-	DefaultScope = "http"
-	// DefaultTTL is how long a stored response is replayed: Stripe keeps
-	// keys for at least 24 hours.
-	DefaultTTL = 24 * time.Hour
-	// DefaultMaxBodyBytes bounds the request body read to fingerprint it.
-	DefaultMaxBodyBytes = 1 << 20
-	// DefaultMaxResponseBytes bounds the response body stored for replays.
-	// 256 KiB fits in a DynamoDB item (400 KB) even when it does not
-	// compress.
-	DefaultMaxResponseBytes = 256 << 10
 	// DefaultProblemBase is prefixed to each problem's name to make its
 	// RFC 9457 "type": the section of docs/http.md that describes it.
 	DefaultProblemBase = "https://github.com/idemguard/idemguard/blob/main/docs/http.md#"
@@ -49,22 +40,11 @@ const (
 	StatusReleased = "released" // the handler ran, but its response was not stored: a retry runs again
 )
 
+// defaultMaxBody bounds the body the middleware reads by default.
+const defaultMaxBody = 1 << 20
+
 // Option configures the middleware.
 type Option func(*config)
-
-// StatusPolicy decides from a response's status code whether the response
-// is stored and replayed (true) or the key is released so that the
-// client's retry runs the handler again (false).
-type StatusPolicy func(status int) bool
-
-// StoreBelow500 stores every response but 5xx: the default. A 4xx is the
-// answer to the request as sent (the IETF draft: a completed duplicate
-// gets the original result, success or error); a 5xx says the server
-// failed, and the client's retry deserves another attempt.
-func StoreBelow500(status int) bool { return status < 500 }
-
-// StoreAll stores every response, 5xx included, as Stripe does.
-func StoreAll(int) bool { return true }
 
 type config struct {
 	idemkey.Settings
@@ -75,7 +55,7 @@ type config struct {
 	principal     func(*http.Request) string
 	fingerprint   func(*http.Request, []byte) string
 	maxRequestTTL time.Duration // 0: the request header is ignored
-	policy        StatusPolicy
+	policy        func(status int) bool
 	setCookie     bool
 	maxBody       int64
 	statusHeader  string
@@ -85,16 +65,44 @@ type config struct {
 
 func defaults() config {
 	return config{
-		Settings:      idemkey.NewSettings("httpguard", DefaultScope, DefaultTTL, DefaultMaxResponseBytes),
+		Settings:      idemkey.NewSettings("httpguard", idemkey.HTTPScope),
 		methods:       map[string]bool{http.MethodPost: true, http.MethodPatch: true},
 		keyHeader:     DefaultKeyHeader,
 		fingerprint:   DefaultFingerprint,
-		policy:        StoreBelow500,
-		maxBody:       DefaultMaxBodyBytes,
+		policy:        successful,
+		maxBody:       defaultMaxBody,
 		statusHeader:  DefaultStatusHeader,
 		expiresHeader: DefaultExpiresHeader,
 		problemBase:   DefaultProblemBase,
 	}
+}
+
+// successful is the default status policy: 2xx and 3xx.
+func successful(status int) bool { return status < 400 }
+
+// retryLater are the statuses never stored, whatever the policy: they ask
+// the client to come back later, and a stored one would be replayed, with
+// its stale Retry-After, for the record's whole life.
+func retryLater(status int) bool {
+	return status == http.StatusRequestTimeout || status == http.StatusTooEarly || status == http.StatusTooManyRequests
+}
+
+// stores reports whether a response with status is stored.
+func (c *config) stores(status int) bool { return !retryLater(status) && c.policy(status) }
+
+// WithGuardOptions passes guard call options to every guarded request,
+// such as guard.WithTTL (default 24 hours), guard.WithWait (default: wait
+// up to 30 s for an in-flight duplicate), guard.WithReject (answer a
+// duplicate 409 at once), guard.WithLease or guard.WithWaitBackoff. They
+// win over the defaults given to guard.New, which win over the
+// middleware's own. The middleware sets the key (path and requirement),
+// the payload validation (see [WithFingerprint]), the codec, the definite
+// errors (a response [WithStatusPolicy] does not store is an error that
+// releases the key) and the outcome hook of its calls itself; options that set those here or on the guard do not apply to its
+// calls. guard.WithKey and guard.WithClaimToken, which name one call, are
+// refused.
+func WithGuardOptions(opts ...guard.CallOption) Option {
+	return func(c *config) { c.AddGuardOptions(opts) }
 }
 
 // WithMethods sets the request methods the middleware guards (default POST
@@ -124,16 +132,12 @@ func WithSkip(skip func(*http.Request) bool) Option {
 // their own.
 func WithKeyHeader(name string) Option {
 	return func(c *config) {
-		if name == "" {
-			c.Fail("empty key header name")
-			return
-		}
-		c.keyHeader = http.CanonicalHeaderKey(name)
+		idemkey.Set(&c.Settings, &c.keyHeader, http.CanonicalHeaderKey(name), name != "", "empty key header name")
 	}
 }
 
-// WithKeyLength bounds a key's length in bytes (default 1 to 255, Stripe's
-// limit). Keys outside the bounds get 400.
+// WithKeyLength bounds a key's length in bytes (default 1 to 256, the
+// ASP.NET middleware's limit). Keys outside the bounds get 400.
 func WithKeyLength(min, max int) Option {
 	return func(c *config) { c.SetKeyLength(min, max) }
 }
@@ -149,14 +153,14 @@ func WithKeyPattern(pattern *regexp.Regexp) Option {
 // (Idempotency-Key: 8e03978e-…, as Stripe's clients send it) is accepted
 // too and means the same key as its quoted form.
 func WithStrictKey() Option {
-	return func(c *config) { c.Rules.Strict = true }
+	return func(c *config) { c.SetStrictKey() }
 }
 
 // WithKeyOptional lets a request without a key through to the handler,
 // unguarded, instead of answering 400. A key that is present is still
 // validated.
 func WithKeyOptional() Option {
-	return func(c *config) { c.KeyOptional = true }
+	return func(c *config) { c.SetKeyOptional() }
 }
 
 // WithRoute sets how a request's route is named in its key, for routers
@@ -166,13 +170,7 @@ func WithKeyOptional() Option {
 // before the middleware ran, the pattern the ServeMux would route it to when
 // the middleware wraps the ServeMux itself, and else the URL path.
 func WithRoute(route func(*http.Request) string) Option {
-	return func(c *config) {
-		if route == nil {
-			c.Fail("nil route function")
-			return
-		}
-		c.route = route
-	}
+	return func(c *config) { idemkey.Set(&c.Settings, &c.route, route, route != nil, "nil route function") }
 }
 
 // WithPrincipal sets how the authenticated caller of a request is named
@@ -181,15 +179,24 @@ func WithRoute(route func(*http.Request) string) Option {
 // that the same Idempotency-Key sent by two callers names two records: one
 // caller can never be replayed another's response, nor block or probe
 // another's key. A request for which principal returns "" is refused with
-// 403; install the authentication middleware before this one.
+// 403; install the authentication middleware before this one. Without
+// this option, keys are scoped by the request's Authorization header (see
+// [WithSharedKeys]).
 func WithPrincipal(principal func(*http.Request) string) Option {
 	return func(c *config) {
-		if principal == nil {
-			c.Fail("nil principal function")
-			return
-		}
-		c.principal = principal
+		idemkey.Set(&c.Settings, &c.principal, principal, principal != nil, "nil principal function")
 	}
+}
+
+// WithSharedKeys stops scoping keys by the caller's credentials, for
+// public endpoints whose callers send none. By default, without
+// [WithPrincipal], the SHA-256 of the request's Authorization header is
+// part of every key, so that two callers with different credentials never
+// share a record: the same key sent with another Authorization is another
+// request. APIs that authenticate callers otherwise (a cookie, a client
+// certificate, an API-key header) should name them with WithPrincipal.
+func WithSharedKeys() Option {
+	return func(c *config) { c.SetSharedKeys() }
 }
 
 // WithFingerprint sets how a request is fingerprinted (default
@@ -204,17 +211,10 @@ func WithFingerprint(fingerprint func(r *http.Request, body []byte) string) Opti
 }
 
 // WithScope sets the guard scope of the middleware's keys (default
-// [DefaultScope]). The scope names the keys in the store and labels the
-// guard's metrics; give each API sharing a store its own.
+// "http"). The scope names the keys in the store and labels the guard's
+// metrics; give each API sharing a store its own.
 func WithScope(scope string) Option {
 	return func(c *config) { c.SetScope(scope) }
-}
-
-// WithTTL sets how long a stored response is replayed (default
-// [DefaultTTL]); after it the key runs afresh. It applies instead of the
-// guard's default TTL.
-func WithTTL(ttl time.Duration) Option {
-	return func(c *config) { c.SetTTL(ttl) }
 }
 
 // WithRequestTTL lets clients set a request's record life with the
@@ -223,50 +223,25 @@ func WithTTL(ttl time.Duration) Option {
 // 400. Without this option the header is ignored.
 func WithRequestTTL(max time.Duration) Option {
 	return func(c *config) {
-		if max < time.Second {
-			c.Fail("the most a request may ask for must be at least a second, got %v", max)
-			return
-		}
-		c.maxRequestTTL = max
+		idemkey.Set(&c.Settings, &c.maxRequestTTL, max, max >= time.Second, "the most a request may ask for must be at least a second, got %v", max)
 	}
-}
-
-// WithLease sets the in-progress lease of a request's claim (default: the
-// guard's; see guard.WithLease). The guard extends the lease while the
-// handler runs, so the lease is not a time limit on the handler: it is how
-// long a key stays blocked after a server dies mid-request, and so the
-// Retry-After a duplicate gets in reject mode. A few seconds suits most
-// APIs.
-func WithLease(lease time.Duration) Option {
-	return func(c *config) { c.SetLease(lease) }
-}
-
-// WithWait makes a duplicate that arrives while the first request runs
-// wait up to budget for the first one's response and answer with it,
-// instead of getting 409 at once (the default, reject mode). A duplicate
-// still waiting when the budget ends gets 409.
-func WithWait(budget time.Duration) Option {
-	return func(c *config) { c.SetWait(budget) }
 }
 
 // WithStatusPolicy sets which responses are stored, by status code
-// (default [StoreBelow500]). A response the policy refuses is served and
-// the key released, so the client's retry runs the handler again.
-func WithStatusPolicy(policy StatusPolicy) Option {
-	return func(c *config) {
-		if policy == nil {
-			c.Fail("nil status policy")
-			return
-		}
-		c.policy = policy
-	}
+// (default: 2xx and 3xx). A response that is not stored is served, and the
+// key is released, so that the client's retry runs the handler again. 408,
+// 425 and 429 are never stored, whatever the policy: they ask the client
+// to come back later.
+func WithStatusPolicy(store func(status int) bool) Option {
+	return func(c *config) { idemkey.Set(&c.Settings, &c.policy, store, store != nil, "nil status policy") }
 }
 
-// WithCacheErrorResponses stores 5xx responses too ([StoreAll]), like the
-// CacheErrorResponses switch of ASP.NET idempotency middleware and like
-// Stripe's API: a retry then gets the same 500 instead of another attempt.
+// WithCacheErrorResponses stores 4xx and 5xx responses too (but 408, 425
+// and 429), as the ASP.NET middleware's CacheErrorResponses does and as
+// Stripe stores 500s: a client that retries a failed request gets the
+// same failure instead of another attempt, until the key expires.
 func WithCacheErrorResponses() Option {
-	return WithStatusPolicy(StoreAll)
+	return WithStatusPolicy(func(int) bool { return true })
 }
 
 // WithSetCookieReplay stores and replays Set-Cookie response headers.
@@ -277,23 +252,20 @@ func WithSetCookieReplay() Option {
 }
 
 // WithMaxBodyBytes bounds the request body the middleware reads to
-// fingerprint it (default [DefaultMaxBodyBytes]). A larger body gets 413
-// before the handler runs and before any record is written.
+// fingerprint it (default 1 MiB). A larger body gets 413 before the
+// handler runs and before any record is written.
 func WithMaxBodyBytes(n int64) Option {
 	return func(c *config) {
-		if n < 0 {
-			c.Fail("max body bytes must not be negative, got %d", n)
-			return
-		}
-		c.maxBody = n
+		idemkey.Set(&c.Settings, &c.maxBody, n, n >= 0, "max body bytes must not be negative, got %d", n)
 	}
 }
 
 // WithMaxResponseBytes bounds the response body stored for replays
-// (default [DefaultMaxResponseBytes]). A larger response is served in
-// full, streamed to the client once it passes the bound, and recorded
-// without its body, so the handler never runs twice for its key; a replay
-// then gets 410 Gone (see docs/http.md, "response-unavailable").
+// (default 256 KiB, which fits in a DynamoDB item even when it does not
+// compress). A larger response is served in full, streamed to the client
+// once it passes the bound, and recorded without its body, so the handler
+// never runs twice for its key; a replay then gets 410 Gone (see
+// docs/http.md, "response-unavailable").
 func WithMaxResponseBytes(n int) Option {
 	return func(c *config) { c.SetMaxResponse(n) }
 }
@@ -321,8 +293,9 @@ func WithProblemBase(base string) Option {
 }
 
 // WithLogger sets where the middleware logs what an operator must know: a
-// response served but not recorded (a store failure after the handler
-// ran). The default is slog.Default().
+// request refused because the store failed (with the cause), a response
+// served but not recorded (a store failure after the handler ran). The
+// default is slog.Default().
 func WithLogger(l *slog.Logger) Option {
-	return func(c *config) { c.Logger = l }
+	return func(c *config) { c.SetLogger(l) }
 }

@@ -202,7 +202,7 @@ func TestLogger(t *testing.T) {
 	h := &counting{}
 	// A 1 s lease: the guard retries the completion while the lease holds.
 	g := newGuard(t, unrecorded{memoryStore()}, guard.WithLogger(slog.New(slog.DiscardHandler)))
-	srv := serve(t, g, h, httpguard.WithLease(time.Second), httpguard.WithLogger(logs.Logger()))
+	srv := serve(t, g, h, httpguard.WithGuardOptions(guard.WithLease(time.Second)), httpguard.WithLogger(logs.Logger()))
 	r := post(t, srv.Client(), srv.URL+"/payments", "key-log", "x")
 	if r.status != http.StatusCreated || !strings.Contains(string(r.body), `"run":1`) {
 		t.Errorf("response: %d %s, want the handler's 201", r.status, r.body)

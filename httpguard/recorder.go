@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/idemguard/idemguard/internal/respfmt"
 )
 
 // recorder is the http.ResponseWriter a guarded handler writes to. It
@@ -15,7 +17,8 @@ import (
 // sends it itself (commits) only when it must: when the handler flushes,
 // or when the body passes the bound on stored responses. A committed
 // response streams to the client from then on; its bytes are still kept
-// for the store while they fit.
+// for the store while they fit, and it is stored with the header it was
+// sent with.
 //
 // It does not implement http.Hijacker: a hijacked connection's bytes could
 // be neither stored nor replayed, so hijacking a guarded request fails
@@ -29,7 +32,7 @@ type recorder struct {
 	header     http.Header
 	status     int
 	body       []byte
-	committed  bool
+	sent       http.Header // the header as sent, once committed
 	unstorable bool
 	done       bool // the handler returned: later writes fail
 }
@@ -70,7 +73,7 @@ func (r *recorder) Write(p []byte) (int, error) {
 		r.status = http.StatusOK
 	}
 	if !r.unstorable && len(r.body)+len(p) > r.max {
-		if !r.committed {
+		if r.sent == nil {
 			if err := r.commitLocked(); err != nil {
 				return 0, err
 			}
@@ -80,7 +83,7 @@ func (r *recorder) Write(p []byte) (int, error) {
 	if !r.unstorable {
 		r.body = append(r.body, p...)
 	}
-	if r.committed {
+	if r.sent != nil {
 		return r.w.Write(p)
 	}
 	return len(p), nil
@@ -97,7 +100,7 @@ func (r *recorder) FlushError() error {
 	if r.done {
 		return errWriteAfterReturn
 	}
-	if !r.committed {
+	if r.sent == nil {
 		if r.status == 0 {
 			r.status = http.StatusOK
 		}
@@ -120,18 +123,20 @@ func (r *recorder) SetWriteDeadline(t time.Time) error {
 	return http.NewResponseController(r.w).SetWriteDeadline(t)
 }
 
-// commitLocked sends the status, the headers and the body so far; r.mu is
-// held.
+// commitLocked sends the status, the headers and the body so far, and
+// keeps the header as sent; r.mu is held. The Content-Type net/http would
+// sniff from the body so far is made explicit, so that it is stored as it
+// was sent.
 func (r *recorder) commitLocked() error {
-	r.committed = true
 	h := r.w.Header()
 	for name, values := range r.header {
-		h[name] = values
+		h[name] = append([]string(nil), values...)
 	}
-	if _, ok := r.header["Content-Type"]; !ok && len(r.body) > 0 {
+	if sniffs(h, r.status, r.body) {
 		h.Set("Content-Type", http.DetectContentType(r.body))
 	}
 	r.commit(h, r.status)
+	r.sent = h.Clone()
 	r.w.WriteHeader(r.status)
 	if len(r.body) > 0 {
 		if _, err := r.w.Write(r.body); err != nil {
@@ -141,12 +146,22 @@ func (r *recorder) commitLocked() error {
 	return nil
 }
 
+// sniffs reports whether net/http would sniff the Content-Type of a
+// response with header h, status and a first write of body.
+func sniffs(h http.Header, status int, body []byte) bool {
+	_, typed := h["Content-Type"]
+	return !typed && len(body) > 0 && bodyAllowed(status) && h.Get("Content-Encoding") == "" && h.Get("Transfer-Encoding") == ""
+}
+
 // finish ends the handler's writes and returns what is stored: the
 // response with its replay-safe headers (see replaySafe; drop names the
-// middleware's own headers), or an unstorable one; and, unless the
-// response was committed, the response to send now, with every header the
-// handler set. Both carry the Content-Type net/http would sniff and the
-// Content-Length, so that a replay is framed as the first response was.
+// middleware's own headers) and its trailers, or an unstorable one; and,
+// unless the response was committed, the response to send now. A
+// committed response is stored with the header it was sent with (what the
+// handler set after the commit never reached the client), and its
+// trailers are handed to the client's writer, for net/http to send. A
+// buffered one carries the Content-Type net/http would sniff and, without
+// trailers, its Content-Length, so that its replays are framed as it was.
 func (r *recorder) finish(setCookie bool, drop ...string) (stored, fresh *response) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -154,25 +169,73 @@ func (r *recorder) finish(setCookie bool, drop ...string) (stored, fresh *respon
 	if r.status == 0 {
 		r.status = http.StatusOK
 	}
-	stored = &response{status: r.status, unstorable: r.unstorable}
+	header := r.header
+	if r.sent != nil {
+		header = r.sent
+	}
+	trailer := trailers(header, r.header)
+	if r.sent != nil {
+		// The client's writer has the declaration (the Trailer header was
+		// sent); it needs the values.
+		h := r.w.Header()
+		for name, values := range trailer {
+			h[http.TrailerPrefix+name] = values
+		}
+	}
+	stored = &response{HTTP: respfmt.HTTP{Status: r.status}, unstorable: r.unstorable}
 	if r.unstorable {
 		return stored, nil
 	}
-	stored.body = r.body
-	stored.header = replaySafe(r.header, setCookie, drop)
-	fresh = &response{status: r.status, header: r.header, body: r.body}
-	for _, h := range []http.Header{stored.header, fresh.header} {
-		if _, ok := r.header["Content-Type"]; !ok && len(r.body) > 0 {
+	stored.Body, stored.Trailer = r.body, trailer
+	stored.Header = replaySafe(header, setCookie, drop)
+	if r.sent != nil {
+		return stored, nil
+	}
+	fresh = &response{HTTP: respfmt.HTTP{Status: r.status, Header: header.Clone(), Body: r.body, Trailer: trailer}}
+	for _, h := range []http.Header{stored.Header, fresh.Header} {
+		for name := range trailer {
+			delete(h, name)
+			delete(h, http.TrailerPrefix+name)
+		}
+		delete(h, "Trailer")
+		if sniffs(h, r.status, r.body) {
 			h.Set("Content-Type", http.DetectContentType(r.body))
 		}
-		if bodyAllowed(r.status) {
+		if bodyAllowed(r.status) && len(trailer) == 0 {
 			h.Set("Content-Length", strconv.Itoa(len(r.body)))
 		}
 	}
-	if r.committed {
-		fresh = nil
-	}
 	return stored, fresh
+}
+
+// trailers returns the trailers of a response whose header was declared
+// (the Trailer field) in declared and whose values are now in now: the
+// declared names, and those set with http.TrailerPrefix. It returns nil
+// for none.
+func trailers(declared, now http.Header) http.Header {
+	var out http.Header
+	add := func(name string, values []string) {
+		if len(values) == 0 {
+			return
+		}
+		if out == nil {
+			out = make(http.Header)
+		}
+		out[http.CanonicalHeaderKey(name)] = append([]string(nil), values...)
+	}
+	for _, v := range declared["Trailer"] {
+		for _, name := range strings.Split(v, ",") {
+			if name = strings.TrimSpace(name); name != "" {
+				add(name, now[http.CanonicalHeaderKey(name)])
+			}
+		}
+	}
+	for name, values := range now {
+		if t, ok := strings.CutPrefix(name, http.TrailerPrefix); ok {
+			add(t, values)
+		}
+	}
+	return out
 }
 
 // bodyAllowed reports whether a response with status may have a body.
@@ -189,7 +252,7 @@ var hopByHop = map[string]bool{
 	"Proxy-Authenticate":  true,
 	"Proxy-Authorization": true,
 	"Te":                  true,
-	"Trailer":             true,
+	"Trailer":             true, // replayed from the stored trailers
 	"Transfer-Encoding":   true,
 	"Upgrade":             true,
 	"Content-Length":      true, // set from the stored body
@@ -203,6 +266,11 @@ func replaySafe(h http.Header, setCookie bool, drop []string) http.Header {
 	out := make(http.Header, len(h))
 	named := map[string]bool{}
 	for _, v := range h["Connection"] {
+		for _, f := range strings.Split(v, ",") {
+			named[http.CanonicalHeaderKey(strings.TrimSpace(f))] = true
+		}
+	}
+	for _, v := range h["Trailer"] {
 		for _, f := range strings.Split(v, ",") {
 			named[http.CanonicalHeaderKey(strings.TrimSpace(f))] = true
 		}

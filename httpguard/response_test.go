@@ -1,43 +1,30 @@
 package httpguard
 
 import (
-	"bytes"
 	"errors"
 	"net/http"
 	"reflect"
 	"testing"
+
+	"github.com/idemguard/idemguard/internal/respfmt"
 )
 
-func TestCodecRoundTrip(t *testing.T) {
-	in := &response{
-		status: 201,
-		header: http.Header{"Content-Type": {"application/json"}, "X-Multi": {"a", "", "c"}, "Empty": {}},
-		body:   []byte("\x00\xffbinary body"),
-	}
+// The codec is respfmt's HTTP format (tested there) around a response
+// that may be unstorable.
+func TestCodec(t *testing.T) {
+	in := &response{HTTP: respfmt.HTTP{Status: 201, Header: http.Header{"A": {"b"}}, Body: []byte("body")}}
 	b, err := codec{}.Marshal(in)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b2, _ := codec{}.Marshal(in)
-	if !bytes.Equal(b, b2) {
-		t.Error("encoding is not deterministic")
-	}
 	var out *response
-	if err := (codec{}).Unmarshal(b, &out); err != nil {
-		t.Fatal(err)
-	}
-	if out.status != in.status || !bytes.Equal(out.body, in.body) || !reflect.DeepEqual(out.header, http.Header{"Content-Type": {"application/json"}, "X-Multi": {"a", "", "c"}, "Empty": {}}) {
-		t.Errorf("round trip: %+v, want %+v", out, in)
-	}
-	// Every truncation is corrupt or decodes to less, never panics.
-	for i := range len(b) {
-		var r *response
-		_ = codec{}.Unmarshal(b[:i], &r)
+	if err := (codec{}).Unmarshal(b, &out); err != nil || out.Status != 201 || string(out.Body) != "body" || out.unstorable {
+		t.Errorf("round trip: %+v, %v", out, err)
 	}
 	if err := (codec{}).Unmarshal([]byte(`{"json":true}`), &out); err == nil {
 		t.Error("foreign data decoded")
 	}
-	if _, err := (codec{}).Marshal(&response{status: 200, unstorable: true}); !errors.Is(err, errTooLarge) {
+	if _, err := (codec{}).Marshal(&response{HTTP: respfmt.HTTP{Status: 200}, unstorable: true}); !errors.Is(err, errTooLarge) {
 		t.Errorf("unstorable response: %v, want errTooLarge", err)
 	}
 }

@@ -58,7 +58,7 @@ func ExampleWithPrincipal() {
 	g, _ := guard.New(memory.New())
 	mw := httpguard.Middleware(g,
 		httpguard.WithPrincipal(func(r *http.Request) string { return r.Header.Get("X-Account") }),
-		httpguard.WithLease(5*time.Second), // a short Retry-After for duplicates
+		httpguard.WithGuardOptions(guard.WithLease(5*time.Second)), // a short Retry-After for duplicates
 	)
 	h := mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "transfer for %s", r.Header.Get("X-Account"))

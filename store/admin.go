@@ -59,7 +59,10 @@ type Page struct {
 // until someone deletes them (PostgreSQL keeps rows; DynamoDB and Redis
 // expire items themselves). Purge deletes the records that expired before
 // before, in batches that do not block live claims, and returns how many it
-// deleted.
+// deleted. It deletes what it is asked to, live or not: callers must not
+// pass a before later than now less their clock-skew tolerance, since a
+// record that expired before it may still be live for a guard whose clock
+// runs behind, and deleting it lets a retry run its side effect again.
 type Purger interface {
 	Purge(ctx context.Context, before time.Time) (int64, error)
 }

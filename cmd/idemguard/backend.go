@@ -14,6 +14,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/feature/ec2/imds"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/jackc/pgx/v5/pgxpool"
 	goredis "github.com/redis/go-redis/v9"
@@ -223,12 +224,17 @@ func isLoopback(endpoint string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// localCredentials are what DynamoDB Local is given: it accepts any.
+// localCredentials are the CLI's fallback for DynamoDB Local when the
+// SDK's credential chain yields none: DynamoDB Local accepts any.
 type localCredentials struct{}
 
 func (localCredentials) Retrieve(context.Context) (aws.Credentials, error) {
 	return aws.Credentials{AccessKeyID: "local", SecretAccessKey: "local", Source: "idemguard"}, nil
 }
+
+// localCredentialTimeout bounds the look for credentials for DynamoDB
+// Local.
+const localCredentialTimeout = 5 * time.Second
 
 func openDynamoDB(ctx context.Context, p *parsedURL) (*backend, error) {
 	var opts []func(*awsconfig.LoadOptions) error
@@ -240,17 +246,37 @@ func openDynamoDB(ctx context.Context, p *parsedURL) (*backend, error) {
 	}
 	local := p.endpoint != "" && isLoopback(p.endpoint)
 	if local {
-		// DynamoDB Local: any region and credentials will do, and the SDK's
-		// credential chain is not consulted, so nothing tries the EC2
-		// metadata endpoint.
-		if p.region == "" {
-			opts = append(opts, awsconfig.WithRegion("us-east-1"))
-		}
-		opts = append(opts, awsconfig.WithCredentialsProvider(aws.NewCredentialsCache(localCredentials{})))
+		// DynamoDB Local is on this machine: nothing should ask the EC2
+		// metadata endpoint for credentials.
+		opts = append(opts, awsconfig.WithEC2IMDSClientEnableState(imds.ClientDisabled))
 	}
 	cfg, err := awsconfig.LoadDefaultConfig(ctx, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("loading the AWS configuration: %w", err)
+	}
+	localDB := ""
+	if local {
+		// DynamoDB Local started without -sharedDb (its default) keeps one
+		// database per access key and region: sign as the application
+		// does, with the SDK's credential chain and region, and fall back
+		// to fixed ones only when the chain yields none.
+		if cfg.Region == "" {
+			cfg.Region = "us-east-1"
+		}
+		key := ""
+		if cfg.Credentials != nil {
+			cctx, cancel := context.WithTimeout(ctx, localCredentialTimeout)
+			c, err := cfg.Credentials.Retrieve(cctx)
+			cancel()
+			if err == nil {
+				key = c.AccessKeyID
+			}
+		}
+		if key == "" {
+			cfg.Credentials = aws.NewCredentialsCache(localCredentials{})
+			key = "local"
+		}
+		localDB = fmt.Sprintf(" (DynamoDB Local: the database of access key %s, region %s)", key, cfg.Region)
 	}
 	if cfg.Region == "" {
 		return nil, errors.New("no AWS region: add ?region=REGION to the store URL, or set AWS_REGION")
@@ -272,7 +298,7 @@ func openDynamoDB(ctx context.Context, p *parsedURL) (*backend, error) {
 	}
 	where := "region " + cfg.Region
 	if p.endpoint != "" {
-		where = p.endpoint
+		where = p.endpoint + localDB
 	}
 	return &backend{store: s, kind: "dynamodb", desc: fmt.Sprintf("DynamoDB table %s at %s", p.table, where),
 		ddb: client, table: p.table, ddbOpts: p.ddbOpts}, nil

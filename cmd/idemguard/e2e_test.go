@@ -298,7 +298,7 @@ var recordSchema = map[string]string{
 	"expires_in_seconds": "number",
 	"lease_expires_at":   "time|null",
 	"lease_left_seconds": "number|null",
-	"result_kind":        "string",
+	"result_kind":        "string|null",
 	"result_size":        "integer",
 }
 
@@ -435,26 +435,37 @@ func checkReleaseJSON(t *testing.T, out string) releaseJSON {
 }
 
 // checkResultSchema checks a result object: its format, and exactly the
-// fields that format has.
+// fields that format has (those after "|" optional).
 func checkResultSchema(t *testing.T, res map[string]any) {
 	t.Helper()
-	fields := map[string][]string{
-		"json":              {"format", "value"},
-		"temporal-failure":  {"format", "value"},
-		"temporal-payloads": {"format", "payloads"},
-		"base64":            {"format", "base64"},
+	fields := map[string]string{
+		"json":              "format value",
+		"http-response":     "format status header|value text base64 trailer",
+		"grpc-message":      "format type|value base64",
+		"grpc-status":       "format value",
+		"temporal-failure":  "format value",
+		"temporal-payloads": "format payloads",
+		"base64":            "format base64",
 	}
 	format, _ := res["format"].(string)
-	want, ok := fields[format]
+	spec, ok := fields[format]
 	if !ok {
-		t.Fatalf("result format %q, want one of json, temporal-failure, temporal-payloads, base64", format)
+		t.Fatalf("result format %q, want one of json, http-response, grpc-message, grpc-status, temporal-failure, temporal-payloads, base64", format)
 	}
-	if len(res) != len(want) {
-		t.Errorf("result %v has fields other than %q", res, want)
-	}
-	for _, f := range want {
+	required, optional, _ := strings.Cut(spec, "|")
+	allowed := map[string]bool{}
+	for _, f := range strings.Fields(required) {
+		allowed[f] = true
 		if _, ok := res[f]; !ok {
 			t.Errorf("result of format %s lacks %q", format, f)
+		}
+	}
+	for _, f := range strings.Fields(optional) {
+		allowed[f] = true
+	}
+	for f := range res {
+		if !allowed[f] {
+			t.Errorf("result of format %s has field %q", format, f)
 		}
 	}
 	if format != "temporal-payloads" {

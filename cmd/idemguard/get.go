@@ -30,12 +30,15 @@ func (a *app) getCmd() *cobra.Command {
 		Long: `get shows the record stored under KEY: its status and state (live, stuck:
 in progress with a lapsed lease, or expired), when its lease ends and how
 long is left, when it expires and how long is left, its payload hash, the
-kind and size of its result and the result itself (JSON pretty-printed;
-Temporal payloads with their encoding metadata; anything else in base64),
-and the start of its fencing token.
+kind and size of its result and the result itself (JSON pretty-printed; a
+response httpguard stored as its status, headers, body and trailers; one
+grpcguard stored as its message or status; Temporal payloads with their
+encoding metadata; anything else in base64), and the start of its fencing
+token. An in-progress record has no result (--json: result_kind null).
 
 Exit status 1 when there is no record under KEY.`,
 		Example: `  idemguard get 'charge#3f1c…' --store dynamodb://idempotency
+  idemguard get "$(idemguard key --http --route 'POST /payments' --idempotency-key 8e03978e-… --authorization-env AUTH)"
   idemguard get "$(idemguard key --scope charge order.json)" --json | jq .result`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {

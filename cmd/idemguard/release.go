@@ -26,7 +26,7 @@ type refusal struct{ reason string }
 
 func (r *refusal) Error() string { return r.reason }
 
-// releaseStuck clears rec, a record read at time at (the operator's clock
+// releaseStuck clears rec, a record read at now and judged at time at (now
 // less the skew tolerance), if it is a stuck claim: in progress, its lease
 // lapsed. It returns a *refusal, and changes nothing, when rec is not stuck
 // or stopped being stuck since it was read.
@@ -41,8 +41,12 @@ func (r *refusal) Error() string { return r.reason }
 // nothing changes. Then it deletes its own claim, conditional on its own
 // token. The old holder, if it is still running somewhere, is fenced out
 // exactly as after a takeover: its Extend and Complete fail with
-// guard.ErrLeaseLost.
-func releaseStuck(ctx context.Context, s store.Store, rec *store.Record, at time.Time) error {
+// guard.ErrLeaseLost. The CLI's own claim lives from now, not from at, so
+// that a skew beyond a store's expiry grace (Redis deletes a key whose
+// expiry plus the grace has passed) does not expire it as it is written;
+// if it is gone anyway when release deletes it, the stuck claim is gone
+// too, and that is what is reported.
+func releaseStuck(ctx context.Context, s store.Store, rec *store.Record, now, at time.Time) error {
 	switch {
 	case rec.Status != store.StatusInProgress:
 		return &refusal{fmt.Sprintf("%s is %s, not a stuck claim; to delete it anyway (the next call with this key then runs again), use --force", rec.Key, rec.Status)}
@@ -58,8 +62,8 @@ func releaseStuck(ctx context.Context, s store.Store, rec *store.Record, at time
 		Key:            rec.Key,
 		Status:         store.StatusInProgress,
 		Token:          releaseTokenPrefix + hex.EncodeToString(b[:]),
-		ExpiresAt:      at.Add(2 * releaseHold),
-		LeaseExpiresAt: at.Add(releaseHold),
+		ExpiresAt:      now.Add(2 * releaseHold),
+		LeaseExpiresAt: now.Add(releaseHold),
 	}
 	old, err := s.Acquire(ctx, mine, at)
 	if errors.Is(err, store.ErrConflict) {
@@ -76,7 +80,13 @@ func releaseStuck(ctx context.Context, s store.Store, rec *store.Record, at time
 	if err != nil {
 		return fmt.Errorf("taking over the stuck claim: %w", err)
 	}
-	if err := s.Release(ctx, rec.Key, mine.Token); err != nil {
+	switch err := s.Release(ctx, rec.Key, mine.Token); {
+	case errors.Is(err, store.ErrTokenMismatch) || errors.Is(err, store.ErrNotFound):
+		// The CLI's claim is gone already (expired by the store, or taken
+		// over by a caller after it lapsed): the stuck claim was replaced
+		// by it, so it is gone as well.
+		return nil
+	case err != nil:
 		return fmt.Errorf("the stuck claim was replaced by the CLI's own, but deleting that failed (%w); it lapses by itself at %s", err, fmtTime(mine.LeaseExpiresAt))
 	}
 	return nil
@@ -148,7 +158,7 @@ left alone (the reason is printed), 2 for an error.`,
 			if force {
 				err = a.forceDelete(cctx, b, rec, at)
 			} else {
-				err = releaseStuck(cctx, b.store, rec, at)
+				err = releaseStuck(cctx, b.store, rec, now, at)
 			}
 			var ref *refusal
 			switch {

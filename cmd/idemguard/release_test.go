@@ -66,7 +66,7 @@ func testReleaseStuckWindow(t *testing.T, s store.Store) {
 	if err := s.Extend(ctx, read.Key, read.Token, now.Add(time.Hour), now.Add(2*time.Hour)); err != nil {
 		t.Fatal(err)
 	}
-	refused(releaseStuck(ctx, s, read, now), "renewed by its holder meanwhile")
+	refused(releaseStuck(ctx, s, read, now, now), "renewed by its holder meanwhile")
 	if r := get(read.Key); r.Token != "holder-1" || r.Status != store.StatusInProgress {
 		t.Errorf("the renewed claim became %+v", r)
 	}
@@ -83,7 +83,7 @@ func testReleaseStuckWindow(t *testing.T, s store.Store) {
 	if err := s.Complete(ctx, &done); err != nil {
 		t.Fatal(err)
 	}
-	refused(releaseStuck(ctx, s, read, now), "completed meanwhile")
+	refused(releaseStuck(ctx, s, read, now, now), "completed meanwhile")
 	if r := get(read.Key); r.Status != store.StatusCompleted {
 		t.Errorf("the completed record became %+v", r)
 	}
@@ -95,14 +95,14 @@ func testReleaseStuckWindow(t *testing.T, s store.Store) {
 	if _, err := s.Acquire(ctx, retry, now); err != nil {
 		t.Fatal(err)
 	}
-	refused(releaseStuck(ctx, s, read, now), "claimed by another caller meanwhile")
+	refused(releaseStuck(ctx, s, read, now, now), "claimed by another caller meanwhile")
 	if r := get(read.Key); r.Token != "retry-3" {
 		t.Errorf("the retry's claim became %+v", r)
 	}
 
 	// Still stuck: released, the key is free, the old holder is fenced.
 	read = stuck("w#stuck", "holder-4")
-	if err := releaseStuck(ctx, s, read, now); err != nil {
+	if err := releaseStuck(ctx, s, read, now, now); err != nil {
 		t.Fatalf("releaseStuck of a stuck claim = %v", err)
 	}
 	if _, err := s.Get(ctx, read.Key); !errors.Is(err, store.ErrNotFound) {
@@ -116,8 +116,35 @@ func testReleaseStuckWindow(t *testing.T, s store.Store) {
 	// completed record.
 	live := &store.Record{Key: "w#live", Status: store.StatusInProgress, Token: "holder-5",
 		ExpiresAt: now.Add(time.Hour), LeaseExpiresAt: now.Add(time.Minute)}
-	refused(releaseStuck(ctx, s, live, now), "is held: its lease runs until")
+	refused(releaseStuck(ctx, s, live, now, now), "is held: its lease runs until")
 	noLease := &store.Record{Key: "w#no-lease", Status: store.StatusInProgress, Token: "holder-6", ExpiresAt: now.Add(time.Hour)}
-	refused(releaseStuck(ctx, s, noLease, now), "claimed without a lease")
-	refused(releaseStuck(ctx, s, &done, now), "not a stuck claim")
+	refused(releaseStuck(ctx, s, noLease, now, now), "claimed without a lease")
+	refused(releaseStuck(ctx, s, &done, now, now), "not a stuck claim")
+}
+
+// release with a clock skew beyond the Redis store's expiry grace (a
+// minute): the stuck claim is released and release says so.
+func TestReleaseLargeSkew(t *testing.T) {
+	for _, st := range e2eStores {
+		t.Run(st.name, func(t *testing.T) {
+			t.Parallel()
+			f := st.open(t)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			now := time.Now()
+			key := "charge#skewed"
+			stuck := &store.Record{Key: key, Status: store.StatusInProgress, Token: "holder-skew",
+				ExpiresAt: now.Add(time.Hour), LeaseExpiresAt: now.Add(-10 * time.Minute)}
+			if _, err := f.s.Acquire(ctx, stuck, now.Add(-20*time.Minute)); err != nil {
+				t.Fatal(err)
+			}
+			r := cli(t, []string{StoreEnv + "=" + f.url}, "", "release", key, "--clock-skew", "5m")
+			if r.code != exitOK || !strings.Contains(r.stdout, "released: deleted the stuck claim") {
+				t.Errorf("release --clock-skew 5m: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+			}
+			if _, err := f.s.Get(ctx, key); !errors.Is(err, store.ErrNotFound) {
+				t.Errorf("after release, Get = %v; want ErrNotFound", err)
+			}
+		})
+	}
 }

@@ -20,26 +20,6 @@ import (
 	"github.com/idemguard/idemguard/store/postgres"
 )
 
-func TestParseBefore(t *testing.T) {
-	now := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
-	for in, want := range map[string]time.Time{
-		"":                     now,
-		"24h":                  now.Add(-24 * time.Hour),
-		"-90m":                 now.Add(-90 * time.Minute),
-		"2025-01-31T00:00:00Z": time.Date(2025, 1, 31, 0, 0, 0, 0, time.UTC),
-	} {
-		got, err := parseBefore(in, now)
-		if err != nil || !got.Equal(want) {
-			t.Errorf("parseBefore(%q) = %v, %v; want %v", in, got, err, want)
-		}
-	}
-	for _, in := range []string{"yesterday", "2025-01-31", "1d"} {
-		if _, err := parseBefore(in, now); err == nil {
-			t.Errorf("parseBefore(%q) = nil error", in)
-		}
-	}
-}
-
 // create-table on DynamoDB makes the table the URL's options describe,
 // with TTL on the expiry attribute, and a store on it works.
 func TestCreateTableDynamoDB(t *testing.T) {

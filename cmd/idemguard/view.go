@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net/http"
 	"slices"
 	"strings"
 	"time"
@@ -14,9 +15,15 @@ import (
 
 	commonpb "go.temporal.io/api/common/v1"
 	failurepb "go.temporal.io/api/failure/v1"
+	spb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/idemguard/idemguard/internal/respfmt"
 	"github.com/idemguard/idemguard/store"
 )
 
@@ -59,8 +66,9 @@ type recordJSON struct {
 	ExpiresInSeconds float64  `json:"expires_in_seconds"`
 	LeaseExpiresAt   *string  `json:"lease_expires_at"`
 	LeaseLeftSeconds *float64 `json:"lease_left_seconds"`
-	ResultKind       string   `json:"result_kind"`
-	ResultSize       int      `json:"result_size"`
+	// ResultKind is null for a record in progress: it has no result.
+	ResultKind *string `json:"result_kind"`
+	ResultSize int     `json:"result_size"`
 }
 
 // getJSON is get's --json output: the record and its result.
@@ -71,15 +79,28 @@ type getJSON struct {
 
 // resultJSON is a stored result, decoded as far as the CLI can.
 type resultJSON struct {
-	// Format is "json", "temporal-payloads", "temporal-failure" or
-	// "base64".
+	// Format is "json", "http-response", "grpc-message", "grpc-status",
+	// "temporal-payloads", "temporal-failure" or "base64".
 	Format string `json:"format"`
-	// Value is the result (json) or the failure in protobuf's JSON form
-	// (temporal-failure).
+	// Status, Header and Trailer are an HTTP response's (http-response).
+	Status  int                 `json:"status,omitempty"`
+	Header  map[string][]string `json:"header,omitempty"`
+	Trailer map[string][]string `json:"trailer,omitempty"`
+	// Type is a gRPC message's full name (grpc-message).
+	Type string `json:"type,omitempty"`
+	// Value is the result (json), an HTTP response's body when it is JSON
+	// (http-response), a gRPC message (grpc-message, when the CLI knows its
+	// type) or status (grpc-status) or a Temporal failure
+	// (temporal-failure) in protobuf's JSON form.
 	Value json.RawMessage `json:"value,omitempty"`
+	// Text is an HTTP response's body when it is text but not JSON
+	// (http-response).
+	Text *string `json:"text,omitempty"`
 	// Payloads are the Temporal payloads (temporal-payloads).
 	Payloads []payloadJSON `json:"payloads,omitempty"`
-	// Base64 is the result's bytes (base64).
+	// Base64 is the result's bytes (base64), an HTTP response's binary body
+	// (http-response) or the wire bytes of a gRPC message of a type the CLI
+	// does not know (grpc-message).
 	Base64 string `json:"base64,omitempty"`
 }
 
@@ -110,8 +131,11 @@ func toJSON(r *store.Record, now, at time.Time) recordJSON {
 		PayloadHash:      r.PayloadHash,
 		ExpiresAt:        r.ExpiresAt.UTC().Format(time.RFC3339Nano),
 		ExpiresInSeconds: seconds(r.ExpiresAt.Sub(now)),
-		ResultKind:       r.ResultKind.String(),
 		ResultSize:       len(r.Result),
+	}
+	if r.Status == store.StatusCompleted {
+		kind := r.ResultKind.String()
+		j.ResultKind = &kind
 	}
 	if !r.LeaseExpiresAt.IsZero() {
 		s := r.LeaseExpiresAt.UTC().Format(time.RFC3339Nano)
@@ -121,8 +145,9 @@ func toJSON(r *store.Record, now, at time.Time) recordJSON {
 	return j
 }
 
-// decodeResult decodes a stored result as far as it can: JSON text; else
-// a Temporal failure (for a stored error) or Temporal payloads (what
+// decodeResult decodes a stored result as far as it can: an HTTP response
+// (httpguard) or gRPC message (grpcguard); JSON text; else a Temporal
+// failure or gRPC status (for a stored error) or Temporal payloads (what
 // activity.PayloadCodec stores); else raw bytes. It returns nil for an
 // empty result.
 func decodeResult(r *store.Record) *resultJSON {
@@ -130,11 +155,20 @@ func decodeResult(r *store.Record) *resultJSON {
 	if len(b) == 0 {
 		return nil
 	}
+	if v := decodeHTTP(b); v != nil {
+		return v
+	}
+	if v := decodeMessage(b); v != nil {
+		return v
+	}
 	if json.Valid(b) {
 		return &resultJSON{Format: "json", Value: json.RawMessage(b)}
 	}
 	if r.ResultKind == store.ResultError {
 		if v := decodeFailure(b); v != nil {
+			return v
+		}
+		if v := decodeStatus(b); v != nil {
 			return v
 		}
 	}
@@ -182,6 +216,87 @@ func decodePayloads(b []byte) *resultJSON {
 		out.Payloads = append(out.Payloads, pj)
 	}
 	return out
+}
+
+// decodeHTTP reads b as a response httpguard stored: its status, headers
+// and trailers, and its body as JSON, text or base64.
+func decodeHTTP(b []byte) *resultJSON {
+	h, err := respfmt.DecodeHTTP(b)
+	if err != nil {
+		return nil
+	}
+	out := &resultJSON{Format: "http-response", Status: h.Status, Header: h.Header, Trailer: h.Trailer}
+	if out.Header == nil {
+		out.Header = map[string][]string{}
+	}
+	switch {
+	case len(h.Body) == 0:
+	case json.Valid(h.Body):
+		var c bytes.Buffer
+		if json.Compact(&c, h.Body) == nil {
+			out.Value = json.RawMessage(c.Bytes())
+		} else {
+			out.Value = json.RawMessage(h.Body)
+		}
+	case utf8.Valid(h.Body) && !strings.ContainsRune(string(h.Body), 0):
+		text := string(h.Body)
+		out.Text = &text
+	default:
+		out.Base64 = base64.StdEncoding.EncodeToString(h.Body)
+	}
+	return out
+}
+
+// decodeMessage reads b as a response message grpcguard stored: its type,
+// and the message in protobuf's JSON form when the CLI knows the type
+// (the well-known types and those of the libraries it links), else its
+// wire bytes.
+func decodeMessage(b []byte) *resultJSON {
+	name, wire, err := respfmt.SplitMessage(b)
+	if err != nil {
+		return nil
+	}
+	out := &resultJSON{Format: "grpc-message", Type: name}
+	if mt, err := protoregistry.GlobalTypes.FindMessageByName(protoreflect.FullName(name)); err == nil {
+		m := mt.New().Interface()
+		if proto.Unmarshal(wire, m) == nil {
+			if j, err := protojson.Marshal(m); err == nil {
+				var c bytes.Buffer
+				if json.Compact(&c, j) == nil {
+					out.Value = json.RawMessage(c.Bytes())
+					return out
+				}
+			}
+		}
+	}
+	out.Base64 = base64.StdEncoding.EncodeToString(wire)
+	return out
+}
+
+// decodeStatus reads b as a gRPC status (google.rpc.Status), as grpcguard
+// stores a handler's error: its code, message and details, the details
+// whose types the CLI does not know by their type URL alone.
+func decodeStatus(b []byte) *resultJSON {
+	st := &spb.Status{}
+	if err := proto.Unmarshal(b, st); err != nil || len(st.ProtoReflect().GetUnknown()) > 0 || st.Code <= 0 || st.Code > 16 {
+		return nil
+	}
+	j, err := protojson.Marshal(st)
+	if err != nil {
+		// A detail of a type the CLI does not know.
+		known := &spb.Status{Code: st.Code, Message: st.Message}
+		for _, d := range st.Details {
+			known.Details = append(known.Details, &anypb.Any{TypeUrl: d.TypeUrl})
+		}
+		if j, err = protojson.Marshal(known); err != nil {
+			return nil
+		}
+	}
+	var c bytes.Buffer
+	if json.Compact(&c, j) != nil {
+		return nil
+	}
+	return &resultJSON{Format: "grpc-status", Value: json.RawMessage(c.Bytes())}
 }
 
 // decodeFailure reads b as a Temporal failure in protobuf binary form, as
@@ -354,6 +469,44 @@ func printRecord(w io.Writer, r *store.Record, now, at time.Time, full bool) {
 	case "json":
 		row("result", "JSON")
 		writeJSON(&body, res.Value, "  ")
+	case "http-response":
+		row("result", "HTTP response")
+		fmt.Fprintf(&body, "  %d %s\n", res.Status, http.StatusText(res.Status))
+		writeFields(&body, "  ", res.Header)
+		switch {
+		case res.Value != nil:
+			body.WriteString("\n")
+			writeJSON(&body, res.Value, "  ")
+		case res.Text != nil:
+			body.WriteString("\n")
+			for _, line := range strings.SplitAfter(*res.Text, "\n") {
+				if line != "" {
+					body.WriteString("  " + strings.TrimSuffix(line, "\n") + "\n")
+				}
+			}
+		case res.Base64 != "":
+			body.WriteString("\n  body (base64):\n")
+			writeBase64(&body, res.Base64, "  ")
+		}
+		if len(res.Trailer) > 0 {
+			body.WriteString("\n")
+			writeFields(&body, "  trailer ", res.Trailer)
+		}
+	case "grpc-message":
+		row("result", "gRPC message %s", res.Type)
+		if res.Value != nil {
+			writeJSON(&body, res.Value, "  ")
+		} else {
+			body.WriteString("  wire bytes (base64; the CLI does not know the type):\n")
+			writeBase64(&body, res.Base64, "  ")
+		}
+	case "grpc-status":
+		var st struct {
+			Code int `json:"code"`
+		}
+		_ = json.Unmarshal(res.Value, &st)
+		row("result", "gRPC status %s", codeName(st.Code))
+		writeJSON(&body, res.Value, "  ")
 	case "temporal-failure":
 		row("result", "Temporal failure")
 		writeJSON(&body, res.Value, "  ")
@@ -378,6 +531,24 @@ func printRecord(w io.Writer, r *store.Record, now, at time.Time, full bool) {
 	}
 	w.Write(body.Bytes())
 }
+
+// writeFields writes header fields, one line per value, sorted by name,
+// each prefixed.
+func writeFields(w *bytes.Buffer, prefix string, h map[string][]string) {
+	names := make([]string, 0, len(h))
+	for name := range h {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		for _, v := range h[name] {
+			fmt.Fprintf(w, "%s%s: %s\n", prefix, name, v)
+		}
+	}
+}
+
+// codeName is a gRPC status code's name, such as "FailedPrecondition".
+func codeName(code int) string { return codes.Code(uint32(code)).String() }
 
 // metadataString writes payload metadata as "encoding=json/plain, k=v",
 // encoding first.

@@ -1,7 +1,8 @@
 // Command httpapi is a payments API on net/http whose POST requests are
 // guarded by the Idempotency-Key middleware (httpguard), and a small client
-// that sends each request twice, once with a different body, and prints the
-// statuses and headers it gets.
+// that sends each request twice, once serialised anew, once with a
+// different body, once from another account, and prints the statuses and
+// headers it gets.
 //
 //	go run ./examples/httpapi                 # records in memory
 //	IDEMGUARD_DYNAMODB_ENDPOINT=http://127.0.0.1:8000 go run ./examples/httpapi
@@ -62,15 +63,16 @@ func run(ctx context.Context, out io.Writer, addr, endpoint, table string, keep 
 		return err
 	}
 	api := newAPI()
+	// The middleware's defaults: successful responses stored for 24 h, a
+	// duplicate waits up to 30 s for the first response, keys scoped by the
+	// caller's Authorization header (an API with an authentication
+	// middleware would name the account with httpguard.WithPrincipal), JSON
+	// bodies compared as JSON.
 	mw, err := httpguard.NewMiddleware(g,
-		// The caller's account, from the bearer token; two accounts never
-		// share a key.
-		httpguard.WithPrincipal(func(r *http.Request) string {
-			return strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
-		}),
-		// A dead server blocks a key for 5 s, not a minute; duplicates get
-		// a Retry-After of about that.
-		httpguard.WithLease(5*time.Second),
+		// A dead server blocks a key for about 5 s, not a minute: a
+		// duplicate then takes it over, and one refused with 409 gets a
+		// Retry-After of about that.
+		httpguard.WithGuardOptions(guard.WithLease(5*time.Second)),
 	)
 	if err != nil {
 		return err
@@ -153,8 +155,8 @@ func (a *api) created() int {
 }
 
 // create charges the amount: 201 with the payment, or 402 when the amount
-// is over the card's limit (a definite answer, stored and replayed like
-// any 4xx).
+// is over the card's limit (an error response: not stored, so that the
+// client may retry it, changed or not, under the same key).
 func (a *api) create(w http.ResponseWriter, r *http.Request) {
 	var in struct {
 		Amount   int    `json:"amount"`
@@ -206,6 +208,7 @@ func demo(ctx context.Context, out io.Writer, base string) error {
 	}{
 		{"charge", "acct_a", "charge-1", `{"amount":1999,"currency":"EUR"}`},
 		{"retry", "acct_a", "charge-1", `{"amount":1999,"currency":"EUR"}`},
+		{"retry, JSON serialised anew", "acct_a", "charge-1", `{ "currency": "EUR", "amount": 1999 }`},
 		{"same key, other body", "acct_a", "charge-1", `{"amount":2999,"currency":"EUR"}`},
 		{"same key, other account", "acct_b", "charge-1", `{"amount":1999,"currency":"EUR"}`},
 		{"declined", "acct_a", "charge-2", `{"amount":500000,"currency":"EUR"}`},
@@ -218,6 +221,7 @@ func demo(ctx context.Context, out io.Writer, base string) error {
 			return err
 		}
 		req.Header.Set("Authorization", "Bearer "+s.account)
+		req.Header.Set("Content-Type", "application/json")
 		key := "(none)"
 		if s.key != "" {
 			key = fmt.Sprintf("%s-%d", s.key, run)
@@ -233,7 +237,7 @@ func demo(ctx context.Context, out io.Writer, base string) error {
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(out, "%-24s %s key=%s %s\n", s.what, s.account, key, s.body)
+		fmt.Fprintf(out, "%-28s %s key=%s %s\n", s.what, s.account, key, s.body)
 		fmt.Fprintf(out, "  -> %d %s\n", resp.StatusCode, strings.TrimSpace(string(body)))
 		for _, h := range []string{"Idempotency-Key-Status", "Idempotency-Key-Expires", "Location", "Retry-After"} {
 			if v := resp.Header.Get(h); v != "" {

@@ -19,10 +19,11 @@ import (
 var wantLines = []string{
 	"charge ", "-> 201 ", "Idempotency-Key-Status: executed", "Location: /payments/pay_1",
 	"retry ", "-> 201 ", "Idempotency-Key-Status: replayed", "Location: /payments/pay_1",
+	"retry, JSON serialised anew", "-> 201 ", "Idempotency-Key-Status: replayed", "Location: /payments/pay_1",
 	"same key, other body", "-> 422 ", "#key-reused",
 	"same key, other account", "-> 201 ", "Idempotency-Key-Status: executed", "Location: /payments/pay_2",
-	"declined", "-> 402 ", "Idempotency-Key-Status: executed",
-	"retry ", "-> 402 ", "Idempotency-Key-Status: replayed",
+	"declined", "-> 402 ", "Idempotency-Key-Status: released",
+	"retry ", "-> 402 ", "Idempotency-Key-Status: released",
 	"no key", "-> 400 ", "#key-missing",
 	"payments created: 2\n",
 }

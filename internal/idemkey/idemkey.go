@@ -1,8 +1,13 @@
-// Package idemkey is what the HTTP middleware (httpguard) and the gRPC
-// interceptor (grpcguard) share: it reads and checks the idempotency keys
-// clients send in a request header or in request metadata, computes the
-// retry hint a duplicate gets while the first request runs, and names a
-// request's outcome for the transport's server span.
+// Package idemkey is what the HTTP middleware (httpguard), the gRPC
+// interceptor (grpcguard) and the idemguard command (key --http) share: it
+// reads and checks the idempotency keys clients send in a request header
+// or in request metadata, derives a request's record key from them, holds
+// the options both transports have and the guard call options they make,
+// computes the retry hint a duplicate gets while the first request runs,
+// and names a request's outcome for the transport's server span.
+//
+// It sits above package guard, beside the adapters: it is their plumbing,
+// not a leaf below the engine.
 package idemkey
 
 import (
@@ -20,9 +25,10 @@ import (
 // Defaults shared by the HTTP middleware and the gRPC interceptor.
 const (
 	// DefaultMinLength and DefaultMaxLength bound a key's length in bytes.
-	// 255 is Stripe's limit; a UUID is 36.
+	// 256 is the ASP.NET idempotency middleware's limit (Stripe's is 255);
+	// a UUID is 36.
 	DefaultMinLength = 1
-	DefaultMaxLength = 255
+	DefaultMaxLength = 256
 )
 
 // Rules are what makes a key acceptable.

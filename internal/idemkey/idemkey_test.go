@@ -37,8 +37,8 @@ func TestParse(t *testing.T) {
 		{"bad parameter key", []string{`"k";A=1`}, DefaultRules, ""},
 		{"bad parameter value", []string{`"k";a=`}, DefaultRules, ""},
 		{"bad boolean", []string{`"k";a=?2`}, DefaultRules, ""},
-		{"too long", []string{strings.Repeat("k", 256)}, DefaultRules, ""},
-		{"longest", []string{strings.Repeat("k", 255)}, DefaultRules, strings.Repeat("k", 255)},
+		{"too long", []string{strings.Repeat("k", 257)}, DefaultRules, ""},
+		{"longest", []string{strings.Repeat("k", 256)}, DefaultRules, strings.Repeat("k", 256)},
 		{"too short", []string{"abc"}, Rules{MinLength: 4, MaxLength: 10}, ""},
 		{"pattern", []string{"8e03978e-40d5-43e8-bc93-6894a57f9324"}, Rules{MinLength: 1, MaxLength: 64, Pattern: uuid}, "8e03978e-40d5-43e8-bc93-6894a57f9324"},
 		{"pattern miss", []string{"order-1"}, Rules{MinLength: 1, MaxLength: 64, Pattern: uuid}, ""},
@@ -82,5 +82,37 @@ func TestRetryAfter(t *testing.T) {
 		if got := RetryAfter(tc.lease, tc.skew, now); got != tc.want {
 			t.Errorf("RetryAfter(%v, %v) = %d, want %d", tc.lease.Sub(now), tc.skew, got, tc.want)
 		}
+	}
+}
+
+func TestExpires(t *testing.T) {
+	base := time.Date(2026, 1, 1, 0, 0, 7, 0, time.UTC)
+	for _, tc := range []struct{ in, want time.Time }{
+		{time.Time{}, time.Time{}},
+		{base, base},
+		{base.Add(time.Nanosecond), base.Add(time.Second)},
+		{base.Add(999 * time.Millisecond), base.Add(time.Second)},
+		{base.Add(-time.Nanosecond), base},
+	} {
+		if got := Expires(tc.in); !got.Equal(tc.want) {
+			t.Errorf("Expires(%v) = %v, want %v", tc.in, got, tc.want)
+		}
+	}
+}
+
+func TestCredential(t *testing.T) {
+	if got := Credential(nil); got != "" {
+		t.Errorf("Credential(nil) = %q, want empty", got)
+	}
+	seen := map[string][]string{}
+	for _, v := range [][]string{{"Bearer alice"}, {"Bearer bob"}, {"Bearer alice", "x"}, {"x", "Bearer alice"}, {"Bearer alicex"}, {""}} {
+		c := Credential(v)
+		if len(c) != 64 || strings.Contains(c, "alice") {
+			t.Errorf("Credential(%q) = %q, want 64 hex digits", v, c)
+		}
+		if other, dup := seen[c]; dup {
+			t.Errorf("Credential(%q) = Credential(%q)", v, other)
+		}
+		seen[c] = v
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/dynamodbtest"
@@ -17,18 +18,23 @@ import (
 	"github.com/idemguard/idemguard/store/memory"
 )
 
-// Each runs test once per store, as subtests named "memory" and
-// "dynamodb". The DynamoDB store is on a fresh table, with a counter of the
-// requests its client sends (zeroed after the table is created); the
-// memory store has none (nil). On DynamoDB Local the subtest skips, or
-// fails when CI=true, if the harness (scripts/harness.sh) did not start
-// the server.
+// Each runs test once per store, as subtests named "memory", "dynamodb",
+// "redis" and "postgres". Each server's store is fresh (its own table or
+// key prefix), with a counter of the round trips its client sends, zeroed
+// once the store is ready; the memory store has none (nil). A server's
+// subtest skips, or fails when CI=true, if the harness
+// (scripts/harness.sh) did not start the server.
 func Each(t *testing.T, test func(t *testing.T, s store.Store, n *reqcount.Counter)) {
 	t.Run("memory", func(t *testing.T) { test(t, memory.New(), nil) })
-	t.Run("dynamodb", func(t *testing.T) {
-		s, n := DynamoDB(t)
-		test(t, s, n)
-	})
+	for _, srv := range []struct {
+		name string
+		open func(testing.TB) (store.Store, *reqcount.Counter)
+	}{{"dynamodb", DynamoDB}, {"redis", Redis}, {"postgres", Postgres}} {
+		t.Run(srv.name, func(t *testing.T) {
+			s, n := srv.open(t)
+			test(t, s, n)
+		})
+	}
 }
 
 // DynamoDB returns a store on a fresh DynamoDB Local table and the counter
@@ -42,17 +48,41 @@ func DynamoDB(t testing.TB) (store.Store, *reqcount.Counter) {
 	return s, n
 }
 
+// Redis returns a store under a fresh key prefix of the harness's
+// redis-server and the counter of its client's round trips.
+func Redis(t testing.TB) (store.Store, *reqcount.Counter) {
+	t.Helper()
+	client := redistest.NewClient(t)
+	s := redistest.NewStore(t, client)
+	n := redistest.CountRequests(client)
+	return s, n
+}
+
+// Postgres returns a store on a fresh table of the harness's PostgreSQL
+// and the counter of its pool's round trips.
+func Postgres(t testing.TB) (store.Store, *reqcount.Counter) {
+	t.Helper()
+	var n *postgrestest.Counter
+	pool := postgrestest.NewPool(t, func(c *pgxpool.Config) { n = postgrestest.CountStatements(c) })
+	s := postgrestest.NewStore(t, pool)
+	n.Reset()
+	return s, &n.Counter
+}
+
 // All returns a maker per store: "memory", "dynamodb", "redis" and
 // "postgres", each store on a fresh table or key prefix, for suites that
 // hold a feature to every store (guardtest.RunComposition). The real
 // stores skip, or fail when CI=true, if the harness did not start their
 // server.
 func All() map[string]func(t *testing.T) store.Store {
+	only := func(open func(testing.TB) (store.Store, *reqcount.Counter)) func(t *testing.T) store.Store {
+		return func(t *testing.T) store.Store { s, _ := open(t); return s }
+	}
 	return map[string]func(t *testing.T) store.Store{
 		"memory":   func(*testing.T) store.Store { return memory.New() },
-		"dynamodb": func(t *testing.T) store.Store { s, _ := DynamoDB(t); return s },
-		"redis":    func(t *testing.T) store.Store { return redistest.NewStore(t, redistest.NewClient(t)) },
-		"postgres": func(t *testing.T) store.Store { return postgrestest.NewStore(t, postgrestest.NewPool(t)) },
+		"dynamodb": only(DynamoDB),
+		"redis":    only(Redis),
+		"postgres": only(Postgres),
 	}
 }
 

@@ -216,15 +216,16 @@ func sortByAddr(cs []*goredis.Client) {
 }
 
 // globEscape escapes the characters SCAN's MATCH pattern treats specially,
-// so that the pattern matches s literally.
+// so that the pattern matches s literally. It works byte by byte, as Redis
+// matches: a key need not be UTF-8.
 func globEscape(s string) string {
 	var b strings.Builder
-	for _, r := range s {
-		switch r {
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
 		case '*', '?', '[', ']', '\\', '^', '-':
 			b.WriteByte('\\')
 		}
-		b.WriteRune(r)
+		b.WriteByte(s[i])
 	}
 	return b.String()
 }

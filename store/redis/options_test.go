@@ -38,3 +38,31 @@ func TestListInvalidCursor(t *testing.T) {
 		}
 	}
 }
+
+// List matches a prefix byte for byte: one with bytes that are not UTF-8,
+// or with glob characters, lists the records under it and no others.
+func TestListPrefixBytes(t *testing.T) {
+	f := newFixture(t)
+	for _, key := range []string{"scope\xff#1", "scope\xfe#2", "a*[b]?-^\\#3", "a*[b]?-^\\x#4", "ab#5"} {
+		if _, err := f.s.Acquire(f.ctx, f.claim(key), f.t0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for prefix, want := range map[string]string{
+		"scope\xff":   "scope\xff#1",
+		"scope\xfe":   "scope\xfe#2",
+		"a*[b]?-^\\#": "a*[b]?-^\\#3",
+	} {
+		page, err := f.s.List(f.ctx, store.Query{Prefix: prefix})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, r := range page.Records {
+			got = append(got, r.Key)
+		}
+		if len(got) != 1 || got[0] != want {
+			t.Errorf("List(prefix %q) = %q, want [%q]", prefix, got, want)
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"strconv"
 	"time"
 
@@ -157,6 +158,10 @@ func (s *Store) checkNode(ctx context.Context, c goredis.UniversalClient) int {
 	_, _ = pipe.Exec(ctx)
 	addr := nodeAddr(c)
 	switch p, err := policy.Result(); {
+	case unreachable(err):
+		s.log.Warn("idemguard/redis: cannot reach the Redis server; guarded calls fail (guard.ErrStore) until it answers, and its maxmemory-policy is not checked",
+			slog.String("server", addr), slog.Any("error", err))
+		return 0
 	case err != nil:
 		s.log.Warn("idemguard/redis: could not check maxmemory-policy (CONFIG GET refused or failed); make sure it is noeviction, or Redis may evict records and let duplicates run again",
 			slog.String("server", addr), slog.Any("error", err))
@@ -180,6 +185,13 @@ func (s *Store) checkNode(ctx context.Context, c goredis.UniversalClient) int {
 		}
 	}
 	return 0
+}
+
+// unreachable reports whether err says the server could not be reached
+// (a failed dial, a timeout) rather than that it refused a command.
+func unreachable(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) || errors.Is(err, context.DeadlineExceeded)
 }
 
 func nodeAddr(c goredis.UniversalClient) string {
