@@ -300,6 +300,8 @@ func TestInvalidOptions(t *testing.T) {
 		"wait":      grpcguard.WithGuardOptions(guard.WithWait(-1)),
 		"lease":     grpcguard.WithGuardOptions(guard.WithLease(-1)),
 		"one key":   grpcguard.WithGuardOptions(guard.WithKey("k")),
+		"key path":  grpcguard.WithGuardOptions(guard.WithKeyPath("id")),
+		"codec":     grpcguard.WithGuardOptions(guard.WithCodec(guard.JSON)),
 		"methods":   grpcguard.WithMethods("Charge"),
 		"length":    grpcguard.WithKeyLength(0, 1),
 		"principal": grpcguard.WithPrincipal(nil),

@@ -80,10 +80,10 @@ func (c *config) stores(code codes.Code) bool { return !retryLater(code) && c.po
 // given to guard.New, which win over the interceptor's own. The
 // interceptor sets the key (path and requirement), the payload validation
 // (see [WithFingerprint]), the codecs, the definite errors (see
-// [WithCodePolicy]) and the outcome hook of its calls itself; options
-// that set those here or on the guard do not apply to its calls.
-// guard.WithKey and guard.WithClaimToken, which name one call, are
-// refused.
+// [WithCodePolicy]) and the outcome hook of its calls itself: those set
+// on the guard give way, and those given here are refused
+// (guard.ErrInvalidOption), as are guard.WithKey and guard.WithClaimToken,
+// which name one call.
 func WithGuardOptions(opts ...guard.CallOption) Option {
 	return func(c *config) { c.AddGuardOptions(opts) }
 }

@@ -205,3 +205,31 @@ func mustGet(t *testing.T, s store.Store, scope string, input any, g *guard.Guar
 	}
 	return rec
 }
+
+// Fixed makes a call option an adapter sets itself a reported mistake, in
+// either order, while the guard's defaults give way to it silently.
+func TestFixed(t *testing.T) {
+	g := mustGuard(t, memory.New(), guard.WithKeyPath("order_id"), guard.WithTTL(time.Hour))
+	adapter := guard.Fixed(guard.WithKeyPath("k"), guard.WithCodec(guard.JSON))
+	if _, err := g.Settings(adapter); err != nil {
+		t.Errorf("the guard's default key path = %v; want it to give way", err)
+	}
+	for _, opts := range [][]guard.CallOption{
+		{adapter, guard.WithKeyPath("id")},
+		{guard.WithCodec(guard.JSON), adapter},
+	} {
+		if _, err := g.Settings(opts...); !errors.Is(err, guard.ErrInvalidOption) {
+			t.Errorf("a user's option for what the adapter fixed = %v; want ErrInvalidOption", err)
+		}
+	}
+	if _, err := g.Settings(adapter, guard.WithTTL(time.Minute)); err != nil {
+		t.Errorf("an option the adapter does not fix = %v", err)
+	}
+	// A step inside such a call may set its own codec.
+	fn := func(ctx context.Context) (int, error) {
+		return guard.Step(ctx, "s", func(context.Context) (int, error) { return 1, nil }, guard.WithCodec(guard.JSON))
+	}
+	if _, err := guard.Do(ctx, g, "job", map[string]string{"k": "1"}, fn, adapter); err != nil {
+		t.Errorf("a step's own codec inside an adapter's call = %v", err)
+	}
+}

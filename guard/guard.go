@@ -133,6 +133,7 @@ func (g *Guard) with(scope string, opts []CallOption) (*config, error) {
 		return &g.cfg, nil
 	}
 	c := g.cfg
+	c.callSet = 0 // what New set gives way to the call's options
 	for _, o := range opts {
 		o.applyCall(&c)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -99,7 +100,12 @@ type callOption struct {
 }
 
 func (o callOption) applyCall(c *config) {
+	if c.fixed&o.set != 0 {
+		c.fail(invalidOption("%s sets what the adapter sets itself for its calls", o.set))
+		return
+	}
 	c.set |= o.set
+	c.callSet |= o.set
 	o.f(c)
 }
 func (o callOption) applyGuard(s *settings)    { o.applyCall(&s.call) }
@@ -129,6 +135,50 @@ const (
 )
 
 func opt(set setting, f func(*config)) CallOption { return callOption{set, f} }
+
+// settingNames name the options behind each setting, for messages.
+var settingNames = [...]string{
+	"WithKeyPath", "WithPayloadValidation", "WithKey", "WithRequireKey", "WithTTL",
+	"WithLease", "WithReject or WithWait", "WithWaitBackoff", "WithCodec", "WithErrorCodec",
+	"WithDefiniteErrors", "WithResultFilter", "WithOutcomeHook", "WithClaimToken",
+	"WithKeySelectionAttribute", "WithSpanAttributes",
+}
+
+// String names the options that set s.
+func (s setting) String() string {
+	var names []string
+	for i, n := range settingNames {
+		if s&(1<<i) != 0 {
+			names = append(names, n)
+		}
+	}
+	return strings.Join(names, ", ")
+}
+
+// Fixed applies opts and makes every other call option that sets the same
+// settings, before it or after it in the call's options, an
+// [ErrInvalidOption]: an adapter fixes what its calls need (the HTTP
+// middleware its key path and codec, say), so that a user's option for it
+// is reported instead of ignored. Defaults given to [New] give way to it
+// silently, as they give way to any call option.
+func Fixed(opts ...CallOption) CallOption {
+	var mask setting
+	for _, o := range opts {
+		if co, ok := o.(callOption); ok {
+			mask |= co.set
+		}
+	}
+	return opt(0, func(c *config) {
+		if given := c.callSet & mask; given != 0 {
+			c.fail(invalidOption("%s sets what the adapter sets itself for its calls", given))
+			return
+		}
+		for _, o := range opts {
+			o.applyCall(c)
+		}
+		c.fixed |= mask
+	})
+}
 
 // WithDefaults applies opts only to the settings that neither [New] nor an
 // earlier option of the call set: the defaults an adapter (an HTTP
@@ -203,6 +253,8 @@ type config struct {
 	rawKeyAttr     bool                 // record the key selection on spans
 	spanAttrs      []attribute.KeyValue // added to the execute span
 	set            setting              // what options set, for WithDefaults
+	callSet        setting              // what the call's own options set (not New's)
+	fixed          setting              // what Fixed options fixed
 	invalid
 }
 

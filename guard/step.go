@@ -78,6 +78,7 @@ func Step[T any](ctx context.Context, name string, fn func(context.Context) (T, 
 	c.keyPath, c.validationPath, c.claimToken, c.keepResult, c.onOutcome = nil, nil, "", nil, nil
 	c.hasKey, c.explicitKey = false, nil
 	c.codec, c.errorCodec, c.isDefinite = r.g.cfg.codec, r.g.cfg.errorCodec, r.g.cfg.isDefinite
+	c.callSet, c.fixed = 0, 0 // what the call's adapter fixed is not the step's
 	for _, o := range opts {
 		o.applyCall(&c)
 	}

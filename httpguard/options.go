@@ -98,9 +98,10 @@ func (c *config) stores(status int) bool { return !retryLater(status) && c.polic
 // middleware's own. The middleware sets the key (path and requirement),
 // the payload validation (see [WithFingerprint]), the codec, the definite
 // errors (a response [WithStatusPolicy] does not store is an error that
-// releases the key) and the outcome hook of its calls itself; options that set those here or on the guard do not apply to its
-// calls. guard.WithKey and guard.WithClaimToken, which name one call, are
-// refused.
+// releases the key) and the outcome hook of its calls itself: those set
+// on the guard give way, and those given here are refused
+// (guard.ErrInvalidOption), as are guard.WithKey and guard.WithClaimToken,
+// which name one call.
 func WithGuardOptions(opts ...guard.CallOption) Option {
 	return func(c *config) { c.AddGuardOptions(opts) }
 }

@@ -44,16 +44,17 @@ func NewMiddleware(g *guard.Guard, opts ...Option) (message.HandlerMiddleware, e
 	}
 	m := &middleware{g: g, c: c}
 	// The middleware's defaults give way to the guard's and to the user's;
-	// its key and codec are its own.
+	// its codec and (unless the key is the payload) its key are its own: a
+	// user's option for them is refused.
 	m.call = append(m.call, guard.WithDefaults(
 		guard.WithTTL(DefaultTTL),
 		guard.WithRequireKey(true),
 	))
 	m.call = append(m.call, c.call...)
-	m.call = append(m.call, guard.WithCodec(codec{}))
+	m.call = append(m.call, guard.Fixed(guard.WithCodec(codec{})))
 	check := m.call
 	if c.key != keyPayload {
-		check = append(slices.Clip(check), guard.WithKey("probe"))
+		check = append(slices.Clip(check), guard.Fixed(guard.WithKey("probe")))
 	}
 	if _, err := g.Settings(check...); err != nil {
 		return nil, err

@@ -470,6 +470,8 @@ func TestInvalidOptions(t *testing.T) {
 		"negative lease":      {watermillguard.WithGuardOptions(guard.WithLease(-time.Second))},
 		"zero wait budget":    {watermillguard.WithGuardOptions(guard.WithWait(0))},
 		"nil codec (guard's)": {watermillguard.WithGuardOptions(guard.WithCodec(nil))},
+		"a codec":             {watermillguard.WithGuardOptions(guard.WithCodec(guard.JSON))},
+		"an explicit key":     {watermillguard.WithGuardOptions(guard.WithKey("k"))},
 	} {
 		if _, err := watermillguard.NewMiddleware(g, opts...); err == nil {
 			t.Errorf("%s: no error", name)

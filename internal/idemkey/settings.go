@@ -147,17 +147,16 @@ func (s *Settings) Finish(g *guard.Guard, fingerprint bool, own ...guard.CallOpt
 			return nil, fmt.Errorf("%s: WithGuardOptions: %w", s.Pkg, err)
 		}
 	}
-	call := make([]guard.CallOption, 0, 6+len(s.Guard)+len(own))
+	// What the transport needs of its calls is fixed: the same option
+	// given through WithGuardOptions is reported, not ignored.
+	fixed := []guard.CallOption{guard.WithKeyPath(keyPath), guard.WithRequireKey(true), guard.WithOutcomeHook(recorded)}
+	if fingerprint {
+		fixed = append(fixed, guard.WithPayloadValidation(fingerprintPath))
+	}
+	call := make([]guard.CallOption, 0, 2+len(s.Guard))
 	call = append(call, guard.WithDefaults(guard.WithTTL(DefaultTTL), guard.WithWait(DefaultWait)))
 	call = append(call, s.Guard...)
-	call = append(call,
-		guard.WithKeyPath(keyPath),
-		guard.WithRequireKey(true),
-		guard.WithOutcomeHook(recorded))
-	if fingerprint {
-		call = append(call, guard.WithPayloadValidation(fingerprintPath))
-	}
-	call = append(call, own...)
+	call = append(call, guard.Fixed(append(fixed, own...)...))
 	if _, err := g.Settings(call...); err != nil {
 		return nil, fmt.Errorf("%s: %w", s.Pkg, err)
 	}
