@@ -1,0 +1,128 @@
+package workflow_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	tactivity "go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/interceptor"
+	"go.temporal.io/sdk/worker"
+	tworkflow "go.temporal.io/sdk/workflow"
+
+	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/temporaltest"
+	"github.com/idemguard/idemguard/store/memory"
+	"github.com/idemguard/idemguard/workflow"
+)
+
+// A TTL given with WithGuardOptions is the record's on every step of the
+// claim: while the body runs (the claim's extensions) and once it
+// completed, not the guard's default of an hour.
+func TestGuardedWorkflowTTLOnEveryStep(t *testing.T) {
+	c := temporaltest.Client(t, client.Options{})
+	s := memory.New()
+	g, err := guard.New(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ttl = 48 * time.Hour
+	var ships ledger
+	tq := shipWorker(t, c, g, &ships, workflow.WithGuardOptions(guard.WithTTL(ttl)), workflow.WithLease(2*time.Second))
+	o := Order{OrderID: "o-ttl", Amount: 1, Note: "hold"}
+	key, _, err := g.Key("shipOrder", o, guard.WithKeyPath("order_id"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := temporaltest.Name(t, "wf")
+	run := temporaltest.Start(t, c, client.StartWorkflowOptions{ID: id, TaskQueue: tq}, "shipOrder", o)
+	ctx := t.Context()
+	// Wait for an extension: claim, extend.
+	for deadline := time.Now().Add(30 * time.Second); len(localActivities(t, temporaltest.History(t, c, id, ""))) < 2; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the holder never extended its claim")
+		}
+	}
+	rec, err := s.Get(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if life := rec.ExpiresAt.Sub(rec.LeaseExpiresAt); life < ttl-time.Minute {
+		t.Errorf("after an extension the record lives %v past its lease end, want the TTL %v", life, ttl)
+	}
+	if err := c.SignalWorkflow(ctx, id, "", "release", nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := run.Get(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	rec, err = s.Get(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if life := time.Until(rec.ExpiresAt); life < ttl-time.Minute {
+		t.Errorf("the completed record lives %v more, want the TTL %v", life, ttl)
+	}
+}
+
+// wfShips records the workflow that ran each shipment.
+type wfShips struct{ ledger }
+
+func (s *wfShips) Ship(ctx context.Context, o Order) (Receipt, error) {
+	s.add(tactivity.GetInfo(ctx).WorkflowExecution.ID)
+	return Receipt{ChargeID: randomID(), Amount: o.Amount}, nil
+}
+
+// shipInTwoRuns continues as new once, 3 s later, and then ships the
+// order.
+func shipInTwoRuns(ctx tworkflow.Context, o Order) (Receipt, error) {
+	if o.Note == "first run" {
+		o.Note = "second run"
+		return Receipt{}, tworkflow.NewContinueAsNewErrorWithOptions(ctx,
+			tworkflow.ContinueAsNewErrorOptions{BackoffStartInterval: 3 * time.Second}, "shipInTwoRuns", o)
+	}
+	var r Receipt
+	err := tworkflow.ExecuteActivity(activityCtx(ctx), "Ship", o).Get(ctx, &r)
+	return r, err
+}
+
+// A guarded workflow that continues as new keeps its key: the next run
+// holds the claim, so a duplicate started between the two runs does not
+// run the body, and gets the result of the run that did.
+func TestGuardedWorkflowKeepsKeyAcrossContinueAsNew(t *testing.T) {
+	c := temporaltest.Client(t, client.Options{})
+	g := newGuard(t)
+	ships := &wfShips{}
+	tq := temporaltest.Name(t, "tq")
+	temporaltest.Worker(t, c, tq, worker.Options{Interceptors: []interceptor.WorkerInterceptor{workflow.NewInterceptor()}}, func(r worker.Registry) {
+		workflow.Register(r, shipInTwoRuns, workflow.Guard(g, shipInTwoRuns, workflow.WithKeyPath("order_id")))
+		r.RegisterActivityWithOptions(ships.Ship, tactivity.RegisterOptions{Name: "Ship"})
+	})
+	idA, idB := temporaltest.Name(t, "a"), temporaltest.Name(t, "b")
+	runA := temporaltest.Start(t, c, client.StartWorkflowOptions{ID: idA, TaskQueue: tq}, "shipInTwoRuns", Order{OrderID: "o-can", Amount: 4, Note: "first run"})
+	ctx := t.Context()
+	// Wait for the first run to continue as new.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		h := temporaltest.History(t, c, idA, runA.GetRunID())
+		if temporaltest.Count(h, enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the first run never continued as new")
+		}
+	}
+	runB := temporaltest.Start(t, c, client.StartWorkflowOptions{ID: idB, TaskQueue: tq}, "shipInTwoRuns", Order{OrderID: "o-can", Amount: 4})
+	var a, b Receipt
+	if err := c.GetWorkflow(ctx, idA, "").Get(ctx, &a); err != nil {
+		t.Fatalf("the continued workflow: %v", err)
+	}
+	if err := runB.Get(ctx, &b); err != nil {
+		t.Fatalf("the duplicate: %v", err)
+	}
+	if ships.count(idB) != 0 || ships.count(idA) != 1 || a != b {
+		t.Errorf("the duplicate shipped %d times, the continued workflow %d; results %+v, %+v; want 0, 1 and equal results",
+			ships.count(idB), ships.count(idA), b, a)
+	}
+}
