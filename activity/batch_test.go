@@ -154,7 +154,7 @@ func TestBatchResumesAfterFailure(t *testing.T) {
 				t.Fatal(err)
 			}
 			var l sends
-			opts := []activity.Option{activity.WithKeyPath("id")}
+			opts := []activity.Option{activity.WithGuardOptions(guard.WithKeyPath("id"))}
 			if tc.concurrency > 0 {
 				opts = append(opts, activity.WithBatchOptions(guard.WithConcurrency(tc.concurrency)))
 			}
@@ -272,7 +272,7 @@ func TestBatchThrottledRetriesAfterDelay(t *testing.T) {
 		mu.Lock()
 		starts = append(starts, time.Now())
 		mu.Unlock()
-		return activity.DoBatch(ctx, g, invs, sender(&l, ""), activity.WithKeyPath("id"), activity.WithMaxRetryDelay(1500*time.Millisecond))
+		return activity.DoBatch(ctx, g, invs, sender(&l, ""), activity.WithGuardOptions(guard.WithKeyPath("id")), activity.WithMaxRetryDelay(1500*time.Millisecond))
 	}
 	tq := temporaltest.Name(t, "tq")
 	temporaltest.Worker(t, c, tq, worker.Options{}, func(r worker.Registry) {
@@ -357,7 +357,7 @@ func TestBatchHeartbeatProgress(t *testing.T) {
 	mk := func(failID string) func() func(context.Context, []Invoice) ([]Sent, error) {
 		return func() func(context.Context, []Invoice) ([]Sent, error) {
 			return func(ctx context.Context, invs []Invoice) ([]Sent, error) {
-				return activity.DoBatch(ctx, g, invs, sender(&l, failID), activity.WithKeyPath("id"), activity.WithBatchOptions(guard.WithConcurrency(1)))
+				return activity.DoBatch(ctx, g, invs, sender(&l, failID), activity.WithGuardOptions(guard.WithKeyPath("id")), activity.WithBatchOptions(guard.WithConcurrency(1)))
 			}
 		}
 	}
@@ -393,7 +393,7 @@ func TestBatchHeartbeatProgress(t *testing.T) {
 	var l2 sends
 	out, err, _ = batchEnv(t, details, other, func() func(context.Context, []Invoice) ([]Sent, error) {
 		return func(ctx context.Context, invs []Invoice) ([]Sent, error) {
-			return activity.DoBatch(ctx, g2, invs, sender(&l2, ""), activity.WithKeyPath("id"))
+			return activity.DoBatch(ctx, g2, invs, sender(&l2, ""), activity.WithGuardOptions(guard.WithKeyPath("id")))
 		}
 	})
 	if err != nil || len(out) != 20 || l2.total() != 20 {
@@ -406,7 +406,7 @@ func TestBatchHeartbeatProgress(t *testing.T) {
 	_, err, _ = batchEnv(t, details, in, func() func(context.Context, []Invoice) ([]Sent, error) {
 		g3 := newGuard(t)
 		return func(ctx context.Context, invs []Invoice) ([]Sent, error) {
-			return activity.DoBatch(ctx, g3, invs, sender(&l3, ""), activity.WithKeyPath("id"))
+			return activity.DoBatch(ctx, g3, invs, sender(&l3, ""), activity.WithGuardOptions(guard.WithKeyPath("id")))
 		}
 	})
 	if ae := appError(t, err); ae.Type() != activity.ErrorTypeResultUnavailable || !ae.NonRetryable() {
@@ -449,7 +449,7 @@ func TestBatchErrors(t *testing.T) {
 		var l sends
 		_, err, _ := batchEnv(t, nil, in, func() func(context.Context, []Invoice) ([]Sent, error) {
 			return func(ctx context.Context, invs []Invoice) ([]Sent, error) {
-				return activity.DoBatch(ctx, g, invs, sender(&l, ""), activity.WithKeyPath("id"), activity.WithBatchOptions(guard.WithConcurrency(1)))
+				return activity.DoBatch(ctx, g, invs, sender(&l, ""), activity.WithGuardOptions(guard.WithKeyPath("id")), activity.WithBatchOptions(guard.WithConcurrency(1)))
 			}
 		})
 		ae := appError(t, err)
@@ -478,7 +478,7 @@ func TestBatchOutsideActivity(t *testing.T) {
 	in := invoices(10)
 	var l sends
 	for range 2 {
-		out, err := activity.DoBatch(context.Background(), g, in, sender(&l, ""), activity.WithKeyPath("id"))
+		out, err := activity.DoBatch(context.Background(), g, in, sender(&l, ""), activity.WithGuardOptions(guard.WithKeyPath("id")))
 		if err != nil || len(out) != 10 {
 			t.Fatalf("DoBatch = %d results, %v", len(out), err)
 		}

@@ -65,7 +65,7 @@ func TestPayloadCodecAppliesToStoredResults(t *testing.T) {
 				mu.Unlock()
 				return newReceipt(ctx, o), nil
 			}
-			opts := []activity.Option{activity.WithDataConverter(tc.dc), activity.WithKeyPath("order_id")}
+			opts := []activity.Option{activity.WithDataConverter(tc.dc), activity.WithGuardOptions(guard.WithKeyPath("order_id"))}
 			var wopts worker.Options
 			tq := temporaltest.Name(t, "tq")
 			if tc.interceptor {
@@ -76,7 +76,7 @@ func TestPayloadCodecAppliesToStoredResults(t *testing.T) {
 				if tc.interceptor {
 					r.RegisterActivityWithOptions(charge, tactivity.RegisterOptions{Name: "Charge"})
 				} else {
-					r.RegisterActivityWithOptions(activity.Guard(g, charge, opts...), tactivity.RegisterOptions{Name: "Charge"})
+					r.RegisterActivityWithOptions(activity.Wrap(g, charge, opts...), tactivity.RegisterOptions{Name: "Charge"})
 				}
 			})
 

@@ -48,7 +48,7 @@ func TestInterceptorKeepsClientCodecInHistory(t *testing.T) {
 	}
 	tq := temporaltest.Name(t, "tq")
 	temporaltest.Worker(t, c, tq, worker.Options{Interceptors: []interceptor.WorkerInterceptor{
-		activity.NewInterceptor(g, activity.Policy{Activity: "Charge", Options: []activity.Option{activity.WithKeyPath("order_id")}}),
+		activity.NewInterceptor(g, activity.Policy{Activity: "Charge", Options: []activity.Option{activity.WithGuardOptions(guard.WithKeyPath("order_id"))}}),
 	}}, func(r worker.Registry) {
 		r.RegisterWorkflow(chargeWorkflow)
 		r.RegisterActivityWithOptions(charge, tactivity.RegisterOptions{Name: "Charge"})
@@ -87,7 +87,7 @@ func TestNestedGuardedCall(t *testing.T) {
 	g := newGuard(t)
 	var outer ledger
 	cards := &cardCharger{}
-	chargeCard := activity.Guard(g, cards.ChargeCard, activity.WithKeyPath("order_id"))
+	chargeCard := activity.Wrap(g, cards.ChargeCard, activity.WithGuardOptions(guard.WithKeyPath("order_id")))
 	stamped, err := activity.EncodeKeyHeader("order-7/checkout")
 	if err != nil {
 		t.Fatal(err)
@@ -97,7 +97,7 @@ func TestNestedGuardedCall(t *testing.T) {
 		opts  []activity.Option
 		setup func(*testsuite.TestActivityEnvironment)
 	}{
-		{"input key", []activity.Option{activity.WithKeyPath("order_id")}, nil},
+		{"input key", []activity.Option{activity.WithGuardOptions(guard.WithKeyPath("order_id"))}, nil},
 		{"execution scope", []activity.Option{activity.WithExecutionScope()}, nil},
 		{"stamped key", nil, func(env *testsuite.TestActivityEnvironment) {
 			env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{activity.NewInterceptor(g)}})
@@ -106,7 +106,7 @@ func TestNestedGuardedCall(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			id := "o-" + tc.name
-			checkout := activity.Guard(g, func(ctx context.Context, o Order) (Receipt, error) {
+			checkout := activity.Wrap(g, func(ctx context.Context, o Order) (Receipt, error) {
 				outer.add(id)
 				r, err := chargeCard(ctx, o)
 				if err != nil {
@@ -185,7 +185,7 @@ func TestBatchFilteredItemRunsAgainOnRetry(t *testing.T) {
 		resumedAt[tactivity.GetInfo(ctx).Attempt] = progressDone(ctx)
 		mu.Unlock()
 		return activity.DoBatch(ctx, g, invs, sender(&l, "inv-002"),
-			activity.WithKeyPath("id"),
+			activity.WithGuardOptions(guard.WithKeyPath("id")),
 			activity.WithGuardOptions(guard.WithResultFilter(pending)),
 			activity.WithBatchOptions(guard.WithConcurrency(1)))
 	}

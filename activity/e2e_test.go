@@ -36,7 +36,7 @@ func TestRetryAfterSideEffectReplays(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			g := newGuard(t)
 			var effects ledger
-			guarded := activity.Guard(g, func(ctx context.Context, o Order) (Receipt, error) {
+			guarded := activity.Wrap(g, func(ctx context.Context, o Order) (Receipt, error) {
 				effects.add(o.OrderID)
 				return newReceipt(ctx, o), nil
 			}, tc.opts...)
@@ -94,7 +94,7 @@ func TestBusinessKeyAcrossWorkflows(t *testing.T) {
 		opts        []activity.Option
 		wantEffects int
 	}{
-		{"jmespath", []activity.Option{activity.WithKeyPath("order_id")}, 1},
+		{"jmespath", []activity.Option{activity.WithGuardOptions(guard.WithKeyPath("order_id"))}, 1},
 		{"execution-scope", []activity.Option{activity.WithExecutionScope()}, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -109,7 +109,7 @@ func TestBusinessKeyAcrossWorkflows(t *testing.T) {
 			tq := temporaltest.Name(t, "tq")
 			temporaltest.Worker(t, c, tq, worker.Options{}, func(r worker.Registry) {
 				r.RegisterWorkflow(chargeWorkflow)
-				r.RegisterActivityWithOptions(activity.Guard(g, charge, opts...), tactivity.RegisterOptions{Name: "Charge"})
+				r.RegisterActivityWithOptions(activity.Wrap(g, charge, opts...), tactivity.RegisterOptions{Name: "Charge"})
 			})
 
 			// The notes differ, so the whole inputs differ; the order ID is
@@ -163,7 +163,7 @@ func TestInterceptorGuardsUnmodifiedActivity(t *testing.T) {
 	p := &payments{}
 	tq := temporaltest.Name(t, "tq")
 	temporaltest.Worker(t, c, tq, worker.Options{Interceptors: []interceptor.WorkerInterceptor{
-		activity.NewInterceptor(g, activity.Policy{Activity: "Charge", Options: []activity.Option{activity.WithKeyPath("order_id")}}),
+		activity.NewInterceptor(g, activity.Policy{Activity: "Charge", Options: []activity.Option{activity.WithGuardOptions(guard.WithKeyPath("order_id"))}}),
 	}}, func(r worker.Registry) {
 		r.RegisterWorkflow(chargeWorkflow)
 		r.RegisterActivity(p)
@@ -204,8 +204,8 @@ func TestPayloadMismatchStopsRetries(t *testing.T) {
 	tq := temporaltest.Name(t, "tq")
 	temporaltest.Worker(t, c, tq, worker.Options{}, func(r worker.Registry) {
 		r.RegisterWorkflow(chargeWorkflow)
-		r.RegisterActivityWithOptions(activity.Guard(g, charge,
-			activity.WithKeyPath("order_id"),
+		r.RegisterActivityWithOptions(activity.Wrap(g, charge,
+			activity.WithGuardOptions(guard.WithKeyPath("order_id")),
 			activity.WithGuardOptions(guard.WithPayloadValidation("amount"))),
 			tactivity.RegisterOptions{Name: "Charge"})
 	})
@@ -258,7 +258,7 @@ func TestLongHeartbeatingActivityKeepsItsKey(t *testing.T) {
 	tq := temporaltest.Name(t, "tq")
 	temporaltest.Worker(t, c, tq, worker.Options{}, func(r worker.Registry) {
 		r.RegisterWorkflow(chargeWorkflow)
-		r.RegisterActivityWithOptions(activity.Guard(g, charge, activity.WithKeyPath("order_id")), tactivity.RegisterOptions{Name: "Charge"})
+		r.RegisterActivityWithOptions(activity.Wrap(g, charge, activity.WithGuardOptions(guard.WithKeyPath("order_id"))), tactivity.RegisterOptions{Name: "Charge"})
 	})
 	p := chargeParams{Order: Order{OrderID: "o-long", Amount: 1}, HeartbeatTimeout: time.Second, StartToClose: time.Minute}
 	first := temporaltest.Start(t, c, client.StartWorkflowOptions{ID: temporaltest.Name(t, "wf"), TaskQueue: tq}, chargeWorkflow, p)
@@ -296,11 +296,11 @@ func TestStepsResumeAfterTemporalRetry(t *testing.T) {
 			g := newGuard(t)
 			v := &invoice{plain: tc.plain, failFirst: true}
 			var opts worker.Options
-			fn := any(activity.Guard(g, v.Send, activity.WithKeyPath("order_id")))
+			fn := any(activity.Wrap(g, v.Send, activity.WithGuardOptions(guard.WithKeyPath("order_id"))))
 			if tc.interceptor {
 				fn = v.Send
 				opts.Interceptors = []interceptor.WorkerInterceptor{activity.NewInterceptor(g,
-					activity.Policy{Activity: "Charge", Options: []activity.Option{activity.WithKeyPath("order_id")}})}
+					activity.Policy{Activity: "Charge", Options: []activity.Option{activity.WithGuardOptions(guard.WithKeyPath("order_id"))}})}
 			}
 			tq := temporaltest.Name(t, "tq")
 			temporaltest.Worker(t, c, tq, opts, func(r worker.Registry) {
