@@ -100,7 +100,11 @@ func DoBatch[In, Out any](ctx context.Context, g *guard.Guard, items []In, fn fu
 	}
 	bopts = append(bopts, guard.WithResume(p.mark), guard.WithStopOnError(), guard.WithItemDone(p.itemDone))
 	stop := p.keepAlive()
-	res := guard.DoBatch(ctx, g, cl.scope, items, fn, bopts...)
+	// Each item runs as a guarded call: a guarded function it calls is a
+	// call of its own, not a claim of the item's key.
+	res := guard.DoBatch(ctx, g, cl.scope, items, func(ctx context.Context, in In) (Out, error) {
+		return fn(withCall(ctx, false), in)
+	}, bopts...)
 	stop()
 
 	var failed, stopped int

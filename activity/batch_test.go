@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"testing"
@@ -492,5 +493,51 @@ func TestBatchOutsideActivity(t *testing.T) {
 	}
 	if l.total() != 10 {
 		t.Errorf("%d sends over two runs, want 10", l.total())
+	}
+}
+
+// A batch item whose result the result filter refuses is not done: its
+// record was released, so the heartbeat progress does not count it, and
+// Temporal's retry runs it again instead of failing it for good with
+// IdempotencyResultUnavailable.
+func TestBatchFilteredItemRunsAgainOnRetry(t *testing.T) {
+	c := temporaltest.Client(t, client.Options{})
+	g := newGuard(t)
+	var l sends
+	pending := func(v any) bool { // inv-001's first answer is "pending": not kept
+		s, ok := v.(Sent)
+		return !ok || s.ID != "inv-001" || s.Attempt != 1
+	}
+	var mu sync.Mutex
+	resumedAt := map[int32]int{} // protected by mu
+	sendInvoices := func(ctx context.Context, invs []Invoice) ([]Sent, error) {
+		mu.Lock()
+		resumedAt[tactivity.GetInfo(ctx).Attempt] = progressDone(ctx)
+		mu.Unlock()
+		return activity.DoBatch(ctx, g, invs, sender(&l, "inv-002"),
+			activity.WithGuardOptions(guard.WithKeyPath("id")),
+			activity.WithGuardOptions(guard.WithResultFilter(pending)),
+			activity.WithBatchOptions(guard.WithConcurrency(1)))
+	}
+	tq := temporaltest.Name(t, "tq")
+	temporaltest.Worker(t, c, tq, worker.Options{}, func(r worker.Registry) {
+		r.RegisterWorkflow(batchWorkflow)
+		r.RegisterActivityWithOptions(sendInvoices, tactivity.RegisterOptions{Name: "SendInvoices"})
+	})
+	var got []Sent
+	if err := temporaltest.Run(t, c, tq, temporaltest.Name(t, "wf"), time.Minute, &got, batchWorkflow,
+		batchParams{Invoices: invoices(3), MaxAttempts: 3}); err != nil {
+		t.Fatalf("workflow failed: %v", err)
+	}
+	if len(got) != 3 || got[0].ID != "inv-001" || got[0].Attempt != 2 {
+		t.Errorf("results %+v, want inv-001 sent again on attempt 2", got)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if resumedAt[2] > 0 {
+		t.Errorf("attempt 2 resumed past %d items, want 0: the first item's result was filtered", resumedAt[2])
+	}
+	if s := l.get("inv-001"); !slices.Equal(s, []int32{1, 2}) {
+		t.Errorf("inv-001 sent in attempts %v, want [1 2]", s)
 	}
 }

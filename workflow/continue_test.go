@@ -15,58 +15,8 @@ import (
 	"github.com/idemguard/idemguard/activity"
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/temporaltest"
-	"github.com/idemguard/idemguard/store/memory"
 	"github.com/idemguard/idemguard/workflow"
 )
-
-// A TTL given with WithGuardOptions is the record's on every step of the
-// claim: while the body runs (the claim's extensions) and once it
-// completed, not the guard's default of an hour.
-func TestGuardedWorkflowTTLOnEveryStep(t *testing.T) {
-	c := temporaltest.Client(t, client.Options{})
-	s := memory.New()
-	g, err := guard.New(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	const ttl = 48 * time.Hour
-	var ships ledger
-	tq := shipWorker(t, c, g, &ships, workflow.WithGuardOptions(guard.WithTTL(ttl)), workflow.WithGuardOptions(guard.WithLease(2*time.Second)))
-	o := Order{OrderID: "o-ttl", Amount: 1, Note: "hold"}
-	key, _, err := g.Key("shipOrder", o, guard.WithKeyPath("order_id"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := temporaltest.Name(t, "wf")
-	run := temporaltest.Start(t, c, client.StartWorkflowOptions{ID: id, TaskQueue: tq}, "shipOrder", o)
-	ctx := t.Context()
-	// Wait for an extension: claim, extend.
-	for deadline := time.Now().Add(30 * time.Second); len(localActivities(t, temporaltest.History(t, c, id, ""))) < 2; time.Sleep(100 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the holder never extended its claim")
-		}
-	}
-	rec, err := s.Get(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if life := rec.ExpiresAt.Sub(rec.LeaseExpiresAt); life < ttl-time.Minute {
-		t.Errorf("after an extension the record lives %v past its lease end, want the TTL %v", life, ttl)
-	}
-	if err := c.SignalWorkflow(ctx, id, "", "release", nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := run.Get(ctx, nil); err != nil {
-		t.Fatal(err)
-	}
-	rec, err = s.Get(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if life := time.Until(rec.ExpiresAt); life < ttl-time.Minute {
-		t.Errorf("the completed record lives %v more, want the TTL %v", life, ttl)
-	}
-}
 
 // wfShips records the workflow that ran each shipment.
 type wfShips struct{ ledger }
