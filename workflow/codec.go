@@ -2,6 +2,7 @@ package workflow
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	failurepb "go.temporal.io/api/failure/v1"
@@ -34,9 +35,10 @@ func workflowConverter(ctx context.Context, dc converter.DataConverter) converte
 }
 
 // failureCodec stores a guarded workflow's definite error as a Temporal
-// failure, so that a duplicate replays it with its type, message, details
-// and retryability; an error that is not an application error is stored as
-// the non-retryable one activity.TemporalError makes of it.
+// failure, so that a duplicate replays it as the first workflow returned
+// it: an application error with its type, message, details and
+// retryability; an error that is none is stored as a non-retryable
+// application error of type activity.ErrorTypeDefinite with its message.
 type failureCodec struct {
 	fc converter.FailureConverter
 }
@@ -46,7 +48,11 @@ func newFailureCodec(dc converter.DataConverter) failureCodec {
 }
 
 func (c failureCodec) EncodeError(err error) ([]byte, error) {
-	return proto.Marshal(c.fc.ErrorToFailure(activity.TemporalError(guard.Definite(err))))
+	var ae *temporal.ApplicationError
+	if !errors.As(activity.TemporalError(err), &ae) {
+		ae = temporal.NewNonRetryableApplicationError(err.Error(), activity.ErrorTypeDefinite, nil).(*temporal.ApplicationError)
+	}
+	return proto.Marshal(c.fc.ErrorToFailure(ae))
 }
 
 func (c failureCodec) DecodeError(data []byte) error {

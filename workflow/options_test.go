@@ -3,6 +3,7 @@ package workflow_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"slices"
@@ -310,5 +311,92 @@ func TestGuardedWorkflowTTLOnEveryStep(t *testing.T) {
 	}
 	if life := time.Until(rec.ExpiresAt); life < ttl-time.Minute {
 		t.Errorf("the completed record lives %v more, want the TTL %v", life, ttl)
+	}
+}
+
+// The result filter, definite errors, outcome hook and codec given with
+// WithGuardOptions take effect when the workflow's outcome is recorded and
+// when a duplicate replays it: a refused result is not stored, so the next
+// workflow runs the body again; a definite error is stored and replayed
+// with its type, without running the body; the hook sees the recorded and
+// the replayed outcome; the codec is the one the record is written with.
+func TestGuardOptionsOnEveryStep(t *testing.T) {
+	c := temporaltest.Client(t, client.Options{})
+	s := memory.New()
+	g, err := guard.New(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var hooked []guard.Outcome // protected by mu
+	var ships ledger
+	tq := shipWorker(t, c, g, &ships, workflow.WithGuardOptions(
+		guard.WithResultFilter(func(v any) bool { r, ok := v.(Receipt); return !ok || r.Amount != 0 }),
+		guard.WithDefiniteErrors(func(err error) bool {
+			var ae *temporal.ApplicationError
+			return errors.As(err, &ae) && ae.Type() == "WarehouseClosed"
+		}),
+		guard.WithOutcomeHook(func(_ context.Context, _ string, _ *store.Record, o guard.Outcome) {
+			mu.Lock()
+			hooked = append(hooked, o)
+			mu.Unlock()
+		}),
+		guard.WithCodec(guard.JSON),
+	))
+	run := func(o Order) (Receipt, error) {
+		var r Receipt
+		err := temporaltest.Run(t, c, tq, temporaltest.Name(t, "wf"), time.Minute, &r, "shipOrder", o)
+		return r, err
+	}
+
+	// Filtered: an amount of 0 is not kept, so the duplicate runs again.
+	if _, err := run(Order{OrderID: "o-zero"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run(Order{OrderID: "o-zero"}); err != nil || ships.count("ship") != 2 {
+		t.Errorf("refused result: %v after %d shipments, want a second run", err, ships.count("ship"))
+	}
+
+	// Definite: stored and replayed with its type, without a second run.
+	for i := range 2 {
+		_, err := run(Order{OrderID: "o-closed", Amount: 3, Fail: true})
+		var ae *temporal.ApplicationError
+		if !errors.As(err, &ae) || ae.Type() != "WarehouseClosed" {
+			t.Errorf("definite error, run %d: %v, want WarehouseClosed", i+1, err)
+		}
+	}
+	if n := ships.count("ship"); n != 3 {
+		t.Errorf("%d shipments, want 3: the definite error's duplicate did not run", n)
+	}
+
+	// The codec and the hook.
+	mu.Lock()
+	hooked = nil
+	mu.Unlock()
+	o := Order{OrderID: "o-json", Amount: 5}
+	first, err := run(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := run(o)
+	if err != nil || second != first {
+		t.Errorf("duplicate: %+v, %v; want %+v", second, err, first)
+	}
+	key, _, err := g.Key("shipOrder", o, guard.WithKeyPath("order_id"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := s.Get(t.Context(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stored Receipt
+	if err := json.Unmarshal(rec.Result, &stored); err != nil || stored != first {
+		t.Errorf("stored result %q is not the JSON of %+v: %v", rec.Result, first, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(hooked, []guard.Outcome{guard.OutcomeExecuted, guard.OutcomeReplayed}) {
+		t.Errorf("the outcome hook saw %v, want [executed replayed]", hooked)
 	}
 }

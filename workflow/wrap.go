@@ -265,13 +265,18 @@ func keepLease(ctx tworkflow.Context, la localActivities, done tworkflow.Receive
 }
 
 // unwrap returns the application error inside a local activity's error, so
-// that the workflow fails with the guard's error type at the top.
+// that the workflow fails with the guard's error type at the top; for a
+// replayed definite error, the stored application error itself.
 func unwrap(err error) error {
 	var ae *temporal.ApplicationError
-	if errors.As(err, &ae) {
-		return ae
+	if !errors.As(err, &ae) {
+		return err
 	}
-	return err
+	var stored *temporal.ApplicationError
+	if ae.Type() == activity.ErrorTypeDefinite && errors.As(ae.Unwrap(), &stored) {
+		return stored
+	}
+	return ae
 }
 
 // localActivities are the local activities of one guarded workflow type.
@@ -361,9 +366,15 @@ func (la localActivities) IdempotencyClaim(ctx context.Context, req claimRequest
 		return res, activity.TemporalError(err)
 	case rec != nil:
 		v, err := la.decode(rec, opts)
-		if err != nil {
-			// A stored definite error, or a result that cannot be
-			// decoded: either way the workflow fails for good.
+		var ae *temporal.ApplicationError
+		switch {
+		case err == nil:
+		case errors.As(err, &ae):
+			// A stored definite error: the workflow returns it (see
+			// unwrap), and the local activity does not retry it.
+			return res, temporal.NewNonRetryableApplicationError(err.Error(), activity.ErrorTypeDefinite, err)
+		default:
+			// A result that cannot be decoded: the workflow fails for good.
 			return res, activity.TemporalError(guard.Definite(err))
 		}
 		res.Done, res.Value = true, v
