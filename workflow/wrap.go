@@ -47,9 +47,13 @@ import (
 //     releases the claim (even when the workflow was cancelled) and is
 //     returned, so that a later workflow with the key runs the body again.
 //   - Continue-as-new. A body that continues as new into the same workflow
-//     type keeps the key: the claim is handed to the next run in its
-//     header, and the next run finishes it. Continued as new into another
-//     workflow type, the claim is released.
+//     type keeps the key, and the next run finishes it: the claim is
+//     extended and handed to the next run in its header, which
+//     activity.NewInterceptor reads (so the next run keeps it even when its
+//     input gives another key), and its fencing token is the same for every
+//     run of the chain, so that a next run that derives the same key
+//     re-claims it as its own without the interceptor. Continued as new
+//     into another workflow type, the claim is released.
 //
 // Every guard option, given to guard.New or with [WithGuardOptions], takes
 // effect on each of these steps: the TTL when the claim is extended and
@@ -62,9 +66,9 @@ import (
 // A workflow terminated while it holds the key (termination runs no
 // workflow code) blocks its key until the lease lapses. A worker crash after
 // the claim succeeded and before the workflow task that recorded it
-// completed is harmless: the claim runs again with the run's own fencing
-// token (namespace, workflow ID, run ID) and holds the key again. Guard
-// errors are returned as the application errors of idemguard's activity
+// completed is harmless: the claim runs again with the same fencing token
+// (namespace, workflow ID, the chain's first run ID) and holds the key
+// again. Guard errors are returned as the application errors of idemguard's activity
 // package (activity.TemporalError). Wrap panics on invalid options.
 func Wrap[In, Out any](g *guard.Guard, wf func(tworkflow.Context, In) (Out, error), opts ...Option) func(tworkflow.Context, In) (Out, error) {
 	if g == nil {
@@ -296,7 +300,7 @@ type localActivities struct {
 type claimRequest struct {
 	Scope  string
 	Input  any
-	Token  string       // the run's fencing token
+	Token  string       // the fencing token of the run's chain
 	Handed *guard.Claim // the claim an earlier run handed over, if any
 }
 
