@@ -195,7 +195,7 @@ func TestStepOutsideGuardedActivity(t *testing.T) {
 	}{
 		{"no interceptor", nil},
 		{"activity.NewInterceptor", []interceptor.WorkerInterceptor{activity.NewInterceptor(g)}},
-		{"workflow.NewInterceptor", []interceptor.WorkerInterceptor{activity.NewInterceptor(nil)}},
+		{"activity.NewInterceptor, keys only", []interceptor.WorkerInterceptor{activity.NewInterceptor(nil)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := runActivity(t, func(env *testsuite.TestActivityEnvironment) {
