@@ -15,7 +15,6 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/idemguard/idemguard/guard"
-	"github.com/idemguard/idemguard/internal/temporalglue"
 	"github.com/idemguard/idemguard/store"
 )
 
@@ -31,7 +30,8 @@ const ThrottleRetryDelay = 5 * time.Second
 // slice:
 //
 //	func SendInvoices(ctx context.Context, invoices []Invoice) ([]Receipt, error) {
-//		return activity.DoBatch(ctx, g, invoices, sendInvoice, activity.WithKeyPath("invoice_id"))
+//		return activity.DoBatch(ctx, g, invoices, sendInvoice,
+//			activity.WithGuardOptions(guard.WithKeyPath("invoice_id")))
 //	}
 //
 // Items whose records completed earlier (in an earlier attempt, or through
@@ -51,7 +51,9 @@ const ThrottleRetryDelay = 5 * time.Second
 // (guard.WithTTL) longer than the activity's retries may take. Progress is
 // a hint, checked against a fingerprint of the items; the records are what
 // keep items from running twice, so an attempt that crashed before
-// heartbeating loses no correctness, only the skip. DoBatch owns the
+// heartbeating loses no correctness, only the skip. An item whose result
+// the result filter refused (guard.WithResultFilter) kept no record and is
+// not done: the retry runs it again. DoBatch owns the
 // activity's heartbeat details, and heartbeats at least every half
 // heartbeat timeout while items run; fn should not record heartbeats of its
 // own.
@@ -65,12 +67,12 @@ const ThrottleRetryDelay = 5 * time.Second
 // address) as values in Out, not as errors.
 //
 // Keys: each item's key is derived from the item, within the activity
-// type's scope: all of it, the part [WithKeyPath] selects, or what a
+// type's scope: all of it, the part guard.WithKeyPath selects, or what a
 // guard.WithItemKey function ([WithBatchOptions]) returns. [WithExecutionScope] cannot key items
 // (it names the whole activity execution) and is refused; a key the
 // workflow stamped for the activity is ignored for the same reason.
 // [WithDataConverter], [WithStoredFailures], [WithMaxRetryDelay] and
-// [WithGuardOptions] apply as for [Guard]. guard.WithResume,
+// [WithGuardOptions] apply as for [Wrap]. guard.WithResume,
 // guard.WithStopOnError and guard.WithItemDone are set by DoBatch.
 //
 // Outside an activity (in a unit test with a plain context) DoBatch works
@@ -86,10 +88,10 @@ func DoBatch[In, Out any](ctx context.Context, g *guard.Guard, items []In, fn fu
 			ErrorTypeInvalidOption, nil)
 	}
 	if err := cfg.validate(g); err != nil {
-		return nil, temporalglue.TemporalError(err, 0)
+		return nil, TemporalError(err)
 	}
-	r := &runner{g: g, cfg: cfg, fallback: Name(fn)}
-	cl := r.prepare(ctx, PayloadCodec{DataConverter: temporalglue.ActivityConverter(ctx, cfg.dc)})
+	r := &runner{g: g, cfg: cfg, name: Name(fn)}
+	cl := r.prepare(ctx, PayloadCodec{DataConverter: activityConverter(ctx, cfg.dc)}, false)
 
 	p := newProgress(ctx, batchFingerprint(cl.scope, items), len(items))
 	bopts := append([]guard.BatchOption(nil), cfg.batchOpts...)
@@ -98,7 +100,11 @@ func DoBatch[In, Out any](ctx context.Context, g *guard.Guard, items []In, fn fu
 	}
 	bopts = append(bopts, guard.WithResume(p.mark), guard.WithStopOnError(), guard.WithItemDone(p.itemDone))
 	stop := p.keepAlive()
-	res := guard.DoBatch(ctx, g, cl.scope, items, fn, bopts...)
+	// Each item runs as a guarded call: a guarded function it calls is a
+	// call of its own, not a claim of the item's key.
+	res := guard.DoBatch(ctx, g, cl.scope, items, func(ctx context.Context, in In) (Out, error) {
+		return fn(withCall(ctx, false), in)
+	}, bopts...)
 	stop()
 
 	var failed, stopped int
@@ -137,10 +143,10 @@ func batchError(err error, i, n int, maxDelay time.Duration) error {
 			fmt.Sprintf("batch item at index %d (of %d): %v", i, n, err), ErrorTypeStoreThrottled,
 			temporal.ApplicationErrorOptions{NextRetryDelay: throttleDelay(maxDelay), Cause: err})
 	}
-	if te := temporalglue.TemporalError(err, maxDelay); te == err {
+	if te := temporalError(err, maxDelay); te == err {
 		return err // the activity's own error, or a context error
 	}
-	return temporalglue.TemporalError(fmt.Errorf("batch item at index %d (of %d): %w", i, n, err), maxDelay)
+	return temporalError(fmt.Errorf("batch item at index %d (of %d): %w", i, n, err), maxDelay)
 }
 
 // throttleDelay is ThrottleRetryDelay with ±50% jitter, capped by maxDelay
@@ -212,9 +218,17 @@ func newProgress(ctx context.Context, fp string, n int) *progress {
 	return p
 }
 
-// itemDone is the batch's guard.WithItemDone function.
-func (p *progress) itemDone(i int, _ guard.Outcome, err error) {
-	if err != nil {
+// itemDone is the batch's guard.WithItemDone function. Only an item with a
+// recorded outcome (or one that keeps none, run unguarded) is done: one
+// whose result the result filter refused, or that failed, runs again on
+// the next attempt.
+func (p *progress) itemDone(i int, outcome guard.Outcome, err error) {
+	switch {
+	case err != nil:
+		return
+	case outcome == guard.OutcomeExecuted, outcome == guard.OutcomeReplayed,
+		outcome == guard.OutcomeShared, outcome == guard.OutcomeUnguarded:
+	default:
 		return
 	}
 	p.mu.Lock()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"testing"
@@ -154,7 +155,7 @@ func TestBatchResumesAfterFailure(t *testing.T) {
 				t.Fatal(err)
 			}
 			var l sends
-			opts := []activity.Option{activity.WithKeyPath("id")}
+			opts := []activity.Option{activity.WithGuardOptions(guard.WithKeyPath("id"))}
 			if tc.concurrency > 0 {
 				opts = append(opts, activity.WithBatchOptions(guard.WithConcurrency(tc.concurrency)))
 			}
@@ -272,7 +273,7 @@ func TestBatchThrottledRetriesAfterDelay(t *testing.T) {
 		mu.Lock()
 		starts = append(starts, time.Now())
 		mu.Unlock()
-		return activity.DoBatch(ctx, g, invs, sender(&l, ""), activity.WithKeyPath("id"), activity.WithMaxRetryDelay(1500*time.Millisecond))
+		return activity.DoBatch(ctx, g, invs, sender(&l, ""), activity.WithGuardOptions(guard.WithKeyPath("id")), activity.WithMaxRetryDelay(1500*time.Millisecond))
 	}
 	tq := temporaltest.Name(t, "tq")
 	temporaltest.Worker(t, c, tq, worker.Options{}, func(r worker.Registry) {
@@ -357,7 +358,7 @@ func TestBatchHeartbeatProgress(t *testing.T) {
 	mk := func(failID string) func() func(context.Context, []Invoice) ([]Sent, error) {
 		return func() func(context.Context, []Invoice) ([]Sent, error) {
 			return func(ctx context.Context, invs []Invoice) ([]Sent, error) {
-				return activity.DoBatch(ctx, g, invs, sender(&l, failID), activity.WithKeyPath("id"), activity.WithBatchOptions(guard.WithConcurrency(1)))
+				return activity.DoBatch(ctx, g, invs, sender(&l, failID), activity.WithGuardOptions(guard.WithKeyPath("id")), activity.WithBatchOptions(guard.WithConcurrency(1)))
 			}
 		}
 	}
@@ -393,7 +394,7 @@ func TestBatchHeartbeatProgress(t *testing.T) {
 	var l2 sends
 	out, err, _ = batchEnv(t, details, other, func() func(context.Context, []Invoice) ([]Sent, error) {
 		return func(ctx context.Context, invs []Invoice) ([]Sent, error) {
-			return activity.DoBatch(ctx, g2, invs, sender(&l2, ""), activity.WithKeyPath("id"))
+			return activity.DoBatch(ctx, g2, invs, sender(&l2, ""), activity.WithGuardOptions(guard.WithKeyPath("id")))
 		}
 	})
 	if err != nil || len(out) != 20 || l2.total() != 20 {
@@ -406,7 +407,7 @@ func TestBatchHeartbeatProgress(t *testing.T) {
 	_, err, _ = batchEnv(t, details, in, func() func(context.Context, []Invoice) ([]Sent, error) {
 		g3 := newGuard(t)
 		return func(ctx context.Context, invs []Invoice) ([]Sent, error) {
-			return activity.DoBatch(ctx, g3, invs, sender(&l3, ""), activity.WithKeyPath("id"))
+			return activity.DoBatch(ctx, g3, invs, sender(&l3, ""), activity.WithGuardOptions(guard.WithKeyPath("id")))
 		}
 	})
 	if ae := appError(t, err); ae.Type() != activity.ErrorTypeResultUnavailable || !ae.NonRetryable() {
@@ -449,7 +450,7 @@ func TestBatchErrors(t *testing.T) {
 		var l sends
 		_, err, _ := batchEnv(t, nil, in, func() func(context.Context, []Invoice) ([]Sent, error) {
 			return func(ctx context.Context, invs []Invoice) ([]Sent, error) {
-				return activity.DoBatch(ctx, g, invs, sender(&l, ""), activity.WithKeyPath("id"), activity.WithBatchOptions(guard.WithConcurrency(1)))
+				return activity.DoBatch(ctx, g, invs, sender(&l, ""), activity.WithGuardOptions(guard.WithKeyPath("id")), activity.WithBatchOptions(guard.WithConcurrency(1)))
 			}
 		})
 		ae := appError(t, err)
@@ -478,7 +479,7 @@ func TestBatchOutsideActivity(t *testing.T) {
 	in := invoices(10)
 	var l sends
 	for range 2 {
-		out, err := activity.DoBatch(context.Background(), g, in, sender(&l, ""), activity.WithKeyPath("id"))
+		out, err := activity.DoBatch(context.Background(), g, in, sender(&l, ""), activity.WithGuardOptions(guard.WithKeyPath("id")))
 		if err != nil || len(out) != 10 {
 			t.Fatalf("DoBatch = %d results, %v", len(out), err)
 		}
@@ -492,5 +493,51 @@ func TestBatchOutsideActivity(t *testing.T) {
 	}
 	if l.total() != 10 {
 		t.Errorf("%d sends over two runs, want 10", l.total())
+	}
+}
+
+// A batch item whose result the result filter refuses is not done: its
+// record was released, so the heartbeat progress does not count it, and
+// Temporal's retry runs it again instead of failing it for good with
+// IdempotencyResultUnavailable.
+func TestBatchFilteredItemRunsAgainOnRetry(t *testing.T) {
+	c := temporaltest.Client(t, client.Options{})
+	g := newGuard(t)
+	var l sends
+	pending := func(v any) bool { // inv-001's first answer is "pending": not kept
+		s, ok := v.(Sent)
+		return !ok || s.ID != "inv-001" || s.Attempt != 1
+	}
+	var mu sync.Mutex
+	resumedAt := map[int32]int{} // protected by mu
+	sendInvoices := func(ctx context.Context, invs []Invoice) ([]Sent, error) {
+		mu.Lock()
+		resumedAt[tactivity.GetInfo(ctx).Attempt] = progressDone(ctx)
+		mu.Unlock()
+		return activity.DoBatch(ctx, g, invs, sender(&l, "inv-002"),
+			activity.WithGuardOptions(guard.WithKeyPath("id")),
+			activity.WithGuardOptions(guard.WithResultFilter(pending)),
+			activity.WithBatchOptions(guard.WithConcurrency(1)))
+	}
+	tq := temporaltest.Name(t, "tq")
+	temporaltest.Worker(t, c, tq, worker.Options{}, func(r worker.Registry) {
+		r.RegisterWorkflow(batchWorkflow)
+		r.RegisterActivityWithOptions(sendInvoices, tactivity.RegisterOptions{Name: "SendInvoices"})
+	})
+	var got []Sent
+	if err := temporaltest.Run(t, c, tq, temporaltest.Name(t, "wf"), time.Minute, &got, batchWorkflow,
+		batchParams{Invoices: invoices(3), MaxAttempts: 3}); err != nil {
+		t.Fatalf("workflow failed: %v", err)
+	}
+	if len(got) != 3 || got[0].ID != "inv-001" || got[0].Attempt != 2 {
+		t.Errorf("results %+v, want inv-001 sent again on attempt 2", got)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if resumedAt[2] > 0 {
+		t.Errorf("attempt 2 resumed past %d items, want 0: the first item's result was filtered", resumedAt[2])
+	}
+	if s := l.get("inv-001"); !slices.Equal(s, []int32{1, 2}) {
+		t.Errorf("inv-001 sent in attempts %v, want [1 2]", s)
 	}
 }

@@ -1,71 +1,143 @@
 package activity
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
 	commonpb "go.temporal.io/api/common/v1"
 	failurepb "go.temporal.io/api/failure/v1"
+	tactivity "go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/idemguard/idemguard/guard"
-	"github.com/idemguard/idemguard/internal/temporalglue"
 )
 
 // PayloadCodec is a [guard.Codec] that stores values as the
 // *commonpb.Payloads a Temporal data converter makes of them, in protobuf
 // binary form, so that payload codecs (encryption, compression) apply to
-// stored results. Its field DataConverter encodes and decodes values (nil
-// means the SDK's default). Marshal stores a nil value (an activity that
-// returns only an error) as no bytes and a *commonpb.Payloads as it is;
-// Unmarshal into a *commonpb.Payloads or **commonpb.Payloads returns the
-// stored payloads without decoding them.
+// stored results. Marshal stores a nil value (an activity that returns only
+// an error) as no bytes and a *commonpb.Payloads as it is; Unmarshal into a
+// *commonpb.Payloads or **commonpb.Payloads returns the stored payloads
+// without decoding them.
 //
-// Guarded activities use it already; give it to guard.WithCodec to store a
-// guard.Do call's result inside an activity as Temporal payloads, or use it
-// to decode a stored record's result.
-type PayloadCodec = temporalglue.PayloadCodec
-
-// interceptedResult is what an activity guarded by [NewInterceptor]
-// returns to the guard: the payloads the worker will send, or, if the
-// activity's result could not be encoded, the result itself, which
-// interceptorCodec then fails to encode again so that the guard records
-// the call without a result rather than let it run twice.
-type interceptedResult struct {
-	payloads *commonpb.Payloads
-	raw      any
+// Guarded activities and workflows store their results with it already.
+// Give it to guard.WithCodec to store other values as Temporal payloads
+// (a guard.Step's, or a guard.Do call's inside an activity), or use it to
+// decode a stored record's result.
+type PayloadCodec struct {
+	// DataConverter encodes and decodes values; nil means the SDK's default.
+	DataConverter converter.DataConverter
 }
 
-// interceptorCodec is the codec of calls guarded by [NewInterceptor]: it
-// stores an interceptedResult's payloads and replays stored payloads as
-// they are into an *interceptedResult. Other values (those of guard.Step
-// inside the activity) are encoded and decoded by the PayloadCodec.
+func (c PayloadCodec) converter() converter.DataConverter {
+	if c.DataConverter == nil {
+		return converter.GetDefaultDataConverter()
+	}
+	return c.DataConverter
+}
+
+// Marshal encodes v with the data converter.
+func (c PayloadCodec) Marshal(v any) ([]byte, error) {
+	if v == nil {
+		return nil, nil
+	}
+	if p, ok := v.(*commonpb.Payloads); ok {
+		return proto.Marshal(p)
+	}
+	p, err := c.converter().ToPayloads(v)
+	if err != nil {
+		return nil, err
+	}
+	return proto.Marshal(p)
+}
+
+// Unmarshal decodes data into v, a pointer.
+func (c PayloadCodec) Unmarshal(data []byte, v any) error {
+	p, err := unmarshalPayloads(data)
+	if err != nil {
+		return err
+	}
+	switch v := v.(type) {
+	case **commonpb.Payloads:
+		*v = p
+		return nil
+	case *commonpb.Payloads:
+		proto.Merge(v, p)
+		return nil
+	}
+	return c.converter().FromPayloads(p, v)
+}
+
+func unmarshalPayloads(data []byte) (*commonpb.Payloads, error) {
+	p := &commonpb.Payloads{}
+	if err := proto.Unmarshal(data, p); err != nil {
+		return nil, fmt.Errorf("idemguard: stored result is not Temporal payloads: %w", err)
+	}
+	return p, nil
+}
+
+// interceptorCodec is the codec of calls guarded by [NewInterceptor]. The
+// interceptor does not know the activity's result type, so it replays into
+// an any: a stored payload comes back as a converter.RawValue, decoded by
+// the codec's data converter (so that its payload codec is undone), which
+// the worker then encodes again with its own data converter, as it encodes
+// the activity's own result. The client's payload codec thus applies to
+// what reaches the history whether the activity ran or replayed, with or
+// without [WithDataConverter]. Other values (those of guard.Step inside
+// the activity) are encoded and decoded as the PayloadCodec does.
 type interceptorCodec struct{ PayloadCodec }
 
-func (c interceptorCodec) Marshal(v any) ([]byte, error) {
-	r, ok := v.(interceptedResult)
-	switch {
-	case !ok:
-		return c.PayloadCodec.Marshal(v)
-	case r.payloads != nil:
-		return proto.Marshal(r.payloads)
-	}
-	return c.PayloadCodec.Marshal(r.raw)
-}
-
 func (c interceptorCodec) Unmarshal(data []byte, v any) error {
-	r, ok := v.(*interceptedResult)
+	out, ok := v.(*any)
 	if !ok {
 		return c.PayloadCodec.Unmarshal(data, v)
 	}
-	var p *commonpb.Payloads
-	if err := c.PayloadCodec.Unmarshal(data, &p); err != nil {
+	p, err := unmarshalPayloads(data)
+	if err != nil {
 		return err
 	}
-	*r = interceptedResult{payloads: p}
+	if len(p.Payloads) != 1 {
+		// Not an activity result the worker encoded (one payload): the
+		// payloads an activity returned as they are, sent as they are.
+		*out = p
+		return nil
+	}
+	var raw converter.RawValue
+	if err := c.converter().FromPayload(p.Payloads[0], &raw); err != nil {
+		return err
+	}
+	*out = raw
 	return nil
+}
+
+// activityConverter returns dc (nil: the SDK's default) as the worker
+// applies it to the activity running with ctx: transfer-aware, with the
+// activity's serialization context, and bound to ctx if dc is
+// context-aware.
+func activityConverter(ctx context.Context, dc converter.DataConverter) converter.DataConverter {
+	dc = converter.MakeTransferAware(dc)
+	if tactivity.IsActivity(ctx) {
+		info := tactivity.GetInfo(ctx)
+		wt := ""
+		if info.WorkflowType != nil {
+			wt = info.WorkflowType.Name
+		}
+		dc = converter.WithDataConverterSerializationContext(dc, converter.ActivitySerializationContext{
+			Namespace:    info.Namespace,
+			WorkflowID:   info.WorkflowExecution.ID,
+			WorkflowType: wt,
+			ActivityType: info.ActivityType.Name,
+			TaskQueue:    info.TaskQueue,
+			IsLocal:      info.IsLocalActivity,
+		})
+	}
+	if ca, ok := dc.(converter.ContextAware); ok {
+		return ca.WithContext(ctx)
+	}
+	return dc
 }
 
 // failureCodec is a [guard.ErrorCodec] that stores errors as Temporal
@@ -82,7 +154,7 @@ func newFailureCodec(dc converter.DataConverter) failureCodec {
 
 func (c failureCodec) EncodeError(err error) ([]byte, error) {
 	if guard.IsDefinite(err) {
-		err = temporalglue.DefiniteError(err)
+		err = definiteError(err)
 	}
 	return proto.Marshal(c.fc.ErrorToFailure(err))
 }
@@ -106,6 +178,7 @@ func isStoredFailure(err error) bool {
 }
 
 var (
+	_ guard.Codec      = PayloadCodec{}
 	_ guard.Codec      = interceptorCodec{}
 	_ guard.ErrorCodec = failureCodec{}
 )

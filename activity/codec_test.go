@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	commonpb "go.temporal.io/api/common/v1"
+	historypb "go.temporal.io/api/history/v1"
 	tactivity "go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
@@ -65,7 +66,7 @@ func TestPayloadCodecAppliesToStoredResults(t *testing.T) {
 				mu.Unlock()
 				return newReceipt(ctx, o), nil
 			}
-			opts := []activity.Option{activity.WithDataConverter(tc.dc), activity.WithKeyPath("order_id")}
+			opts := []activity.Option{activity.WithDataConverter(tc.dc), activity.WithGuardOptions(guard.WithKeyPath("order_id"))}
 			var wopts worker.Options
 			tq := temporaltest.Name(t, "tq")
 			if tc.interceptor {
@@ -76,7 +77,7 @@ func TestPayloadCodecAppliesToStoredResults(t *testing.T) {
 				if tc.interceptor {
 					r.RegisterActivityWithOptions(charge, tactivity.RegisterOptions{Name: "Charge"})
 				} else {
-					r.RegisterActivityWithOptions(activity.Guard(g, charge, opts...), tactivity.RegisterOptions{Name: "Charge"})
+					r.RegisterActivityWithOptions(activity.Wrap(g, charge, opts...), tactivity.RegisterOptions{Name: "Charge"})
 				}
 			})
 
@@ -151,5 +152,61 @@ func TestPayloadCodecAppliesToStoredResults(t *testing.T) {
 			}
 			t.Logf("DynamoDB requests: replay %v", requests)
 		})
+	}
+}
+
+// completedPayloads returns the result payloads of every completed
+// activity in h.
+func completedPayloads(h *historypb.History) []*commonpb.Payload {
+	var out []*commonpb.Payload
+	for _, e := range h.Events {
+		if a := e.GetActivityTaskCompletedEventAttributes(); a != nil {
+			out = append(out, a.GetResult().GetPayloads()...)
+		}
+	}
+	return out
+}
+
+// The client's payload codec applies to what a guarded activity sends to
+// the history, whether it ran or replayed, as it applies to the same
+// activity unguarded, although the interceptor was given no data
+// converter.
+func TestInterceptorKeepsClientCodecInHistory(t *testing.T) {
+	c := temporaltest.Client(t, client.Options{DataConverter: temporaltest.XORDataConverter()})
+	g := newGuard(t)
+	var effects ledger
+	charge := func(ctx context.Context, o Order) (Receipt, error) {
+		effects.add(o.OrderID)
+		return newReceipt(ctx, o), nil
+	}
+	tq := temporaltest.Name(t, "tq")
+	temporaltest.Worker(t, c, tq, worker.Options{Interceptors: []interceptor.WorkerInterceptor{
+		activity.NewInterceptor(g, activity.Policy{Activity: "Charge", Options: []activity.Option{activity.WithGuardOptions(guard.WithKeyPath("order_id"))}}),
+	}}, func(r worker.Registry) {
+		r.RegisterWorkflow(chargeWorkflow)
+		r.RegisterActivityWithOptions(charge, tactivity.RegisterOptions{Name: "Charge"})
+		r.RegisterActivityWithOptions(charge, tactivity.RegisterOptions{Name: "Unguarded"})
+	})
+	var results [3]Receipt
+	for i, p := range []chargeParams{
+		{Order: Order{OrderID: "o-codec", Amount: 3}},                        // runs
+		{Order: Order{OrderID: "o-codec", Amount: 3, Note: "duplicate"}},     // replays
+		{Order: Order{OrderID: "o-plain", Amount: 3}, Activity: "Unguarded"}, // the control
+	} {
+		id := temporaltest.Name(t, "wf")
+		if err := temporaltest.Run(t, c, tq, id, time.Minute, &results[i], chargeWorkflow, p); err != nil {
+			t.Fatalf("workflow %d: %v", i, err)
+		}
+		ps := completedPayloads(temporaltest.History(t, c, id, ""))
+		if len(ps) != 1 {
+			t.Fatalf("workflow %d: %d result payloads in the history, want 1", i, len(ps))
+		}
+		if enc := string(ps[0].GetMetadata()[converter.MetadataEncoding]); enc != temporaltest.XOREncoding {
+			t.Errorf("workflow %d (%s): the history's result payload has encoding %q, want the client codec's %q",
+				i, []string{"ran", "replayed", "unguarded"}[i], enc, temporaltest.XOREncoding)
+		}
+	}
+	if results[0] != results[1] || effects.count("o-codec") != 1 {
+		t.Errorf("the duplicate got %+v after %d charges, want the first result %+v after 1", results[1], effects.count("o-codec"), results[0])
 	}
 }

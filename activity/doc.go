@@ -18,19 +18,20 @@
 // ([WithStoredFailures]), which is recorded and replayed instead of
 // retried.
 //
-// There are two ways in. [Guard] (and [GuardNoInput], [GuardNoResult],
-// [GuardNoInputNoResult] for the other shapes Temporal users write) wraps an
+// There are two ways in. [Wrap] (and [WrapNoInput], [WrapNoResult],
+// [WrapNoInputNoResult] for the other shapes Temporal users write) wraps an
 // activity function and returns one with the same signature; [Register]
 // registers it under the original function's activity type name:
 //
-//	g, _ := guard.New(dynamoStore)
-//	activity.Register(w, ChargeCard, activity.Guard(g, ChargeCard, activity.WithKeyPath("order_id")))
+//	g, _ := guard.New(dynamoStore, guard.WithKeyPath("order_id"))
+//	activity.Register(w, ChargeCard, activity.Wrap(g, ChargeCard))
 //
-// [NewInterceptor] guards activities by type name from a worker interceptor,
-// leaving their code and registration untouched:
+// [NewInterceptor], idemguard's one worker interceptor, guards activities by
+// type name, leaving their code and registration untouched; it also carries
+// keys set by workflows (workflow.ContextWithKey) to their activities:
 //
 //	w := worker.New(c, "orders", worker.Options{Interceptors: []interceptor.WorkerInterceptor{
-//		activity.NewInterceptor(g, activity.Policy{Activity: "ChargeCard", Options: []activity.Option{activity.WithKeyPath("order_id")}}),
+//		activity.NewInterceptor(g, activity.Policy{Activity: "ChargeCard"}),
 //	}})
 //
 // An activity that processes a slice (send 1,000 emails, pay 300
@@ -40,7 +41,8 @@
 // straight to the items not yet done:
 //
 //	func SendInvoices(ctx context.Context, invoices []Invoice) ([]Receipt, error) {
-//		return activity.DoBatch(ctx, g, invoices, sendInvoice, activity.WithKeyPath("invoice_id"))
+//		return activity.DoBatch(ctx, g, invoices, sendInvoice,
+//			activity.WithGuardOptions(guard.WithKeyPath("invoice_id")))
 //	}
 //
 // # Steps
@@ -58,22 +60,28 @@
 //	}
 //
 // A step is keyed by the activity's key and its name, and its result is
-// stored with the activity's data converter. guard.Step in an activity that
-// is not guarded returns guard.ErrNotInCall without running; the
-// interceptors of this package and of the workflow package turn it into a
-// non-retryable error of type [ErrorTypeNotInCall].
+// stored with the guard's codec (guard.New's guard.WithCodec, JSON by
+// default) or the step's own guard.WithCodec: to keep step values under the
+// data converter's payload codec, give guard.WithCodec(activity.PayloadCodec{...})
+// to guard.New or to the step. guard.Step in an activity that is not
+// guarded returns guard.ErrNotInCall without running; [NewInterceptor]
+// turns it into a non-retryable error of type [ErrorTypeNotInCall].
 //
 // # Options
 //
-// Guard options for one activity (payload validation, a required key, TTL,
-// lease, wait mode, …) are given with [WithGuardOptions], and DoBatch's
-// with [WithBatchOptions]:
+// Guard options (the key path, payload validation, a required key, TTL,
+// lease, wait mode, …) are the guard package's own: given to guard.New they
+// are the defaults of every activity, and [WithGuardOptions] gives them to
+// one activity; DoBatch's batch options are given with [WithBatchOptions].
+// The activity package's own default, a lease of the heartbeat timeout,
+// gives way to both:
 //
-//	activity.Guard(g, ChargeCard,
-//		activity.WithKeyPath("order_id"),
-//		activity.WithGuardOptions(guard.WithPayloadValidation("amount"), guard.WithRequireKey(true)))
+//	activity.Wrap(g, ChargeCard, activity.WithGuardOptions(
+//		guard.WithKeyPath("order_id"),
+//		guard.WithPayloadValidation("amount"),
+//		guard.WithRequireKey(true)))
 //
-// [Guard], its siblings and [NewInterceptor] check every option when they
+// [Wrap], its siblings and [NewInterceptor] check every option when they
 // are called, and panic on an invalid one (an expression that does not
 // compile, a batch option outside DoBatch), so the mistake shows when the
 // worker starts, never in a workflow.
@@ -84,31 +92,42 @@
 // share keys. What identifies a call, in order of precedence:
 //
 //  1. a key the workflow stamped into the activity's header (see the
-//     idemguard workflow package: workflow.WithKey, workflow.StepKey), which
-//     the worker receives through workflow.NewInterceptor or [NewInterceptor];
+//     idemguard workflow package: workflow.ContextWithKey,
+//     workflow.StepKey), which the worker receives through [NewInterceptor];
 //  2. with [WithExecutionScope], the workflow ID and activity ID: the same on
 //     every retry of one activity execution, different for every other
 //     execution;
 //  3. the input: all of it by default, or the part a JMESPath expression
-//     selects ([WithKeyPath]). An activity without input is keyed by
+//     selects (guard.WithKeyPath). An activity without input is keyed by
 //     execution scope.
+//
+// A guarded function called directly from inside another guarded activity
+// (not scheduled by the workflow) is a call of its own: its scope is the
+// function's name ([Name]) and its key comes from its own input, never from
+// the enclosing activity's key.
 //
 // # Leases
 //
-// A claim's lease is the activity's heartbeat timeout when it has one
-// (Temporal declares the attempt lost after it, and its retry should be able
-// to take over), otherwise the time left until the activity's deadline. The
-// guard extends it while the activity runs; heartbeats work as before.
-// Per-activity [guard.WithLease] (through [WithGuardOptions]) overrides both.
+// A claim's lease is the activity's heartbeat timeout when it has one,
+// otherwise the time left until the activity's deadline; guard.WithLease,
+// given to guard.New or with [WithGuardOptions], overrides both. The guard
+// extends the lease for as long as the attempt's function runs, so a worker
+// that dies blocks the key for one lease, while an attempt that Temporal
+// gave up on (its heartbeat timed out) but whose function still runs keeps
+// the key: its retries get [ErrorTypeInProgress] until it returns, at the
+// latest at its start-to-close deadline if it honours its context.
+// Heartbeats work as before.
 //
 // # Results
 //
-// Results are stored as the *commonpb.Payloads the worker would send,
-// encoded by the data converter given with [WithDataConverter] (pass the one
-// given to client.Options.DataConverter; the default is the SDK's) under the
-// activity's serialization context. Payload codecs such as encryption or
-// compression therefore apply to stored results too. The interceptor
-// replays stored payloads as they are, without decoding them.
+// Results are stored as Temporal payloads, encoded by the data converter
+// given with [WithDataConverter] (pass the one given to
+// client.Options.DataConverter; the default is the SDK's) under the
+// activity's serialization context, so that payload codecs such as
+// encryption or compression apply to stored results too. What reaches the
+// workflow history is encoded by the worker's own data converter, as for an
+// activity that is not guarded: [Wrap] returns the decoded result, and the
+// interceptor a converter.RawValue, which the worker encodes again.
 //
 // # Errors
 //

@@ -12,6 +12,7 @@ import (
 	tactivity "go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/interceptor"
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/worker"
 
 	"github.com/idemguard/idemguard/activity"
@@ -36,7 +37,7 @@ func TestRetryAfterSideEffectReplays(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			g := newGuard(t)
 			var effects ledger
-			guarded := activity.Guard(g, func(ctx context.Context, o Order) (Receipt, error) {
+			guarded := activity.Wrap(g, func(ctx context.Context, o Order) (Receipt, error) {
 				effects.add(o.OrderID)
 				return newReceipt(ctx, o), nil
 			}, tc.opts...)
@@ -94,7 +95,7 @@ func TestBusinessKeyAcrossWorkflows(t *testing.T) {
 		opts        []activity.Option
 		wantEffects int
 	}{
-		{"jmespath", []activity.Option{activity.WithKeyPath("order_id")}, 1},
+		{"jmespath", []activity.Option{activity.WithGuardOptions(guard.WithKeyPath("order_id"))}, 1},
 		{"execution-scope", []activity.Option{activity.WithExecutionScope()}, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -109,7 +110,7 @@ func TestBusinessKeyAcrossWorkflows(t *testing.T) {
 			tq := temporaltest.Name(t, "tq")
 			temporaltest.Worker(t, c, tq, worker.Options{}, func(r worker.Registry) {
 				r.RegisterWorkflow(chargeWorkflow)
-				r.RegisterActivityWithOptions(activity.Guard(g, charge, opts...), tactivity.RegisterOptions{Name: "Charge"})
+				r.RegisterActivityWithOptions(activity.Wrap(g, charge, opts...), tactivity.RegisterOptions{Name: "Charge"})
 			})
 
 			// The notes differ, so the whole inputs differ; the order ID is
@@ -163,7 +164,7 @@ func TestInterceptorGuardsUnmodifiedActivity(t *testing.T) {
 	p := &payments{}
 	tq := temporaltest.Name(t, "tq")
 	temporaltest.Worker(t, c, tq, worker.Options{Interceptors: []interceptor.WorkerInterceptor{
-		activity.NewInterceptor(g, activity.Policy{Activity: "Charge", Options: []activity.Option{activity.WithKeyPath("order_id")}}),
+		activity.NewInterceptor(g, activity.Policy{Activity: "Charge", Options: []activity.Option{activity.WithGuardOptions(guard.WithKeyPath("order_id"))}}),
 	}}, func(r worker.Registry) {
 		r.RegisterWorkflow(chargeWorkflow)
 		r.RegisterActivity(p)
@@ -204,8 +205,8 @@ func TestPayloadMismatchStopsRetries(t *testing.T) {
 	tq := temporaltest.Name(t, "tq")
 	temporaltest.Worker(t, c, tq, worker.Options{}, func(r worker.Registry) {
 		r.RegisterWorkflow(chargeWorkflow)
-		r.RegisterActivityWithOptions(activity.Guard(g, charge,
-			activity.WithKeyPath("order_id"),
+		r.RegisterActivityWithOptions(activity.Wrap(g, charge,
+			activity.WithGuardOptions(guard.WithKeyPath("order_id")),
 			activity.WithGuardOptions(guard.WithPayloadValidation("amount"))),
 			tactivity.RegisterOptions{Name: "Charge"})
 	})
@@ -258,7 +259,7 @@ func TestLongHeartbeatingActivityKeepsItsKey(t *testing.T) {
 	tq := temporaltest.Name(t, "tq")
 	temporaltest.Worker(t, c, tq, worker.Options{}, func(r worker.Registry) {
 		r.RegisterWorkflow(chargeWorkflow)
-		r.RegisterActivityWithOptions(activity.Guard(g, charge, activity.WithKeyPath("order_id")), tactivity.RegisterOptions{Name: "Charge"})
+		r.RegisterActivityWithOptions(activity.Wrap(g, charge, activity.WithGuardOptions(guard.WithKeyPath("order_id"))), tactivity.RegisterOptions{Name: "Charge"})
 	})
 	p := chargeParams{Order: Order{OrderID: "o-long", Amount: 1}, HeartbeatTimeout: time.Second, StartToClose: time.Minute}
 	first := temporaltest.Start(t, c, client.StartWorkflowOptions{ID: temporaltest.Name(t, "wf"), TaskQueue: tq}, chargeWorkflow, p)
@@ -296,11 +297,11 @@ func TestStepsResumeAfterTemporalRetry(t *testing.T) {
 			g := newGuard(t)
 			v := &invoice{plain: tc.plain, failFirst: true}
 			var opts worker.Options
-			fn := any(activity.Guard(g, v.Send, activity.WithKeyPath("order_id")))
+			fn := any(activity.Wrap(g, v.Send, activity.WithGuardOptions(guard.WithKeyPath("order_id"))))
 			if tc.interceptor {
 				fn = v.Send
 				opts.Interceptors = []interceptor.WorkerInterceptor{activity.NewInterceptor(g,
-					activity.Policy{Activity: "Charge", Options: []activity.Option{activity.WithKeyPath("order_id")}})}
+					activity.Policy{Activity: "Charge", Options: []activity.Option{activity.WithGuardOptions(guard.WithKeyPath("order_id"))}})}
 			}
 			tq := temporaltest.Name(t, "tq")
 			temporaltest.Worker(t, c, tq, opts, func(r worker.Registry) {
@@ -333,5 +334,76 @@ func TestStepsResumeAfterTemporalRetry(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A first attempt that hangs (here on a call that honours its context but
+// never answers) and stops heartbeating: Temporal times it out after the
+// heartbeat timeout and retries, but the attempt's goroutine still runs,
+// and the guard extends its lease while it does. So every retry gets
+// IdempotencyInProgress, none takes over at the heartbeat timeout; at the
+// hung attempt's start-to-close deadline its context ends, it returns, its
+// claim is released, and the next retry runs the activity.
+func TestHungAttemptHoldsItsKeyUntilItsDeadline(t *testing.T) {
+	c := temporaltest.Client(t, client.Options{})
+	g := newGuard(t)
+	var mu sync.Mutex
+	var started time.Time          // protected by mu: when attempt 1 started
+	var ended time.Time            // protected by mu: when attempt 1 returned
+	var ran []int32                // protected by mu: attempts whose body ran
+	outcomes := map[int32]string{} // protected by mu: each attempt's error type
+	charge := activity.Wrap(g, func(ctx context.Context, o Order) (Receipt, error) {
+		a := tactivity.GetInfo(ctx).Attempt
+		mu.Lock()
+		ran = append(ran, a)
+		if a == 1 {
+			started = time.Now()
+		}
+		mu.Unlock()
+		if a == 1 {
+			<-ctx.Done() // hung: no answer, no heartbeat
+			mu.Lock()
+			ended = time.Now()
+			mu.Unlock()
+			return Receipt{}, ctx.Err()
+		}
+		return newReceipt(ctx, o), nil
+	}, activity.WithGuardOptions(guard.WithKeyPath("order_id")))
+	observed := func(ctx context.Context, o Order) (Receipt, error) {
+		r, err := charge(ctx, o)
+		var ae *temporal.ApplicationError
+		mu.Lock()
+		if errors.As(err, &ae) {
+			outcomes[tactivity.GetInfo(ctx).Attempt] = ae.Type()
+		}
+		mu.Unlock()
+		return r, err
+	}
+	tq := temporaltest.Name(t, "tq")
+	temporaltest.Worker(t, c, tq, worker.Options{}, func(r worker.Registry) {
+		r.RegisterWorkflow(chargeWorkflow)
+		r.RegisterActivityWithOptions(observed, tactivity.RegisterOptions{Name: "Charge"})
+	})
+	const startToClose = 5 * time.Second
+	var got Receipt
+	if err := temporaltest.Run(t, c, tq, temporaltest.Name(t, "wf"), time.Minute, &got, chargeWorkflow,
+		chargeParams{Order: Order{OrderID: "o-hung", Amount: 1}, HeartbeatTimeout: time.Second, StartToClose: startToClose, MaxAttempts: 30}); err != nil {
+		t.Fatalf("workflow: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(ran) != 2 || ran[0] != 1 || got.Attempt != ran[1] {
+		t.Fatalf("the body ran in attempts %v and the result came from attempt %d; want the hung attempt 1 and the one that completed", ran, got.Attempt)
+	}
+	if ended.Sub(started) < startToClose-100*time.Millisecond {
+		t.Errorf("the hung attempt returned after %v, want its start-to-close timeout %v", ended.Sub(started), startToClose)
+	}
+	for a := int32(2); a < got.Attempt; a++ {
+		if outcomes[a] != activity.ErrorTypeInProgress {
+			t.Errorf("attempt %d ended with %q, want %s while the hung attempt ran", a, outcomes[a], activity.ErrorTypeInProgress)
+		}
+	}
+	if got.Attempt < 3 {
+		t.Errorf("the activity completed on attempt %d, want a retry that first found the key in progress", got.Attempt)
 	}
 }

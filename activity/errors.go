@@ -1,7 +1,15 @@
 package activity
 
 import (
-	"github.com/idemguard/idemguard/internal/temporalglue"
+	"context"
+	"errors"
+	"time"
+
+	tactivity "go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/store"
 )
 
 // Application error types of guard errors, as a workflow sees them in
@@ -15,64 +23,72 @@ import (
 // the retryable ones reach it only when the activity's retry policy gives
 // up (attempts or schedule-to-close timeout exhausted); until then
 // Temporal retries them. An invalid option never reaches a workflow from
-// [Guard] or [NewInterceptor]: they panic when the worker is built.
+// [Wrap] or [NewInterceptor]: they panic when the worker is built.
 const (
 	// ErrorTypeInProgress: another attempt or workflow holds the key and is
 	// running the activity now. Retryable, with a next-retry delay that
 	// ends just after the holder's lease: the retry then replays the
 	// holder's result, or runs the activity if the holder failed or died.
-	ErrorTypeInProgress = temporalglue.ErrorTypeInProgress
+	ErrorTypeInProgress = "IdempotencyInProgress"
 	// ErrorTypePayloadMismatch: the key was used before with a different
 	// payload (see guard.WithPayloadValidation). Non-retryable: the
 	// workflow reused a key for a different request. Nothing ran.
-	ErrorTypePayloadMismatch = temporalglue.ErrorTypePayloadMismatch
+	ErrorTypePayloadMismatch = "IdempotencyPayloadMismatch"
 	// ErrorTypeKeyMissing: the key selection of the input is empty and the
 	// guard requires a key (guard.WithRequireKey). Non-retryable. Nothing
 	// ran.
-	ErrorTypeKeyMissing = temporalglue.ErrorTypeKeyMissing
+	ErrorTypeKeyMissing = "IdempotencyKeyMissing"
 	// ErrorTypeResultUnavailable: the activity completed once, but its
 	// result could not be stored or can no longer be decoded. The side
 	// effect will not run again. Non-retryable.
-	ErrorTypeResultUnavailable = temporalglue.ErrorTypeResultUnavailable
+	ErrorTypeResultUnavailable = "IdempotencyResultUnavailable"
 	// ErrorTypeInvalidInput: the input cannot be turned into a key (not
 	// JSON-serialisable, a string that is not valid UTF-8, or a JMESPath
 	// function failed), or the key header is malformed. Non-retryable.
 	// Nothing ran.
-	ErrorTypeInvalidInput = temporalglue.ErrorTypeInvalidInput
+	ErrorTypeInvalidInput = "IdempotencyInvalidInput"
 	// ErrorTypeInvalidOption: a guard option is invalid. Non-retryable.
-	// [Guard] and [NewInterceptor] panic on invalid options instead, when
+	// [Wrap] and [NewInterceptor] panic on invalid options instead, when
 	// the worker is built; this type comes from [DoBatch], [TemporalError]
 	// and guard.Step options.
-	ErrorTypeInvalidOption = temporalglue.ErrorTypeInvalidOption
+	ErrorTypeInvalidOption = "IdempotencyInvalidOption"
 	// ErrorTypeNotInCall: the activity called guard.Step, but it is not
-	// guarded ([Guard], [NewInterceptor]), so there is no call to derive
+	// guarded ([Wrap], [NewInterceptor]), so there is no call to derive
 	// the step's key from. The step did not run. Non-retryable: a
 	// programming error that no retry mends.
-	ErrorTypeNotInCall = temporalglue.ErrorTypeNotInCall
+	ErrorTypeNotInCall = "IdempotencyNotInCall"
 	// ErrorTypeLeaseLost: the activity ran, but its claim was taken over
 	// before it could record the outcome (it ran past its lease, for
 	// example while paused). Nothing was recorded. Retryable: the retry
 	// replays the new holder's result.
-	ErrorTypeLeaseLost = temporalglue.ErrorTypeLeaseLost
+	ErrorTypeLeaseLost = "IdempotencyLeaseLost"
 	// ErrorTypeNotRecorded: the activity ran, but the store kept failing
 	// while the guard recorded the result. The side effect may have
 	// happened. Retryable; the retry may run the activity again.
-	ErrorTypeNotRecorded = temporalglue.ErrorTypeNotRecorded
+	ErrorTypeNotRecorded = "IdempotencyNotRecorded"
 	// ErrorTypeStore: the store failed before the activity ran. Retryable.
-	ErrorTypeStore = temporalglue.ErrorTypeStore
+	ErrorTypeStore = "IdempotencyStoreError"
 	// ErrorTypeStoreThrottled: the store throttled the guard before the
 	// activity ran. Retryable.
-	ErrorTypeStoreThrottled = temporalglue.ErrorTypeStoreThrottled
+	ErrorTypeStoreThrottled = "IdempotencyStoreThrottled"
 	// ErrorTypeDefinite: the activity returned an error marked with
 	// guard.Definite that is not a non-retryable Temporal application
 	// error. It was stored; it and its replays are returned as
 	// non-retryable application errors with its message.
-	ErrorTypeDefinite = temporalglue.ErrorTypeDefinite
+	ErrorTypeDefinite = "IdempotencyDefiniteError"
+)
+
+// minRetryDelay is the shortest next-retry delay given for
+// [ErrorTypeInProgress]; retryMargin is added to the holder's lease end so
+// that the retry finds the lease lapsed despite clock skew and rounding.
+const (
+	minRetryDelay = 100 * time.Millisecond
+	retryMargin   = 250 * time.Millisecond
 )
 
 // TemporalError converts an error returned by a guard (guard.Do, Claim, …)
-// into the error a Temporal activity should return, unwrapped so that
-// Temporal sees its type and retryability:
+// into the error a Temporal activity or workflow should return, unwrapped
+// so that Temporal sees its type and retryability:
 //
 //	guard error                    application error type         retryable
 //	guard.ErrInProgress            IdempotencyInProgress          yes, NextRetryDelay = holder's lease end
@@ -100,5 +116,96 @@ const (
 // including errors of guard.Step inside them; call it in activities that
 // call guard.Do themselves.
 func TemporalError(err error) error {
-	return temporalglue.TemporalError(err, 0)
+	return temporalError(err, 0)
+}
+
+// temporalError is [TemporalError] with maxDelay capping the next-retry
+// delay of [ErrorTypeInProgress] (0: up to the holder's lease end).
+func temporalError(err error, maxDelay time.Duration) error {
+	if err == nil || errors.Is(err, tactivity.ErrResultPending) {
+		return err
+	}
+	var ae *temporal.ApplicationError
+	if errors.As(err, &ae) && error(ae) == err {
+		return err
+	}
+	var ip *guard.InProgressError
+	switch {
+	// Retryable: the activity may have run, and a retry replays what the
+	// new holder records, or runs again.
+	case errors.Is(err, guard.ErrLeaseLost):
+		return temporal.NewApplicationError(err.Error(), ErrorTypeLeaseLost)
+	case errors.Is(err, guard.ErrNotRecorded):
+		return temporal.NewApplicationError(err.Error(), ErrorTypeNotRecorded)
+	case errors.As(err, &ip):
+		return temporal.NewApplicationErrorWithOptions(err.Error(), ErrorTypeInProgress, temporal.ApplicationErrorOptions{
+			NextRetryDelay: retryDelay(ip.LeaseExpiresAt, maxDelay),
+		})
+	// Not retryable: a retry fails the same way.
+	case errors.Is(err, guard.ErrPayloadMismatch):
+		return temporal.NewNonRetryableApplicationError(err.Error(), ErrorTypePayloadMismatch, nil)
+	case errors.Is(err, guard.ErrKeyMissing):
+		return temporal.NewNonRetryableApplicationError(err.Error(), ErrorTypeKeyMissing, nil)
+	case errors.Is(err, guard.ErrResultUnavailable):
+		return temporal.NewNonRetryableApplicationError(err.Error(), ErrorTypeResultUnavailable, nil)
+	case errors.Is(err, guard.ErrInvalidInput):
+		return temporal.NewNonRetryableApplicationError(err.Error(), ErrorTypeInvalidInput, nil)
+	case errors.Is(err, guard.ErrInvalidOption):
+		return temporal.NewNonRetryableApplicationError(err.Error(), ErrorTypeInvalidOption, nil)
+	case errors.Is(err, guard.ErrNotInCall):
+		// guard.Step in an activity that is not guarded: a programming
+		// error that no retry mends.
+		return temporal.NewNonRetryableApplicationError(err.Error(), ErrorTypeNotInCall, nil)
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		// The activity was cancelled or timed out while the guard talked
+		// to the store; Temporal reports that itself.
+		return err
+	// Retryable: the store failed before the activity ran.
+	case errors.Is(err, store.ErrThrottled):
+		return temporal.NewApplicationError(err.Error(), ErrorTypeStoreThrottled)
+	case errors.Is(err, guard.ErrStore):
+		return temporal.NewApplicationError(err.Error(), ErrorTypeStore)
+	case guard.IsDefinite(err):
+		return definiteError(err)
+	}
+	return err
+}
+
+// definiteError returns the non-retryable application error a definite
+// error is returned and stored as: err's own non-retryable application
+// error if it holds one, else one of type [ErrorTypeDefinite] with err's
+// message.
+func definiteError(err error) error {
+	var ae *temporal.ApplicationError
+	if errors.As(err, &ae) && ae.NonRetryable() {
+		return ae
+	}
+	return temporal.NewNonRetryableApplicationError(err.Error(), ErrorTypeDefinite, nil)
+}
+
+// retryDelay is the next-retry delay for a holder whose lease ends at
+// leaseEnd: just after it, at least minRetryDelay, at most maxDelay (if
+// positive). Zero (unknown lease end) leaves the retry policy in charge.
+func retryDelay(leaseEnd time.Time, maxDelay time.Duration) time.Duration {
+	if leaseEnd.IsZero() {
+		return maxDelay
+	}
+	d := max(time.Until(leaseEnd)+retryMargin, minRetryDelay)
+	if maxDelay > 0 {
+		d = min(d, maxDelay)
+	}
+	return d
+}
+
+// unguardedError is the error the interceptor returns for an activity it
+// does not guard: err, except that guard.ErrNotInCall (the activity called
+// guard.Step without being guarded) becomes the non-retryable application
+// error that [TemporalError] makes of it, so that Temporal does not retry
+// a programming error. An application error at the top is left as it is.
+func unguardedError(err error) error {
+	var ae *temporal.ApplicationError
+	if err == nil || !errors.Is(err, guard.ErrNotInCall) || (errors.As(err, &ae) && error(ae) == err) {
+		return err
+	}
+	return TemporalError(err)
 }

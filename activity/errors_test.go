@@ -114,7 +114,7 @@ func TestGuardErrorsReachTemporal(t *testing.T) {
 			t.Fatal(err)
 		}
 		runs.Store(0)
-		_, err := runActivity(t, nil, activity.Guard(g, charge), order)
+		_, err := runActivity(t, nil, activity.Wrap(g, charge), order)
 		ae := appError(t, err)
 		if ae.Type() != activity.ErrorTypeInProgress || ae.NonRetryable() {
 			t.Errorf("type %q non-retryable %v, want %q retryable", ae.Type(), ae.NonRetryable(), activity.ErrorTypeInProgress)
@@ -128,7 +128,7 @@ func TestGuardErrorsReachTemporal(t *testing.T) {
 	})
 
 	t.Run("key missing", func(t *testing.T) {
-		_, err := runActivity(t, nil, activity.Guard(newGuard(t), charge, activity.WithKeyPath("customer_id"),
+		_, err := runActivity(t, nil, activity.Wrap(newGuard(t), charge, activity.WithGuardOptions(guard.WithKeyPath("customer_id")),
 			activity.WithGuardOptions(guard.WithRequireKey(true))), order)
 		if ae := appError(t, err); ae.Type() != activity.ErrorTypeKeyMissing || !ae.NonRetryable() {
 			t.Errorf("type %q non-retryable %v, want %q non-retryable", ae.Type(), ae.NonRetryable(), activity.ErrorTypeKeyMissing)
@@ -145,7 +145,7 @@ func TestGuardErrorsReachTemporal(t *testing.T) {
 			t.Fatal(err)
 		}
 		runs.Store(0)
-		_, err = runActivity(t, nil, activity.Guard(g, charge), order)
+		_, err = runActivity(t, nil, activity.Wrap(g, charge), order)
 		if ae := appError(t, err); ae.Type() != activity.ErrorTypeResultUnavailable || !ae.NonRetryable() {
 			t.Errorf("type %q non-retryable %v, want %q non-retryable", ae.Type(), ae.NonRetryable(), activity.ErrorTypeResultUnavailable)
 		}
@@ -160,7 +160,7 @@ func TestGuardErrorsReachTemporal(t *testing.T) {
 			t.Fatal(err)
 		}
 		runs.Store(0)
-		_, err = runActivity(t, nil, activity.Guard(g, charge), order)
+		_, err = runActivity(t, nil, activity.Wrap(g, charge), order)
 		if ae := appError(t, err); ae.Type() != activity.ErrorTypeStoreThrottled || ae.NonRetryable() {
 			t.Errorf("type %q non-retryable %v, want %q retryable", ae.Type(), ae.NonRetryable(), activity.ErrorTypeStoreThrottled)
 		}
@@ -172,7 +172,7 @@ func TestGuardErrorsReachTemporal(t *testing.T) {
 	t.Run("own error releases", func(t *testing.T) {
 		g := newGuard(t)
 		var n atomic.Int32
-		failing := activity.Guard(g, func(ctx context.Context, o Order) (Receipt, error) {
+		failing := activity.Wrap(g, func(ctx context.Context, o Order) (Receipt, error) {
 			n.Add(1)
 			return Receipt{}, temporal.NewApplicationError("gateway timeout", "GatewayTimeout")
 		})
@@ -213,7 +213,7 @@ func TestStoredFailures(t *testing.T) {
 			if stored {
 				opts = append(opts, activity.WithStoredFailures())
 			}
-			guarded := activity.Guard(newGuard(t), decline, opts...)
+			guarded := activity.Wrap(newGuard(t), decline, opts...)
 			for i := range 2 {
 				_, err := runActivity(t, nil, guarded, order)
 				ae := appError(t, err)
@@ -241,9 +241,9 @@ func TestHeaderKeyWins(t *testing.T) {
 	const stamped = `step "charge" of order-workflow-1`
 	var runs atomic.Int32
 	explicitKeys := make(chan string, 2) // each run's explicit key
-	guarded := activity.Guard(g, func(ctx context.Context, o Order) (Receipt, error) {
+	guarded := activity.Wrap(g, func(ctx context.Context, o Order) (Receipt, error) {
 		runs.Add(1)
-		explicit, _ := activity.ExplicitKeyFromContext(ctx)
+		explicit, _ := activity.ExplicitKey(ctx)
 		explicitKeys <- explicit
 		if key, _ := guard.KeyFromContext(ctx); !strings.HasPrefix(key, "Charge#") || explicit != "" && strings.Contains(key, explicit) {
 			t.Errorf("idempotency key %q, want Charge#<hash>", key)
@@ -285,7 +285,7 @@ func TestHeaderKeyWins(t *testing.T) {
 func TestGuardedTwiceRunsOnce(t *testing.T) {
 	g := newGuard(t)
 	var runs atomic.Int32
-	guarded := activity.Guard(g, func(ctx context.Context, o Order) (Receipt, error) {
+	guarded := activity.Wrap(g, func(ctx context.Context, o Order) (Receipt, error) {
 		runs.Add(1)
 		return newReceipt(ctx, o), nil
 	})
@@ -310,9 +310,9 @@ func TestInvalidOptionsPanic(t *testing.T) {
 	g := newGuard(t)
 	charge := func(ctx context.Context, o Order) (Receipt, error) { return Receipt{}, nil }
 	for name, f := range map[string]func(){
-		"Guard": func() { activity.Guard(g, charge, activity.WithKeyPath("order_id[")) },
+		"Guard": func() { activity.Wrap(g, charge, activity.WithGuardOptions(guard.WithKeyPath("order_id["))) },
 		"NewInterceptor": func() {
-			activity.NewInterceptor(g, activity.Policy{Activity: "Charge", Options: []activity.Option{activity.WithKeyPath("[")}})
+			activity.NewInterceptor(g, activity.Policy{Activity: "Charge", Options: []activity.Option{activity.WithGuardOptions(guard.WithKeyPath("["))}})
 		},
 		"NewInterceptor no name":  func() { activity.NewInterceptor(g, activity.Policy{}) },
 		"NewInterceptor same one": func() { activity.NewInterceptor(g, activity.Policy{Activity: "A"}, activity.Policy{Activity: "A"}) },
@@ -341,10 +341,10 @@ func TestShapesAndNames(t *testing.T) {
 			keys.Store(k, true)
 		}
 	}
-	withInput := activity.Guard(g, func(ctx context.Context, o Order) (Receipt, error) { count(ctx); return newReceipt(ctx, o), nil })
-	noInput := activity.GuardNoInput(g, func(ctx context.Context) (string, error) { count(ctx); return randomID(), nil })
-	noResult := activity.GuardNoResult(g, func(ctx context.Context, o Order) error { count(ctx); return nil })
-	neither := activity.GuardNoInputNoResult(g, func(ctx context.Context) error { count(ctx); return nil })
+	withInput := activity.Wrap(g, func(ctx context.Context, o Order) (Receipt, error) { count(ctx); return newReceipt(ctx, o), nil })
+	noInput := activity.WrapNoInput(g, func(ctx context.Context) (string, error) { count(ctx); return randomID(), nil })
+	noResult := activity.WrapNoResult(g, func(ctx context.Context, o Order) error { count(ctx); return nil })
+	neither := activity.WrapNoInputNoResult(g, func(ctx context.Context) error { count(ctx); return nil })
 
 	var s testsuite.WorkflowTestSuite
 	s.SetLogger(temporaltest.Logger())

@@ -3,12 +3,12 @@ package activity
 import (
 	"context"
 
-	commonpb "go.temporal.io/api/common/v1"
 	tactivity "go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/interceptor"
+	tworkflow "go.temporal.io/sdk/workflow"
 
 	"github.com/idemguard/idemguard/guard"
-	"github.com/idemguard/idemguard/internal/temporalglue"
+	"github.com/idemguard/idemguard/internal/wfkey"
 )
 
 // Policy says how [NewInterceptor] guards one activity type.
@@ -19,24 +19,32 @@ type Policy struct {
 	Options []Option
 }
 
-// NewInterceptor returns a worker interceptor that guards the activity types
-// named by policies with g, as [Guard] would, without changing the
-// activities' code or registration. Its key input is the activity's
-// argument (several arguments are keyed as a JSON array of them; none, by
-// execution scope); the result is stored and replayed as the
-// *commonpb.Payloads the worker sends. Register it in
-// worker.Options.Interceptors (or client.Options.Interceptors, not both).
+// NewInterceptor returns idemguard's worker interceptor. Register it in
+// worker.Options.Interceptors (or client.Options.Interceptors, not both) of
+// every worker that runs workflows setting keys or guarded activities. It
+// does three things:
 //
-// For every activity, guarded or not, it also passes a key the workflow
-// stamped into the activity's header on to activities guarded with [Guard]
-// (see [ContextWithExplicitKey]), and turns guard.ErrNotInCall returned by
-// an activity it does not guard (guard.Step in an unguarded activity) into
-// a non-retryable error of type [ErrorTypeNotInCall];
-// workflow.NewInterceptor does the same.
+//   - On the workflow side, it stamps the key a workflow set with
+//     workflow.ContextWithKey into the header of each activity (and local
+//     activity) scheduled with that context, and hands a guarded workflow
+//     (workflow.Wrap) the claim of the run that continued as new into it.
+//   - On the activity side, it hands the stamped key to the guarded
+//     activity, which keys on it instead of its input, and turns
+//     guard.ErrNotInCall returned by an activity it does not guard
+//     (guard.Step in an unguarded activity) into a non-retryable error of
+//     type [ErrorTypeNotInCall].
+//   - It guards the activity types named by policies with g, as [Wrap]
+//     would, without changing the activities' code or registration. Its key
+//     input is the activity's argument (several arguments are keyed as a
+//     JSON array of them; none, by execution scope). Results are stored
+//     with the data converter of [WithDataConverter] and replayed through
+//     the worker's own data converter, so that its payload codecs apply to
+//     what reaches the history as they do when the activity runs.
 //
-// An activity guarded both ways is guarded once, by the interceptor.
-// NewInterceptor panics on invalid options, an empty activity name or two
-// policies for one activity type.
+// With no policies it only hands keys on, and g may be nil. An activity
+// guarded both ways is guarded once, by the interceptor. NewInterceptor
+// panics on invalid options, an empty activity name, two policies for one
+// activity type, or policies without a guard.
 func NewInterceptor(g *guard.Guard, policies ...Policy) interceptor.WorkerInterceptor {
 	wi := &workerInterceptor{policies: make(map[string]*runner, len(policies))}
 	for _, p := range policies {
@@ -62,20 +70,26 @@ func (w *workerInterceptor) InterceptActivity(ctx context.Context, next intercep
 	return a
 }
 
+func (w *workerInterceptor) InterceptWorkflow(ctx tworkflow.Context, next interceptor.WorkflowInboundInterceptor) interceptor.WorkflowInboundInterceptor {
+	i := &workflowInbound{}
+	i.Next = next
+	return i
+}
+
 type activityInbound struct {
 	interceptor.ActivityInboundInterceptorBase
 	policies map[string]*runner
 }
 
 func (a *activityInbound) ExecuteActivity(ctx context.Context, in *interceptor.ExecuteActivityInput) (any, error) {
-	ctx, err := temporalglue.KeyHeaderToContext(ctx)
+	ctx, err := keyHeaderToContext(ctx)
 	if err != nil {
 		return nil, err
 	}
 	r, ok := a.policies[tactivity.GetInfo(ctx).ActivityType.Name]
 	if !ok {
 		v, err := a.Next.ExecuteActivity(ctx, in)
-		return v, temporalglue.UnguardedError(err)
+		return v, unguardedError(err)
 	}
 	var input any
 	switch len(in.Args) {
@@ -85,35 +99,85 @@ func (a *activityInbound) ExecuteActivity(ctx context.Context, in *interceptor.E
 	default:
 		input = in.Args
 	}
-	dc := temporalglue.ActivityConverter(ctx, r.cfg.dc)
-	cl := r.prepare(ctx, interceptorCodec{PayloadCodec{DataConverter: dc}})
-	if opt, ok := r.keyOption(ctx, len(in.Args) > 0); ok {
+	cl := r.prepare(ctx, interceptorCodec{PayloadCodec{DataConverter: activityConverter(ctx, r.cfg.dc)}}, false)
+	if opt, ok := r.keyOption(ctx, len(in.Args) > 0, false); ok {
 		cl.opts = append(cl.opts, opt)
 	}
-	ctx = withGuardedByInterceptor(ctx)
-	v, err := guard.Do(ctx, r.g, cl.scope, input, func(ctx context.Context) (interceptedResult, error) {
-		v, err := a.Next.ExecuteActivity(ctx, in)
-		if err != nil || v == nil {
-			return interceptedResult{}, err
-		}
-		// Encode the result here, once: the worker sends the payloads that
-		// were stored, not a second encoding.
-		if p, ok := v.(*commonpb.Payloads); ok {
-			return interceptedResult{payloads: p}, nil
-		}
-		p, err := dc.ToPayloads(v)
-		if err != nil {
-			// The side effect happened: let the codec fail on it again,
-			// so that the guard records the call without a result.
-			return interceptedResult{raw: v}, nil
-		}
-		return interceptedResult{payloads: p}, nil
+	// The result goes back to the worker as the activity returned it, to
+	// be encoded by the worker's data converter; a replay goes back as a
+	// converter.RawValue, which the worker encodes the same way.
+	v, err := guard.Do(ctx, r.g, cl.scope, input, func(ctx context.Context) (any, error) {
+		return a.Next.ExecuteActivity(withCall(ctx, true), in)
 	}, cl.opts...)
-	switch {
-	case err != nil:
-		return nil, temporalglue.TemporalError(err, r.cfg.maxRetryDelay)
-	case v.payloads != nil && len(v.payloads.Payloads) > 0:
-		return v.payloads, nil
+	if err != nil {
+		return nil, temporalError(err, r.cfg.maxRetryDelay)
 	}
-	return v.raw, nil
+	return v, nil
+}
+
+type workflowInbound struct {
+	interceptor.WorkflowInboundInterceptorBase
+}
+
+func (i *workflowInbound) Init(outbound interceptor.WorkflowOutboundInterceptor) error {
+	o := &workflowOutbound{}
+	o.Next = outbound
+	return i.Next.Init(o)
+}
+
+func (i *workflowInbound) ExecuteWorkflow(ctx tworkflow.Context, in *interceptor.ExecuteWorkflowInput) (any, error) {
+	if p := interceptor.WorkflowHeader(ctx)[wfkey.ClaimHeader]; p != nil {
+		// A guarded workflow's claim, handed over by the run that
+		// continued as new into this one; the workflow function cannot
+		// read the header itself.
+		ctx = wfkey.WithHandover(ctx, p)
+	}
+	return i.Next.ExecuteWorkflow(wfkey.Install(ctx), in)
+}
+
+func (i *workflowInbound) ExecuteUpdate(ctx tworkflow.Context, in *interceptor.UpdateInput) (any, error) {
+	return i.Next.ExecuteUpdate(wfkey.Install(ctx), in)
+}
+
+type workflowOutbound struct {
+	interceptor.WorkflowOutboundInterceptorBase
+}
+
+func (o *workflowOutbound) ExecuteActivity(ctx tworkflow.Context, activityType string, args ...any) tworkflow.Future {
+	if err := stamp(ctx); err != nil {
+		return failed(ctx, err)
+	}
+	return o.Next.ExecuteActivity(ctx, activityType, args...)
+}
+
+func (o *workflowOutbound) ExecuteLocalActivity(ctx tworkflow.Context, activityType string, args ...any) tworkflow.Future {
+	if err := stamp(ctx); err != nil {
+		return failed(ctx, err)
+	}
+	return o.Next.ExecuteLocalActivity(ctx, activityType, args...)
+}
+
+// stamp writes the key set on ctx, if any, into the header of the activity
+// being scheduled with ctx.
+func stamp(ctx tworkflow.Context) error {
+	key, ok := wfkey.From(ctx)
+	if !ok {
+		return nil
+	}
+	header := interceptor.WorkflowHeader(ctx)
+	if header == nil {
+		return nil
+	}
+	p, err := encodeKeyHeader(key)
+	if err != nil {
+		return err
+	}
+	header[keyHeader] = p
+	return nil
+}
+
+func failed(ctx tworkflow.Context, err error) tworkflow.Future {
+	f, s := tworkflow.NewFuture(ctx)
+	s.SetError(err)
+	return f
 }

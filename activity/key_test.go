@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	commonpb "go.temporal.io/api/common/v1"
-	tactivity "go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/testsuite"
@@ -15,78 +14,49 @@ import (
 
 	"github.com/idemguard/idemguard/activity"
 	"github.com/idemguard/idemguard/guard"
-	"github.com/idemguard/idemguard/internal/temporaltest"
 )
-
-// keyInterceptor is a worker interceptor of an application's own: it
-// changes each activity's context with withKey before the activity runs,
-// and fails the activity if withKey fails.
-type keyInterceptor struct {
-	interceptor.WorkerInterceptorBase
-	withKey func(context.Context) (context.Context, error)
-}
-
-func (k *keyInterceptor) InterceptActivity(ctx context.Context, next interceptor.ActivityInboundInterceptor) interceptor.ActivityInboundInterceptor {
-	a := &keyInbound{withKey: k.withKey}
-	a.Next = next
-	return a
-}
-
-type keyInbound struct {
-	interceptor.ActivityInboundInterceptorBase
-	withKey func(context.Context) (context.Context, error)
-}
-
-func (a *keyInbound) ExecuteActivity(ctx context.Context, in *interceptor.ExecuteActivityInput) (any, error) {
-	ctx, err := a.withKey(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return a.Next.ExecuteActivity(ctx, in)
-}
 
 // keyedCharges returns a guarded charge activity that counts its runs and
 // sends the explicit key each run sees to keys.
 func keyedCharges(g *guard.Guard, runs *atomic.Int32, keys chan<- string) func(context.Context, Order) (Receipt, error) {
-	return activity.Guard(g, func(ctx context.Context, o Order) (Receipt, error) {
+	return activity.Wrap(g, func(ctx context.Context, o Order) (Receipt, error) {
 		runs.Add(1)
-		k, _ := activity.ExplicitKeyFromContext(ctx)
+		k, _ := activity.ExplicitKey(ctx)
 		keys <- k
 		return newReceipt(ctx, o), nil
 	})
 }
 
-// A key put in the context with ContextWithExplicitKey, here by an
-// interceptor of the application's own, is the activity's key: two inputs
-// under one key run once and share the result; another key runs again; the
-// same key in another activity type is another key (its scope is the
-// type); an empty key changes nothing, so the input is the key.
-func TestContextWithExplicitKey(t *testing.T) {
-	if ctx := context.Background(); activity.ContextWithExplicitKey(ctx, "") != ctx {
-		t.Error("ContextWithExplicitKey with an empty key returned another context")
+// withHeader returns a setup that runs the activity under the interceptor
+// (keys only) with p, if not nil, as its stamped key header.
+func withHeader(p *commonpb.Payload) func(*testsuite.TestActivityEnvironment) {
+	return func(env *testsuite.TestActivityEnvironment) {
+		env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{activity.NewInterceptor(nil)}})
+		if p != nil {
+			env.SetHeader(&commonpb.Header{Fields: map[string]*commonpb.Payload{activity.KeyHeader: p}})
+		}
 	}
+}
+
+// A key the workflow stamped into the activity's header is the activity's
+// key: two inputs under one key run once and share the result; another key
+// runs again; the same key in another activity type is another key (its
+// scope is the type); an empty key changes nothing, so the input is the
+// key.
+func TestStampedKey(t *testing.T) {
 	g := newGuard(t)
 	var runs atomic.Int32
 	keys := make(chan string, 8)
 	charge := keyedCharges(g, &runs, keys)
-	var s testsuite.WorkflowTestSuite
-	s.SetLogger(temporaltest.Logger())
 	run := func(key, activityType string, o Order) Receipt {
 		t.Helper()
-		env := s.NewTestActivityEnvironment()
-		env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{&keyInterceptor{
-			withKey: func(ctx context.Context) (context.Context, error) {
-				return activity.ContextWithExplicitKey(ctx, key), nil
-			},
-		}}})
-		env.RegisterActivityWithOptions(charge, tactivity.RegisterOptions{Name: activityType})
-		v, err := env.ExecuteActivity(activityType, o)
+		p, err := activity.EncodeKeyHeader(key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := runActivityAs(t, activityType, withHeader(p), charge, o)
 		if err != nil {
 			t.Fatalf("%s under key %q: %v", activityType, key, err)
-		}
-		var r Receipt
-		if err := v.Get(&r); err != nil {
-			t.Fatal(err)
 		}
 		return r
 	}
@@ -118,12 +88,11 @@ func TestContextWithExplicitKey(t *testing.T) {
 	}
 }
 
-// KeyHeaderToContext, called by an interceptor of the application's own
-// instead of activity.NewInterceptor, moves the key stamped into the
-// activity's header into the context, where the guarded activity keys on
-// it. A header that is not a string fails the activity, non-retryable,
-// with ErrorTypeInvalidInput, before it runs.
-func TestKeyHeaderToContext(t *testing.T) {
+// The interceptor hands the key stamped into the activity's header to the
+// guarded activity; without a header the input is the key. A header that
+// is not a string fails the activity, non-retryable, with
+// ErrorTypeInvalidInput, before it runs.
+func TestKeyHeader(t *testing.T) {
 	g := newGuard(t)
 	var runs atomic.Int32
 	keys := make(chan string, 8)
@@ -135,14 +104,6 @@ func TestKeyHeaderToContext(t *testing.T) {
 	notAString, err := converter.GetDefaultDataConverter().ToPayload(42)
 	if err != nil {
 		t.Fatal(err)
-	}
-	withHeader := func(p *commonpb.Payload) func(*testsuite.TestActivityEnvironment) {
-		return func(env *testsuite.TestActivityEnvironment) {
-			env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{&keyInterceptor{withKey: activity.KeyHeaderToContext}}})
-			if p != nil {
-				env.SetHeader(&commonpb.Header{Fields: map[string]*commonpb.Payload{activity.KeyHeader: p}})
-			}
-		}
 	}
 
 	first, err := runActivity(t, withHeader(stamped), guarded, Order{OrderID: "o-1", Amount: 10})

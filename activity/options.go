@@ -8,8 +8,11 @@ import (
 	"github.com/idemguard/idemguard/guard"
 )
 
-// Option configures a guarded activity ([Guard] and its siblings, or a
-// [Policy] of [NewInterceptor]).
+// Option configures a guarded activity ([Wrap] and its siblings, a
+// [Policy] of [NewInterceptor], or [DoBatch]). Guard options (the key path,
+// TTL, lease, wait mode, payload validation, …) are not declared here: give
+// them to guard.New as the defaults of every call, or to one activity with
+// [WithGuardOptions].
 type Option interface{ apply(*config) }
 
 type optionFunc func(*config)
@@ -17,7 +20,6 @@ type optionFunc func(*config)
 func (f optionFunc) apply(c *config) { f(c) }
 
 type config struct {
-	keyPath        string // "" = whole input
 	executionScope bool
 	dc             converter.DataConverter // nil = the SDK's default
 	storeFailures  bool
@@ -36,15 +38,6 @@ func newConfig(opts []Option) *config {
 	return c
 }
 
-// WithKeyPath derives the key from the part of the activity's input that the
-// JMESPath expression expr selects, for example "order_id" or
-// "powertools_json(body).order.id" (see guard.WithKeyPath). Without it the
-// whole input is the key. An activity with several arguments is keyed as a
-// JSON array of them (expr "[0].order_id" selects from the first).
-func WithKeyPath(expr string) Option {
-	return optionFunc(func(c *config) { c.keyPath = expr })
-}
-
 // WithExecutionScope keys the activity by its workflow ID and activity ID
 // instead of its input: every retry of one activity execution shares the
 // key, and no other execution does. Workflow IDs are reused by later runs
@@ -57,8 +50,9 @@ func WithExecutionScope() Option {
 
 // WithDataConverter sets the data converter that encodes stored results:
 // give the one passed to client.Options.DataConverter, so that its payload
-// codecs (encryption, compression) apply to stored results and replays
-// decode exactly as the worker does. Nil means the SDK's default converter.
+// codecs (encryption, compression) apply to the results in the store too.
+// Nil means the SDK's default converter. What reaches the workflow history
+// is encoded by the worker's own data converter in either case.
 func WithDataConverter(dc converter.DataConverter) Option {
 	return optionFunc(func(c *config) { c.dc = dc })
 }
@@ -67,9 +61,10 @@ func WithDataConverter(dc converter.DataConverter) Option {
 // (temporal.NewNonRetryableApplicationError, such as a declined card) and
 // errors marked with guard.Definite, and replays them to every later attempt
 // with the same key: type, message, details and retryability are kept.
-// Without it (the default), every error releases the record so that a retry
-// runs the activity again. It replaces the guard's definite-error predicate
-// and error codec for this activity.
+// Without it (the default), only errors marked with guard.Definite are
+// stored; every other error releases the record so that a retry runs the
+// activity again. guard.WithDefiniteErrors given with [WithGuardOptions]
+// replaces it.
 func WithStoredFailures() Option {
 	return optionFunc(func(c *config) { c.storeFailures = true })
 }
@@ -83,17 +78,19 @@ func WithMaxRetryDelay(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.maxRetryDelay = max(d, 0) })
 }
 
-// WithGuardOptions adds guard options for this activity, overriding the
-// guard's own: guard.WithPayloadValidation, guard.WithTTL, guard.WithLease,
-// guard.WithWait, guard.WithRequireKey, … They are applied after the
-// activity package's own settings, so guard.WithCodec and
-// guard.WithErrorCodec given here replace the Temporal encodings.
+// WithGuardOptions gives this activity guard options, as they are:
+// guard.WithKeyPath, guard.WithPayloadValidation, guard.WithTTL,
+// guard.WithLease, guard.WithWait, guard.WithRequireKey, … They override
+// the defaults given to guard.New, which override the activity package's
+// own (a lease of the heartbeat timeout); guard.WithCodec and
+// guard.WithErrorCodec given here replace the Temporal encodings of
+// results and errors.
 func WithGuardOptions(opts ...guard.CallOption) Option {
 	return optionFunc(func(c *config) { c.guardOpts = append(c.guardOpts, opts...) })
 }
 
 // WithBatchOptions adds batch options for [DoBatch]: guard.WithConcurrency
-// and guard.WithItemKey. Only DoBatch takes them: [Guard] and
+// and guard.WithItemKey. Only DoBatch takes them: [Wrap] and
 // [NewInterceptor] refuse them, as they refuse any invalid option, by
 // panicking when the worker is built. DoBatch sets guard.WithResume,
 // guard.WithStopOnError and guard.WithItemDone itself.

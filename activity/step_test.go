@@ -16,7 +16,6 @@ import (
 	"github.com/idemguard/idemguard/activity"
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/temporaltest"
-	"github.com/idemguard/idemguard/workflow"
 )
 
 // invoice is an activity of two side effects, rendering and e-mailing an
@@ -103,7 +102,7 @@ func TestStepsResumeInActivity(t *testing.T) {
 			g := newGuard(t)
 			v := &invoice{plain: tc.plain}
 			var setup func(*testsuite.TestActivityEnvironment)
-			fn := any(activity.Guard(g, v.Send))
+			fn := any(activity.Wrap(g, v.Send))
 			if tc.interceptor {
 				fn = v.Send
 				setup = func(env *testsuite.TestActivityEnvironment) {
@@ -196,7 +195,7 @@ func TestStepOutsideGuardedActivity(t *testing.T) {
 	}{
 		{"no interceptor", nil},
 		{"activity.NewInterceptor", []interceptor.WorkerInterceptor{activity.NewInterceptor(g)}},
-		{"workflow.NewInterceptor", []interceptor.WorkerInterceptor{workflow.NewInterceptor()}},
+		{"activity.NewInterceptor, keys only", []interceptor.WorkerInterceptor{activity.NewInterceptor(nil)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := runActivity(t, func(env *testsuite.TestActivityEnvironment) {

@@ -35,10 +35,10 @@ func Pay(ctx context.Context, p Payment) (string, error) {
 // A guarded activity, registered under its original name. The SDK's test
 // environment stands in for a worker; with a real worker, pass it to
 // activity.Register instead.
-func ExampleGuard() {
+func ExampleWrap() {
 	charges = 0
 	g, _ := guard.New(memory.New())
-	guarded := activity.Guard(g, Pay, activity.WithKeyPath("order_id"))
+	guarded := activity.Wrap(g, Pay, activity.WithGuardOptions(guard.WithKeyPath("order_id")))
 
 	var s testsuite.WorkflowTestSuite
 	s.SetLogger(temporaltest.Logger())
@@ -81,7 +81,7 @@ func ExampleNewInterceptor() {
 	s.SetLogger(temporaltest.Logger())
 	env := s.NewTestActivityEnvironment()
 	env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{
-		activity.NewInterceptor(g, activity.Policy{Activity: "Refund", Options: []activity.Option{activity.WithKeyPath("order_id")}}),
+		activity.NewInterceptor(g, activity.Policy{Activity: "Refund", Options: []activity.Option{activity.WithGuardOptions(guard.WithKeyPath("order_id"))}}),
 	}})
 	env.RegisterActivity(Refund)
 
@@ -130,7 +130,7 @@ func SendInvoice(ctx context.Context, p Payment) (string, error) {
 func Example_steps() {
 	mailUp = false
 	g, _ := guard.New(memory.New())
-	guarded := activity.Guard(g, SendInvoice, activity.WithKeyPath("order_id"))
+	guarded := activity.Wrap(g, SendInvoice, activity.WithGuardOptions(guard.WithKeyPath("order_id")))
 
 	var s testsuite.WorkflowTestSuite
 	s.SetLogger(temporaltest.Logger())

@@ -12,7 +12,7 @@
 // 127.0.0.1 in front of DynamoDB Local, and starts Config.Workers worker
 // processes (this executable again, with [WorkerEnv] set; see
 // [RunWorkerIfChild]). Each worker registers [Workflow] and two activities
-// guarded with activity.Guard over the DynamoDB store, whose client goes
+// guarded with activity.Wrap over the DynamoDB store, whose client goes
 // through the proxy:
 //
 //   - ChaosKeyed passes guard.KeyFromContext downstream: its side effect is

@@ -96,7 +96,7 @@ func checkLoopbackURL(raw string) error {
 
 // txActivity is the registered ChaosTx activity: guard.DoTx with the
 // activity's lease (its heartbeat timeout) and Temporal's payload codec, so
-// that records hold what activity.Guard would store.
+// that records hold what activity.Wrap would store.
 func (wk *chaosWorker) txActivity(ctx context.Context, op Op) (OpResult, error) {
 	opts := []guard.CallOption{guard.WithCodec(activity.PayloadCodec{})}
 	if hb := tactivity.GetInfo(ctx).HeartbeatTimeout; hb > 0 {

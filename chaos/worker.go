@@ -196,8 +196,8 @@ func runWorker(cfg workerConfig) error {
 	if cfg.Store == StorePostgres {
 		w.RegisterActivityWithOptions(wk.wrap(wk.txActivity), tactivity.RegisterOptions{Name: TxActivity})
 	} else {
-		w.RegisterActivityWithOptions(wk.wrap(activity.Guard(wk.g, wk.keyedBody)), tactivity.RegisterOptions{Name: KeyedActivity})
-		w.RegisterActivityWithOptions(wk.wrap(activity.Guard(wk.g, wk.plainBody)), tactivity.RegisterOptions{Name: PlainActivity})
+		w.RegisterActivityWithOptions(wk.wrap(activity.Wrap(wk.g, wk.keyedBody)), tactivity.RegisterOptions{Name: KeyedActivity})
+		w.RegisterActivityWithOptions(wk.wrap(activity.Wrap(wk.g, wk.plainBody)), tactivity.RegisterOptions{Name: PlainActivity})
 	}
 	if err := w.Start(); err != nil {
 		return err

@@ -213,6 +213,9 @@ type CallSettings struct {
 	// [WithReject]), and WaitBudget how long it waits in [Wait] mode.
 	Mode       Mode
 	WaitBudget time.Duration
+	// WaitInitial and WaitMax are the first and the longest pause between
+	// polls in Wait mode ([WithWaitBackoff]).
+	WaitInitial, WaitMax time.Duration
 }
 
 // Settings returns the settings a call with opts gets, or the error that
@@ -222,7 +225,7 @@ func (g *Guard) Settings(opts ...CallOption) (CallSettings, error) {
 	if err != nil {
 		return CallSettings{}, err
 	}
-	return CallSettings{TTL: c.ttl, Lease: c.lease, Mode: c.mode, WaitBudget: c.waitBudget}, nil
+	return CallSettings{TTL: c.ttl, Lease: c.lease, Mode: c.mode, WaitBudget: c.waitBudget, WaitInitial: c.waitInitial, WaitMax: c.waitMax}, nil
 }
 
 // Key returns the idempotency key [Do] derives for input within scope under

@@ -5,13 +5,14 @@
 // # Keys from the workflow
 //
 // An activity guarded with idemguard's activity package keys on its input by
-// default. A workflow can give it an explicit key instead with [WithKey]; the
-// interceptor from [NewInterceptor], registered on the workers, stamps the
-// key into the activity's header and hands it to the guarded activity.
+// default. A workflow can give it an explicit key instead with
+// [ContextWithKey]; idemguard's worker interceptor (activity.NewInterceptor),
+// registered on the workers, stamps the key into the activity's header and
+// hands it to the guarded activity.
 // [StepKey] derives a key from the workflow ID and a stable step name, which
 // survives code changes that shift activity IDs:
 //
-//	ctx = workflow.WithKey(ctx, workflow.StepKey(ctx, "charge"))
+//	ctx = workflow.ContextWithKey(ctx, workflow.StepKey(ctx, "charge"))
 //	err := tworkflow.ExecuteActivity(ctx, ChargeCard, order).Get(ctx, &receipt)
 //
 // Keys must be deterministic (the interceptor runs again on replay): derive
@@ -19,10 +20,15 @@
 //
 // # Guarded workflows
 //
-// [Guard] wraps a workflow function so that its body runs at most once per
+// [Wrap] wraps a workflow function so that its body runs at most once per
 // key from its input; a second workflow with the same key, whatever its
 // workflow ID, returns the stored result. It talks to the store only through
-// local activities, so it stays deterministic under replay.
+// local activities, so it stays deterministic under replay. Guard options
+// (the key path, TTL, lease, wait mode, …) are the guard package's, given to
+// guard.New or with [WithGuardOptions]:
+//
+//	guarded := workflow.Wrap(g, OrderWorkflow, workflow.WithGuardOptions(guard.WithKeyPath("order_id")))
+//	workflow.Register(w, OrderWorkflow, guarded)
 //
 // This package's names clash with the SDK's workflow package; import one of
 // them under another name, for example tworkflow "go.temporal.io/sdk/workflow".

@@ -96,7 +96,7 @@ func scheduledKeys(t *testing.T, h *historypb.History) [][2]string {
 			continue
 		}
 		key := ""
-		if p := a.GetHeader().GetFields()[activity.KeyHeader]; p != nil {
+		if p := a.GetHeader().GetFields()[keyHeaderField]; p != nil {
 			if err := converter.GetDefaultDataConverter().FromPayload(p, &key); err != nil {
 				t.Fatal(err)
 			}
@@ -108,7 +108,7 @@ func scheduledKeys(t *testing.T, h *historypb.History) [][2]string {
 
 // registerCharge registers a guarded Charge activity on r.
 func chargeActivity(g *guard.Guard, l *ledger, opts ...activity.Option) (any, tactivity.RegisterOptions) {
-	return activity.Guard(g, sideEffect(l, "charge"), opts...), tactivity.RegisterOptions{Name: "Charge"}
+	return activity.Wrap(g, sideEffect(l, "charge"), opts...), tactivity.RegisterOptions{Name: "Charge"}
 }
 
 // localActivities returns, in order, the types of the local activities
@@ -130,3 +130,6 @@ func localActivities(t *testing.T, h *historypb.History) []string {
 	}
 	return out
 }
+
+// keyHeaderField is the activity header field that carries a stamped key.
+const keyHeaderField = "idemguard-key"

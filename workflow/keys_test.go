@@ -21,7 +21,7 @@ import (
 func orderV1(ctx tworkflow.Context, o Order) (Receipt, error) {
 	ctx = activityCtx(ctx)
 	var r Receipt
-	err := tworkflow.ExecuteActivity(workflow.WithKey(ctx, workflow.StepKey(ctx, "charge")), "Charge", o).Get(ctx, &r)
+	err := tworkflow.ExecuteActivity(workflow.ContextWithKey(ctx, workflow.StepKey(ctx, "charge")), "Charge", o).Get(ctx, &r)
 	return r, err
 }
 
@@ -33,7 +33,7 @@ func orderV2(ctx tworkflow.Context, o Order) (Receipt, error) {
 		return Receipt{}, err
 	}
 	var r Receipt
-	err := tworkflow.ExecuteActivity(workflow.WithKey(ctx, workflow.StepKey(ctx, "charge")), "Charge", o).Get(ctx, &r)
+	err := tworkflow.ExecuteActivity(workflow.ContextWithKey(ctx, workflow.StepKey(ctx, "charge")), "Charge", o).Get(ctx, &r)
 	return r, err
 }
 
@@ -76,7 +76,7 @@ func TestStepKeySurvivesInsertedActivity(t *testing.T) {
 			g := newGuard(t)
 			var effects ledger
 			tq := temporaltest.Name(t, "tq")
-			temporaltest.Worker(t, c, tq, worker.Options{Interceptors: []interceptor.WorkerInterceptor{workflow.NewInterceptor()}}, func(r worker.Registry) {
+			temporaltest.Worker(t, c, tq, worker.Options{Interceptors: []interceptor.WorkerInterceptor{activity.NewInterceptor(nil)}}, func(r worker.Registry) {
 				r.RegisterWorkflowWithOptions(tc.v1, tworkflow.RegisterOptions{Name: "OrderV1"})
 				r.RegisterWorkflowWithOptions(tc.v2, tworkflow.RegisterOptions{Name: "OrderV2"})
 				r.RegisterActivityWithOptions(chargeActivity(g, &effects, tc.opts...))
@@ -134,7 +134,7 @@ func TestWithKeyNeedsInterceptor(t *testing.T) {
 	s.SetLogger(temporaltest.Logger())
 	wf := func(ctx tworkflow.Context) (string, error) {
 		k := workflow.StepKey(ctx, "charge")
-		workflow.WithKey(ctx, k)
+		workflow.ContextWithKey(ctx, k)
 		return k, nil
 	}
 
@@ -145,7 +145,7 @@ func TestWithKeyNeedsInterceptor(t *testing.T) {
 	}
 
 	env = s.NewTestWorkflowEnvironment()
-	env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{workflow.NewInterceptor()}})
+	env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{activity.NewInterceptor(nil)}})
 	env.ExecuteWorkflow(wf)
 	var k string
 	if err := env.GetWorkflowResult(&k); err != nil {

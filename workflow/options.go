@@ -9,21 +9,28 @@ import (
 	"github.com/idemguard/idemguard/guard"
 )
 
-// Defaults of [Guard].
+// Defaults of [Wrap], applied with guard.WithDefaults: a lease, mode or
+// backoff given to guard.New, or with [WithGuardOptions], wins.
 const (
 	// DefaultLease is how long a guarded workflow's claim holds without
 	// being extended. The workflow extends it by a local activity every
 	// third of a lease while its body runs, so it bounds only how long a
 	// duplicate waits after the holder was terminated without releasing.
 	DefaultLease = time.Hour
-	// DefaultMaxPollInterval is the longest pause between claims of a
-	// duplicate that waits for the holder of its key.
-	DefaultMaxPollInterval = time.Minute
-	// minPollInterval is the first pause of a waiting duplicate.
-	minPollInterval = time.Second
+	// defaultPollInitial and defaultPollMax bound the pauses, on workflow
+	// timers, of a duplicate that waits for the holder of its key: each
+	// pause is a timer and a local activity in its history.
+	defaultPollInitial = time.Second
+	defaultPollMax     = time.Minute
+	// forever is the wait budget of a duplicate by default: as long as the
+	// holder holds the key (the workflow's own timeouts bound it).
+	forever = time.Duration(1<<63 - 1)
 )
 
-// Option configures a guarded workflow ([Guard]).
+// Option configures a guarded workflow ([Wrap]). Guard options (the key
+// path, TTL, lease, wait mode, payload validation, result filter, codec, …)
+// are not declared here: give them to guard.New as the defaults of every
+// call, or to one workflow with [WithGuardOptions].
 type Option interface{ apply(*config) }
 
 type optionFunc func(*config)
@@ -31,19 +38,13 @@ type optionFunc func(*config)
 func (f optionFunc) apply(c *config) { f(c) }
 
 type config struct {
-	keyPath          string
-	guardOpts        []guard.CallOption
-	dc               converter.DataConverter
-	lease            time.Duration
-	rejectInProgress bool
-	maxPoll          time.Duration
-	la               tworkflow.LocalActivityOptions
+	guardOpts []guard.CallOption
+	dc        converter.DataConverter
+	la        tworkflow.LocalActivityOptions
 }
 
 func newConfig(opts []Option) *config {
 	c := &config{
-		lease:   DefaultLease,
-		maxPoll: DefaultMaxPollInterval,
 		la: tworkflow.LocalActivityOptions{
 			StartToCloseTimeout:    30 * time.Second,
 			ScheduleToCloseTimeout: 10 * time.Minute,
@@ -57,19 +58,15 @@ func newConfig(opts []Option) *config {
 	return c
 }
 
-// WithKeyPath derives the key from the part of the workflow's input that
-// the JMESPath expression expr selects (see guard.WithKeyPath). Without it
-// the whole input is the key.
-func WithKeyPath(expr string) Option {
-	return optionFunc(func(c *config) { c.keyPath = expr })
-}
-
-// WithGuardOptions adds guard options for this workflow, overriding the
-// guard's own: guard.WithPayloadValidation, guard.WithTTL,
-// guard.WithRequireKey, … The claim's lease is set with [WithLease] and
-// waiting with [WithRejectInProgress]: [Guard] refuses guard.WithLease,
-// guard.WithWait and guard.WithReject here, by panicking when the worker
-// is built, rather than override them silently.
+// WithGuardOptions gives this workflow guard options, as they are:
+// guard.WithKeyPath, guard.WithPayloadValidation, guard.WithTTL,
+// guard.WithLease, guard.WithReject or guard.WithWait, guard.WithWaitBackoff,
+// guard.WithRequireKey, guard.WithResultFilter, guard.WithDefiniteErrors,
+// guard.WithOutcomeHook, guard.WithCodec, … They override the defaults
+// given to guard.New, which override the workflow guard's own
+// ([DefaultLease]; waiting for the holder on workflow timers, from a second
+// up to a minute apart, for as long as it holds the key), and they apply to
+// every step of the claim: claiming, extending, completing and replaying.
 func WithGuardOptions(opts ...guard.CallOption) Option {
 	return optionFunc(func(c *config) { c.guardOpts = append(c.guardOpts, opts...) })
 }
@@ -79,39 +76,6 @@ func WithGuardOptions(opts ...guard.CallOption) Option {
 // codecs apply to stored results. Nil means the SDK's default.
 func WithDataConverter(dc converter.DataConverter) Option {
 	return optionFunc(func(c *config) { c.dc = dc })
-}
-
-// WithLease sets the claim's lease (default [DefaultLease]). The workflow
-// extends it every third of a lease while its body runs; a shorter lease
-// lets duplicates take over sooner after the holder was terminated, at the
-// cost of more timers and local activities in the holder's history.
-func WithLease(d time.Duration) Option {
-	return optionFunc(func(c *config) {
-		if d >= guard.MinLease {
-			c.lease = d
-		}
-	})
-}
-
-// WithRejectInProgress makes a workflow whose key is held by another running
-// workflow fail at once with an application error of type
-// activity.ErrorTypeInProgress (retryable, with NextRetryDelay at the
-// holder's lease end), instead of waiting for the holder and returning its
-// result, which is the default.
-func WithRejectInProgress() Option {
-	return optionFunc(func(c *config) { c.rejectInProgress = true })
-}
-
-// WithMaxPollInterval sets the longest pause between claims of a workflow
-// that waits for the holder of its key (default [DefaultMaxPollInterval]).
-// Pauses start at a second and double, and never run past the holder's
-// lease end.
-func WithMaxPollInterval(d time.Duration) Option {
-	return optionFunc(func(c *config) {
-		if d >= minPollInterval {
-			c.maxPoll = d
-		}
-	})
 }
 
 // WithLocalActivityOptions sets the options of the local activities that

@@ -3,16 +3,16 @@ package workflow_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	commonpb "go.temporal.io/api/common/v1"
+	enumspb "go.temporal.io/api/enums/v1"
 	tactivity "go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
@@ -28,30 +28,111 @@ import (
 	"github.com/idemguard/idemguard/workflow"
 )
 
-// The workflow guard sets the claim's lease and mode itself: given through
-// WithGuardOptions, guard.WithLease, guard.WithWait and guard.WithReject
-// would be overridden, so Guard refuses them when the worker is built.
-func TestGuardRefusesLeaseAndModeThroughGuardOptions(t *testing.T) {
-	g, err := guard.New(memory.New())
+// Defaults given to guard.New reach the workflow guard, over its own: a
+// lease of 2 s (not an hour) that the holder extends, a wait budget of
+// 1.5 s after which a duplicate fails with IdempotencyInProgress (rather
+// than wait for as long as the holder holds the key), a TTL of 48 h on the
+// extended and the completed record (not the guard's hour); and
+// guard.WithReject, given to guard.New, makes a duplicate fail at once.
+// WithGuardOptions wins over guard.New: a lease of 3 s.
+func TestGuardDefaultsReachWorkflow(t *testing.T) {
+	c := temporaltest.Client(t, client.Options{})
+	s := memory.New()
+	const ttl = 48 * time.Hour
+	g, err := guard.New(s, guard.WithTTL(ttl), guard.WithLease(2*time.Second), guard.WithWait(1500*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, opt := range map[string]guard.CallOption{
-		"WithLease":  guard.WithLease(time.Minute),
-		"WithWait":   guard.WithWait(time.Minute),
-		"WithReject": guard.WithReject(),
-	} {
-		t.Run(name, func(t *testing.T) {
-			defer func() {
-				if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "workflow.WithLease") {
-					t.Errorf("Guard with %s recovered %v; want a panic naming the workflow options to use", name, r)
-				}
-			}()
-			workflow.Guard(g, shipOrder, workflow.WithGuardOptions(opt))
-		})
+	rejecting, err := guard.New(s, guard.WithReject())
+	if err != nil {
+		t.Fatal(err)
 	}
-	// Other guard options are taken.
-	workflow.Guard(g, shipOrder, workflow.WithGuardOptions(guard.WithTTL(time.Hour), guard.WithPayloadValidation("@")))
+	var ships ledger
+	tq := shipWorker(t, c, g, &ships)
+	rejectTQ := shipWorker(t, c, rejecting, &ships)
+	overTQ := shipWorker(t, c, g, &ships, workflow.WithGuardOptions(guard.WithLease(3*time.Second)))
+	ctx := t.Context()
+
+	o := Order{OrderID: "o-defaults", Amount: 1, Note: "hold"}
+	key, _, err := g.Key("shipOrder", o, guard.WithKeyPath("order_id"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	idA := temporaltest.Name(t, "holder")
+	runA := temporaltest.Start(t, c, client.StartWorkflowOptions{ID: idA, TaskQueue: tq}, "shipOrder", o)
+	for deadline := time.Now().Add(30 * time.Second); len(localActivities(t, temporaltest.History(t, c, idA, ""))) < 2; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the holder never extended its claim")
+		}
+	}
+	rec, err := s.Get(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lease := time.Until(rec.LeaseExpiresAt); lease > 2*time.Second || lease < time.Second {
+		t.Errorf("the extended lease ends in %v, want within guard.New's 2 s", lease)
+	}
+	if life := rec.ExpiresAt.Sub(rec.LeaseExpiresAt); life < ttl-time.Minute {
+		t.Errorf("the extended record lives %v past its lease, want guard.New's TTL %v", life, ttl)
+	}
+
+	idB := temporaltest.Name(t, "waiter")
+	err = temporaltest.Run(t, c, tq, idB, time.Minute, nil, "shipOrder", Order{OrderID: "o-defaults", Amount: 1})
+	var ae *temporal.ApplicationError
+	if !errors.As(err, &ae) || ae.Type() != activity.ErrorTypeInProgress {
+		t.Errorf("duplicate with a wait budget: %v, want %s", err, activity.ErrorTypeInProgress)
+	}
+	if n := temporaltest.Count(temporaltest.History(t, c, idB, ""), enumspb.EVENT_TYPE_TIMER_FIRED); n < 1 {
+		t.Errorf("the duplicate slept %d times before giving up, want 1+", n)
+	}
+
+	idC := temporaltest.Name(t, "rejected")
+	err = temporaltest.Run(t, c, rejectTQ, idC, time.Minute, nil, "shipOrder", Order{OrderID: "o-defaults", Amount: 1})
+	if !errors.As(err, &ae) || ae.Type() != activity.ErrorTypeInProgress || ae.NonRetryable() {
+		t.Errorf("duplicate under guard.WithReject: %v, want a retryable %s", err, activity.ErrorTypeInProgress)
+	}
+	if n := temporaltest.Count(temporaltest.History(t, c, idC, ""), enumspb.EVENT_TYPE_TIMER_STARTED); n != 0 {
+		t.Errorf("the rejected duplicate slept %d times, want 0", n)
+	}
+
+	if err := c.SignalWorkflow(ctx, idA, "", "release", nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := runA.Get(ctx, nil); err != nil {
+		t.Fatalf("holder: %v", err)
+	}
+	if rec, err = s.Get(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	if life := time.Until(rec.ExpiresAt); life < ttl-time.Minute {
+		t.Errorf("the completed record lives %v more, want guard.New's TTL %v", life, ttl)
+	}
+
+	// WithGuardOptions wins over guard.New.
+	o2 := Order{OrderID: "o-override", Amount: 1, Note: "hold"}
+	key2, _, err := g.Key("shipOrder", o2, guard.WithKeyPath("order_id"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	idD := temporaltest.Name(t, "override")
+	runD := temporaltest.Start(t, c, client.StartWorkflowOptions{ID: idD, TaskQueue: overTQ}, "shipOrder", o2)
+	for deadline := time.Now().Add(30 * time.Second); len(localActivities(t, temporaltest.History(t, c, idD, ""))) < 1; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the workflow never claimed its key")
+		}
+	}
+	if rec, err = s.Get(ctx, key2); err != nil {
+		t.Fatal(err)
+	}
+	if lease := time.Until(rec.LeaseExpiresAt); lease <= 2*time.Second || lease > 3*time.Second {
+		t.Errorf("the claim's lease ends in %v, want WithGuardOptions' 3 s", lease)
+	}
+	if err := c.SignalWorkflow(ctx, idD, "", "release", nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := runD.Get(ctx, nil); err != nil {
+		t.Fatalf("override: %v", err)
+	}
 }
 
 // WithDataConverter: a guarded workflow's stored result is encoded by the
@@ -181,5 +262,141 @@ func TestLocalActivityOptions(t *testing.T) {
 	}
 	if n := ships.count("ship"); n != 0 {
 		t.Errorf("shipped %d times without a claim", n)
+	}
+}
+
+// A TTL given with WithGuardOptions is the record's on every step of the
+// claim: while the body runs (the claim's extensions) and once it
+// completed, not the guard's default of an hour.
+func TestGuardedWorkflowTTLOnEveryStep(t *testing.T) {
+	c := temporaltest.Client(t, client.Options{})
+	s := memory.New()
+	g, err := guard.New(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ttl = 48 * time.Hour
+	var ships ledger
+	tq := shipWorker(t, c, g, &ships, workflow.WithGuardOptions(guard.WithTTL(ttl)), workflow.WithGuardOptions(guard.WithLease(2*time.Second)))
+	o := Order{OrderID: "o-ttl", Amount: 1, Note: "hold"}
+	key, _, err := g.Key("shipOrder", o, guard.WithKeyPath("order_id"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := temporaltest.Name(t, "wf")
+	run := temporaltest.Start(t, c, client.StartWorkflowOptions{ID: id, TaskQueue: tq}, "shipOrder", o)
+	ctx := t.Context()
+	// Wait for an extension: claim, extend.
+	for deadline := time.Now().Add(30 * time.Second); len(localActivities(t, temporaltest.History(t, c, id, ""))) < 2; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the holder never extended its claim")
+		}
+	}
+	rec, err := s.Get(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if life := rec.ExpiresAt.Sub(rec.LeaseExpiresAt); life < ttl-time.Minute {
+		t.Errorf("after an extension the record lives %v past its lease end, want the TTL %v", life, ttl)
+	}
+	if err := c.SignalWorkflow(ctx, id, "", "release", nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := run.Get(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	rec, err = s.Get(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if life := time.Until(rec.ExpiresAt); life < ttl-time.Minute {
+		t.Errorf("the completed record lives %v more, want the TTL %v", life, ttl)
+	}
+}
+
+// The result filter, definite errors, outcome hook and codec given with
+// WithGuardOptions take effect when the workflow's outcome is recorded and
+// when a duplicate replays it: a refused result is not stored, so the next
+// workflow runs the body again; a definite error is stored and replayed
+// with its type, without running the body; the hook sees the recorded and
+// the replayed outcome; the codec is the one the record is written with.
+func TestGuardOptionsOnEveryStep(t *testing.T) {
+	c := temporaltest.Client(t, client.Options{})
+	s := memory.New()
+	g, err := guard.New(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var hooked []guard.Outcome // protected by mu
+	var ships ledger
+	tq := shipWorker(t, c, g, &ships, workflow.WithGuardOptions(
+		guard.WithResultFilter(func(v any) bool { r, ok := v.(Receipt); return !ok || r.Amount != 0 }),
+		guard.WithDefiniteErrors(func(err error) bool {
+			var ae *temporal.ApplicationError
+			return errors.As(err, &ae) && ae.Type() == "WarehouseClosed"
+		}),
+		guard.WithOutcomeHook(func(_ context.Context, _ string, _ *store.Record, o guard.Outcome) {
+			mu.Lock()
+			hooked = append(hooked, o)
+			mu.Unlock()
+		}),
+		guard.WithCodec(guard.JSON),
+	))
+	run := func(o Order) (Receipt, error) {
+		var r Receipt
+		err := temporaltest.Run(t, c, tq, temporaltest.Name(t, "wf"), time.Minute, &r, "shipOrder", o)
+		return r, err
+	}
+
+	// Filtered: an amount of 0 is not kept, so the duplicate runs again.
+	if _, err := run(Order{OrderID: "o-zero"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run(Order{OrderID: "o-zero"}); err != nil || ships.count("ship") != 2 {
+		t.Errorf("refused result: %v after %d shipments, want a second run", err, ships.count("ship"))
+	}
+
+	// Definite: stored and replayed with its type, without a second run.
+	for i := range 2 {
+		_, err := run(Order{OrderID: "o-closed", Amount: 3, Fail: true})
+		var ae *temporal.ApplicationError
+		if !errors.As(err, &ae) || ae.Type() != "WarehouseClosed" {
+			t.Errorf("definite error, run %d: %v, want WarehouseClosed", i+1, err)
+		}
+	}
+	if n := ships.count("ship"); n != 3 {
+		t.Errorf("%d shipments, want 3: the definite error's duplicate did not run", n)
+	}
+
+	// The codec and the hook.
+	mu.Lock()
+	hooked = nil
+	mu.Unlock()
+	o := Order{OrderID: "o-json", Amount: 5}
+	first, err := run(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := run(o)
+	if err != nil || second != first {
+		t.Errorf("duplicate: %+v, %v; want %+v", second, err, first)
+	}
+	key, _, err := g.Key("shipOrder", o, guard.WithKeyPath("order_id"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := s.Get(t.Context(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stored Receipt
+	if err := json.Unmarshal(rec.Result, &stored); err != nil || stored != first {
+		t.Errorf("stored result %q is not the JSON of %+v: %v", rec.Result, first, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(hooked, []guard.Outcome{guard.OutcomeExecuted, guard.OutcomeReplayed}) {
+		t.Errorf("the outcome hook saw %v, want [executed replayed]", hooked)
 	}
 }

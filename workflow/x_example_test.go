@@ -37,7 +37,7 @@ func SendInvoice(ctx context.Context, inv Invoice) (string, error) {
 // the key.
 func InvoiceWorkflow(ctx tworkflow.Context, inv Invoice) (string, error) {
 	ctx = tworkflow.WithActivityOptions(ctx, tworkflow.ActivityOptions{StartToCloseTimeout: time.Minute})
-	ctx = workflow.WithKey(ctx, workflow.StepKey(ctx, "send"))
+	ctx = workflow.ContextWithKey(ctx, workflow.StepKey(ctx, "send"))
 	var out string
 	err := tworkflow.ExecuteActivity(ctx, SendInvoice, inv).Get(ctx, &out)
 	return out, err
@@ -54,8 +54,8 @@ func ExampleStepKey() {
 	s.SetLogger(temporaltest.Logger())
 	for range 2 { // two runs of one workflow ID
 		env := s.NewTestWorkflowEnvironment()
-		env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{workflow.NewInterceptor()}})
-		activity.Register(env, SendInvoice, activity.Guard(g, SendInvoice))
+		env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{activity.NewInterceptor(nil)}})
+		activity.Register(env, SendInvoice, activity.Wrap(g, SendInvoice))
 		env.ExecuteWorkflow(InvoiceWorkflow, Invoice{InvoiceID: "inv-1", Cents: 900})
 		var out string
 		if err := env.GetWorkflowResult(&out); err != nil {
@@ -81,10 +81,10 @@ func Onboard(ctx tworkflow.Context, customerID string) (string, error) {
 
 // A guarded workflow: a second workflow with the same key returns the first
 // one's result without running the body.
-func ExampleGuard() {
+func ExampleWrap() {
 	welcomed = 0
 	g, _ := guard.New(memory.New())
-	guarded := workflow.Guard(g, Onboard)
+	guarded := workflow.Wrap(g, Onboard)
 
 	var s testsuite.WorkflowTestSuite
 	s.SetLogger(temporaltest.Logger())

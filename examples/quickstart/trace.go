@@ -87,8 +87,8 @@ func label(s *tracetest.SpanStub) string {
 		l += "  workflow=" + id
 	}
 	if s.Name == telemetry.SpanExecute {
-		if _, step, ok := strings.Cut(attrs[string(telemetry.ScopeKey)], "/"); ok {
-			l += "  step=" + step // guard.Step's scope: the activity's, "/", the step's name
+		if step, ok := attrs[string(telemetry.StepKey)]; ok {
+			l += "  step=" + step // a guard.Step's name
 		}
 		if v, ok := attrs[string(telemetry.TemporalAttemptKey)]; ok {
 			l += "  attempt=" + v

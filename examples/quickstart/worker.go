@@ -25,7 +25,7 @@ type workerSetup struct {
 // Charge activity, whose first attempt crashes after charging, and the
 // Purchase workflow's Checkout and CheckoutInSteps activities, whose first
 // attempts fail after charging. Each activity is guarded with
-// activity.Guard and keyed on order_id.
+// activity.Wrap and keyed on order_id.
 func newWorker(s store.Store, tp *sdktrace.TracerProvider, p *payment.Provider, m *Mailer) (*workerSetup, error) {
 	tracing, err := temporalotel.NewTracingInterceptor(temporalotel.TracerOptions{Tracer: tp.Tracer("temporal-sdk-go")})
 	if err != nil {
@@ -37,7 +37,7 @@ func newWorker(s store.Store, tp *sdktrace.TracerProvider, p *payment.Provider, 
 	}
 	a := &payment.Activities{Provider: p}
 	c := &Checkouts{Provider: p, Mailer: m}
-	byOrder := activity.WithKeyPath("order_id")
+	byOrder := activity.WithGuardOptions(guard.WithKeyPath("order_id"))
 	return &workerSetup{
 		tracing:      tracing,
 		interceptors: []interceptor.WorkerInterceptor{&payment.CrashAfterCharge{Once: true}},
@@ -46,9 +46,9 @@ func newWorker(s store.Store, tp *sdktrace.TracerProvider, p *payment.Provider, 
 			r.RegisterWorkflow(Purchase)
 			// The guarded activities, each registered under its own name
 			// ("Charge", "Checkout", "CheckoutInSteps").
-			activity.Register(r, a.Charge, activity.Guard(g, a.Charge, byOrder))
-			activity.Register(r, c.Checkout, activity.Guard(g, c.Checkout, byOrder))
-			activity.Register(r, c.CheckoutInSteps, activity.Guard(g, c.CheckoutInSteps, byOrder))
+			activity.Register(r, a.Charge, activity.Wrap(g, a.Charge, byOrder))
+			activity.Register(r, c.Checkout, activity.Wrap(g, c.Checkout, byOrder))
+			activity.Register(r, c.CheckoutInSteps, activity.Wrap(g, c.CheckoutInSteps, byOrder))
 		},
 	}, nil
 }

@@ -3,43 +3,51 @@ package activity
 import (
 	"context"
 	"fmt"
+	"reflect"
+	"runtime"
+	"strings"
 
 	"go.opentelemetry.io/otel/attribute"
 	tactivity "go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/worker"
 
 	"github.com/idemguard/idemguard/guard"
-	"github.com/idemguard/idemguard/internal/temporalglue"
 	"github.com/idemguard/idemguard/telemetry"
 )
 
-// Guard returns an activity function with fn's signature that runs fn at
+// Wrap returns an activity function with fn's signature that runs fn at
 // most once per idempotency key (see the package documentation for keys,
 // leases, results and errors) and otherwise returns the result recorded by
 // the call that ran it. Register it under fn's activity type name with
 // [Register].
 //
-// Guard panics if an option is invalid (a JMESPath expression that does not
+// Called directly from inside another guarded activity, rather than
+// scheduled by a workflow, the returned function is a guarded call of its
+// own: its scope is fn's name ([Name]) and its key its own input, never the
+// enclosing activity's key, so the same charge made from two activities (or
+// scheduled on its own) runs once.
+//
+// Wrap panics if an option is invalid (a JMESPath expression that does not
 // compile, for example), as worker.RegisterActivity panics on an invalid
 // function: the mistake shows when the worker starts.
-func Guard[In, Out any](g *guard.Guard, fn func(context.Context, In) (Out, error), opts ...Option) func(context.Context, In) (Out, error) {
+func Wrap[In, Out any](g *guard.Guard, fn func(context.Context, In) (Out, error), opts ...Option) func(context.Context, In) (Out, error) {
 	r := newRunner(g, fn, opts)
 	return func(ctx context.Context, in In) (Out, error) {
 		return run(ctx, r, in, true, func(ctx context.Context) (Out, error) { return fn(ctx, in) })
 	}
 }
 
-// GuardNoInput is [Guard] for an activity without input. Unless the workflow
+// WrapNoInput is [Wrap] for an activity without input. Unless the workflow
 // stamps a key, it is keyed by execution scope ([WithExecutionScope]).
-func GuardNoInput[Out any](g *guard.Guard, fn func(context.Context) (Out, error), opts ...Option) func(context.Context) (Out, error) {
+func WrapNoInput[Out any](g *guard.Guard, fn func(context.Context) (Out, error), opts ...Option) func(context.Context) (Out, error) {
 	r := newRunner(g, fn, opts)
 	return func(ctx context.Context) (Out, error) {
 		return run(ctx, r, nil, false, fn)
 	}
 }
 
-// GuardNoResult is [Guard] for an activity that returns only an error.
-func GuardNoResult[In any](g *guard.Guard, fn func(context.Context, In) error, opts ...Option) func(context.Context, In) error {
+// WrapNoResult is [Wrap] for an activity that returns only an error.
+func WrapNoResult[In any](g *guard.Guard, fn func(context.Context, In) error, opts ...Option) func(context.Context, In) error {
 	r := newRunner(g, fn, opts)
 	return func(ctx context.Context, in In) error {
 		_, err := run(ctx, r, in, true, func(ctx context.Context) (struct{}, error) { return struct{}{}, fn(ctx, in) })
@@ -47,10 +55,10 @@ func GuardNoResult[In any](g *guard.Guard, fn func(context.Context, In) error, o
 	}
 }
 
-// GuardNoInputNoResult is [Guard] for an activity without input that returns
+// WrapNoInputNoResult is [Wrap] for an activity without input that returns
 // only an error. Unless the workflow stamps a key, it is keyed by execution
 // scope ([WithExecutionScope]).
-func GuardNoInputNoResult(g *guard.Guard, fn func(context.Context) error, opts ...Option) func(context.Context) error {
+func WrapNoInputNoResult(g *guard.Guard, fn func(context.Context) error, opts ...Option) func(context.Context) error {
 	r := newRunner(g, fn, opts)
 	return func(ctx context.Context) error {
 		_, err := run(ctx, r, nil, false, func(ctx context.Context) (struct{}, error) { return struct{}{}, fn(ctx) })
@@ -58,7 +66,7 @@ func GuardNoInputNoResult(g *guard.Guard, fn func(context.Context) error, opts .
 	}
 }
 
-// Register registers guarded, the result of [Guard] or a sibling, with r under
+// Register registers guarded, the result of [Wrap] or a sibling, with r under
 // the activity type name Temporal derives from original ([Name]), so that
 // workflows keep scheduling it as workflow.ExecuteActivity(ctx, original, …).
 // To register under another name, use r.RegisterActivityWithOptions with
@@ -67,18 +75,24 @@ func Register(r worker.ActivityRegistry, original, guarded any) {
 	r.RegisterActivityWithOptions(guarded, tactivity.RegisterOptions{Name: Name(original)})
 }
 
-// Name returns the activity type name Temporal derives from the function fn
-// by reflection: the function's name without its package, or a method's
-// name without its receiver. Given a string, it returns the string.
+// Name returns the activity (or workflow) type name Temporal derives from
+// the function fn by reflection: the function's name without its package,
+// or a method's name without its receiver. Given a string, it returns the
+// string.
 func Name(fn any) string {
-	return temporalglue.Name(fn)
+	if s, ok := fn.(string); ok {
+		return s
+	}
+	full := runtime.FuncForPC(reflect.ValueOf(fn).Pointer()).Name()
+	short := full[strings.LastIndexByte(full, '.')+1:]
+	return strings.TrimSuffix(short, "-fm")
 }
 
 // runner holds what a guarded function needs on every call.
 type runner struct {
-	g        *guard.Guard
-	cfg      *config
-	fallback string // the scope outside an activity context
+	g    *guard.Guard
+	cfg  *config
+	name string // fn's name: the scope outside an activity, and of nested calls
 }
 
 func newRunner(g *guard.Guard, fn any, opts []Option) *runner {
@@ -93,26 +107,13 @@ func newRunner(g *guard.Guard, fn any, opts []Option) *runner {
 	if err != nil {
 		panic(fmt.Sprintf("idemguard/activity: guarding %s: %v", Name(fn), err))
 	}
-	return &runner{g: g, cfg: cfg, fallback: Name(fn)}
+	return &runner{g: g, cfg: cfg, name: Name(fn)}
 }
 
 // validate reports invalid options, as the guard would on every call.
 func (c *config) validate(g *guard.Guard) error {
-	_, err := g.Settings(c.baseOptions(nil)...)
+	_, err := g.Settings(c.guardOpts...)
 	return err
-}
-
-// baseOptions are the guard options every call of the activity uses; codec
-// is nil when validating.
-func (c *config) baseOptions(codec guard.Codec) []guard.CallOption {
-	var opts []guard.CallOption
-	if codec != nil {
-		opts = append(opts, guard.WithCodec(codec))
-	}
-	if c.keyPath != "" {
-		opts = append(opts, guard.WithKeyPath(c.keyPath))
-	}
-	return append(opts, c.guardOpts...)
 }
 
 // call is what one activity call passes to the guard.
@@ -122,33 +123,37 @@ type call struct {
 }
 
 // prepare computes the scope and guard options of a call running with ctx,
-// whose results codec encodes; the explicit key comes from keyOption.
-func (r *runner) prepare(ctx context.Context, codec guard.Codec) call {
+// whose results codec encodes. A nested call (one made from inside another
+// guarded call) is scoped by the function's name, not by the activity
+// type. The key option (an explicit key) is added by keyOption.
+func (r *runner) prepare(ctx context.Context, codec guard.Codec, nested bool) call {
 	c := r.cfg
-	cl := call{scope: r.fallback}
-	inActivity := tactivity.IsActivity(ctx)
-	var info tactivity.Info
-	if inActivity {
-		info = tactivity.GetInfo(ctx)
-		cl.scope = info.ActivityType.Name
+	cl := call{scope: r.name}
+	if tactivity.IsActivity(ctx) {
+		info := tactivity.GetInfo(ctx)
+		if !nested {
+			cl.scope = info.ActivityType.Name
+		}
 		cl.opts = append(cl.opts, guard.WithSpanAttributes(spanAttributes(info)...))
 		if info.HeartbeatTimeout > 0 {
-			// Before the caller's options, so an explicit lease wins.
-			cl.opts = append(cl.opts, guard.WithLease(info.HeartbeatTimeout))
+			// The adapter's default: what guard.New or the activity's
+			// options say wins.
+			cl.opts = append(cl.opts, guard.WithDefaults(guard.WithLease(info.HeartbeatTimeout)))
 		}
 	}
-	cl.opts = append(cl.opts, guard.WithErrorCodec(newFailureCodec(temporalglue.ActivityConverter(ctx, c.dc))))
+	cl.opts = append(cl.opts, guard.WithCodec(codec), guard.WithErrorCodec(newFailureCodec(activityConverter(ctx, c.dc))))
 	if c.storeFailures {
 		cl.opts = append(cl.opts, guard.WithDefiniteErrors(isStoredFailure))
 	}
-	cl.opts = append(cl.opts, c.baseOptions(codec)...)
+	cl.opts = append(cl.opts, c.guardOpts...)
 	return cl
 }
 
 // keyOption returns the explicit key of a call, if it has one: the key the
-// workflow stamped, or the execution scope.
-func (r *runner) keyOption(ctx context.Context, hasInput bool) (guard.CallOption, bool) {
-	if k, ok := temporalglue.ExplicitKey(ctx); ok {
+// workflow stamped, or the execution scope. A nested call keys on its own
+// input, or by execution scope within its own scope.
+func (r *runner) keyOption(ctx context.Context, hasInput, nested bool) (guard.CallOption, bool) {
+	if k, ok := explicitKey(ctx); ok && !nested {
 		return guard.WithKey(k), true
 	}
 	if (r.cfg.executionScope || !hasInput) && tactivity.IsActivity(ctx) {
@@ -168,17 +173,29 @@ func executionSelection(info tactivity.Info) map[string]string {
 
 // run is the guarded call behind every activity shape.
 func run[Out any](ctx context.Context, r *runner, input any, hasInput bool, fn func(context.Context) (Out, error)) (Out, error) {
-	if guardedByInterceptor(ctx) {
-		// The interceptor guards this activity already; a second claim on
-		// the same key would find the first one in progress.
-		return fn(ctx)
+	codec := PayloadCodec{DataConverter: activityConverter(ctx, r.cfg.dc)}
+	outer := callFromContext(ctx)
+	if outer != nil && outer.intercepted && outer.takeOver() {
+		// The interceptor guards the running activity; if this is its
+		// function, guarded both ways, and keys as the interceptor did, a
+		// second claim of that key would find the first one in progress.
+		cl := r.prepare(ctx, codec, false)
+		if opt, ok := r.keyOption(ctx, hasInput, false); ok {
+			cl.opts = append(cl.opts, opt)
+		}
+		if key, _, err := r.g.Key(cl.scope, input, cl.opts...); err == nil && key == outer.key {
+			return fn(ctx)
+		}
 	}
-	cl := r.prepare(ctx, PayloadCodec{DataConverter: temporalglue.ActivityConverter(ctx, r.cfg.dc)})
-	if opt, ok := r.keyOption(ctx, hasInput); ok {
+	nested := outer != nil
+	cl := r.prepare(ctx, codec, nested)
+	if opt, ok := r.keyOption(ctx, hasInput, nested); ok {
 		cl.opts = append(cl.opts, opt)
 	}
-	v, err := guard.Do(ctx, r.g, cl.scope, input, fn, cl.opts...)
-	return v, temporalglue.TemporalError(err, r.cfg.maxRetryDelay)
+	v, err := guard.Do(ctx, r.g, cl.scope, input, func(ctx context.Context) (Out, error) {
+		return fn(withCall(ctx, false))
+	}, cl.opts...)
+	return v, temporalError(err, r.cfg.maxRetryDelay)
 }
 
 // spanAttributes are the Temporal attributes of the call's
