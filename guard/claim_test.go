@@ -112,7 +112,8 @@ func TestClaimTokenMakesClaimReentrant(t *testing.T) {
 func TestSettings(t *testing.T) {
 	g := mustGuard(t, memory.New(), guard.WithTTL(48*time.Hour), guard.WithWait(10*time.Second))
 	got, err := g.Settings(guard.WithLease(5 * time.Second))
-	want := guard.CallSettings{TTL: 48 * time.Hour, Lease: 5 * time.Second, Mode: guard.Wait, WaitBudget: 10 * time.Second}
+	want := guard.CallSettings{TTL: 48 * time.Hour, Lease: 5 * time.Second, Mode: guard.Wait, WaitBudget: 10 * time.Second,
+		WaitInitial: guard.DefaultWaitInitial, WaitMax: guard.DefaultWaitMax}
 	if err != nil || got != want {
 		t.Errorf("Settings = %+v, %v; want %+v", got, err, want)
 	}
@@ -143,6 +144,7 @@ func TestWithDefaults(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			g := mustGuard(t, memory.New(), c.opts...)
 			got, err := g.Settings(c.call...)
+			c.want.WaitInitial, c.want.WaitMax = guard.DefaultWaitInitial, guard.DefaultWaitMax
 			if err != nil || got != c.want {
 				t.Errorf("Settings = %+v, %v; want %+v", got, err, c.want)
 			}
