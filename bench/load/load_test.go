@@ -89,7 +89,7 @@ func TestScenarioRequestCounts(t *testing.T) {
 			}
 		}
 		switch r.Scenario {
-		case MissRaw, MissGuarded, ReplayRaw, ReplayGuarded, ReplayCachedGuarded:
+		case MissRaw, MissGuarded, ReplayRaw, ReplayGuarded, ReplayCachedGuarded, TxRaw, TxGuarded, TxReplayGuarded, TxReplayCachedGuarded:
 			if r.Ops != cfg.Ops {
 				t.Errorf("%s ran %d ops, want %d", r.Scenario, r.Ops, cfg.Ops)
 			}

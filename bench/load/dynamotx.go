@@ -1,0 +1,126 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/store"
+	idemddb "github.com/idemguard/idemguard/store/dynamodb"
+)
+
+// The DynamoDB transactional scenarios: the transactional guard
+// (guard.WrapTx over store/dynamodb), whose function adds one business
+// write (a Put of an effect item) to the transaction that also completes
+// its record, against a raw TransactWriteItems sending that same Put under
+// a ClientRequestToken, with the same client and per-request options. The
+// guarded call sends the claim and the transaction (2 requests), the raw
+// one the transaction (1): the difference is the claim, the completion
+// action and everything the guard does on the client. The replay
+// scenarios replay completed transactional calls (one failed claim, no
+// transaction; from the local cache, no request), against replay_raw.
+
+// DynamoDB transactional scenario names.
+const (
+	TxRaw                 = "tx_raw"
+	TxGuarded             = "tx_guarded"
+	TxReplayGuarded       = "tx_replay_guarded"
+	TxReplayCachedGuarded = "tx_replay_cached_guarded"
+)
+
+const scopeTxReplay = "bench-tx-replay"
+
+// setUpTx creates the business table of the transactional scenarios and
+// their guarded functions, on guard g and, for the cached replay, a guard
+// over s with a cache of its own (the replay scenarios' would hold twice
+// as many records).
+func (b *bench) setUpTx(ctx context.Context, g *guard.Guard, s store.Store, body func(context.Context, Order) (Receipt, error)) error {
+	cached, err := guard.New(s, guard.WithCache(b.cfg.ReplayKeys))
+	if err != nil {
+		return err
+	}
+	b.effects = b.table + "-effects"
+	_, err = b.client.CreateTable(ctx, &dynamodb.CreateTableInput{
+		TableName:            aws.String(b.effects),
+		AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String("id"), AttributeType: types.ScalarAttributeTypeS}},
+		KeySchema:            []types.KeySchemaElement{{AttributeName: aws.String("id"), KeyType: types.KeyTypeHash}},
+		BillingMode:          types.BillingModePayPerRequest,
+	})
+	if err != nil {
+		return err
+	}
+	fn := func(ctx context.Context, w *idemddb.TxWrites, o Order) (Receipt, error) {
+		if err := w.Put(b.effects, effectItem(o)); err != nil {
+			return Receipt{}, err
+		}
+		return body(ctx, o)
+	}
+	if b.txFn, err = guard.WrapTx(g, scopeTx, fn); err != nil {
+		return err
+	}
+	if b.txReplayFn, err = guard.WrapTx(g, scopeTxReplay, fn); err != nil {
+		return err
+	}
+	b.txCachedFn, err = guard.WrapTx(cached, scopeTxReplay, fn)
+	return err
+}
+
+// populateTx completes a transactional record for each replay input, and
+// primes the cached guard's cache with them.
+func (b *bench) populateTx(ctx context.Context) error {
+	for i, in := range b.replayIn {
+		if _, err := b.txReplayFn(ctx, in); err != nil {
+			return fmt.Errorf("completing transactional replay record %d: %w", i, err)
+		}
+		if _, err := b.txCachedFn(ctx, in); err != nil {
+			return fmt.Errorf("priming the cache with transactional record %d: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// effectItem is the business write of the transactional scenarios.
+func effectItem(o Order) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{
+		"id":     strAttr(o.OrderID),
+		"amount": &types.AttributeValueMemberN{Value: strconv.FormatInt(o.Amount, 10)},
+	}
+}
+
+// rawTx sends the business write as one TransactWriteItems, as a caller
+// writing it transactionally without a guard would, after running the
+// function and encoding its result as the guarded call does.
+func (b *bench) rawTx(ctx context.Context, in Order) error {
+	b.bodyRuns.Add(1)
+	if _, err := json.Marshal(charge(in)); err != nil {
+		return err
+	}
+	_, err := b.client.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{
+		ClientRequestToken: aws.String(newToken()),
+		TransactItems:      []types.TransactWriteItem{{Put: &types.Put{TableName: aws.String(b.effects), Item: effectItem(in)}}},
+	}, b.optFns...)
+	return err
+}
+
+// closeTx deletes the business table.
+func (b *bench) closeTx() error {
+	if b.effects == "" {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := b.client.DeleteTable(ctx, &dynamodb.DeleteTableInput{TableName: aws.String(b.effects)})
+	var nf *types.ResourceNotFoundException
+	if errors.As(err, &nf) {
+		return nil
+	}
+	return err
+}
