@@ -92,7 +92,7 @@ const (
 // DynamoScenarios lists the DynamoDB scenarios in the order of the first
 // round.
 var DynamoScenarios = []string{MissRaw, MissGuarded, ReplayRaw, ReplayGuarded, ReplayCachedGuarded, HotKeyWait, HotKeyReject,
-	TxRaw, TxGuarded, TxReplayGuarded, TxReplayCachedGuarded}
+	TxRaw, TxProtocolRaw, TxGuarded, TxReplayGuarded, TxReplayCachedGuarded}
 
 // AllScenarios lists every scenario: DynamoDB's, PostgreSQL's, Redis's.
 var AllScenarios = append(append(append([]string(nil), DynamoScenarios...), PgScenarios...), RedisScenarios...)

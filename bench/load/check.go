@@ -24,6 +24,7 @@ var wantRequestsPerOp = map[string]float64{
 	ReplayGuarded:         1,
 	ReplayCachedGuarded:   0,
 	TxRaw:                 1, // TransactWriteItems with the business write
+	TxProtocolRaw:         2, // the claim, TransactWriteItems with the business write and the completion
 	TxGuarded:             2, // the claim, TransactWriteItems with the business write and the completion
 	TxReplayGuarded:       1, // the claim, failing with the completed record: no transaction
 	TxReplayCachedGuarded: 0,
@@ -46,7 +47,7 @@ var wantRequestsPerOp = map[string]float64{
 }
 
 // runsEveryOp are the scenarios whose every operation runs the function.
-var runsEveryOp = map[string]bool{MissRaw: true, MissGuarded: true, TxRaw: true, TxGuarded: true, PgMissRaw: true, PgMissGuarded: true, PgTxRaw: true, PgTxGuarded: true,
+var runsEveryOp = map[string]bool{MissRaw: true, MissGuarded: true, TxRaw: true, TxProtocolRaw: true, TxGuarded: true, PgMissRaw: true, PgMissGuarded: true, PgTxRaw: true, PgTxGuarded: true,
 	RedisMissRaw: true, RedisMissStore: true, RedisMissGuarded: true}
 
 // Problem is a target a result missed.

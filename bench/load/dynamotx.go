@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/epoch"
 	"github.com/idemguard/idemguard/store"
 	idemddb "github.com/idemguard/idemguard/store/dynamodb"
 )
@@ -24,13 +25,18 @@ import (
 // a ClientRequestToken, with the same client and per-request options. The
 // guarded call sends the claim and the transaction (2 requests), the raw
 // one the transaction (1): the difference is the claim, the completion
-// action and everything the guard does on the client. The replay
+// action and everything the guard does on the client. tx_protocol_raw
+// sends by hand what the guarded call sends — the claim's PutItem, then
+// TransactWriteItems of the Put and the completion, with the store's
+// expressions written as constants — so that the guard's own work on the
+// client can be told from the cost of the two requests. The replay
 // scenarios replay completed transactional calls (one failed claim, no
 // transaction; from the local cache, no request), against replay_raw.
 
 // DynamoDB transactional scenario names.
 const (
 	TxRaw                 = "tx_raw"
+	TxProtocolRaw         = "tx_protocol_raw"
 	TxGuarded             = "tx_guarded"
 	TxReplayGuarded       = "tx_replay_guarded"
 	TxReplayCachedGuarded = "tx_replay_cached_guarded"
@@ -106,6 +112,62 @@ func (b *bench) rawTx(ctx context.Context, in Order) error {
 	_, err := b.client.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{
 		ClientRequestToken: aws.String(newToken()),
 		TransactItems:      []types.TransactWriteItem{{Put: &types.Put{TableName: aws.String(b.effects), Item: effectItem(in)}}},
+	}, b.optFns...)
+	return err
+}
+
+// The transactional completion, as store/dynamodb sends it for a record
+// without a payload hash, result kind or compression: fenced by the token
+// and the in-progress status (TestTxProtocolRawSendsTheStoresRequest holds
+// it to the store's).
+const (
+	txCompleteCondition = "(#0 = :0) AND (#1 = :1)"
+	txCompleteUpdate    = "REMOVE #2, #3, #4, #5\nSET #1 = :2, #6 = :3, #7 = :4\n"
+)
+
+var txCompleteNames = map[string]string{
+	"#0": "token", "#1": "status", "#2": "in_progress_expiration", "#3": "validation",
+	"#4": "result_kind", "#5": "data_encoding", "#6": "expiration", "#7": "data",
+}
+
+// txCompletion is the completion action of a claim under token with the
+// JSON result data, expiring at expires.
+func (b *bench) txCompletion(key, token string, data []byte, expires time.Time) types.TransactWriteItem {
+	return types.TransactWriteItem{Update: &types.Update{
+		TableName:                aws.String(b.table),
+		Key:                      map[string]types.AttributeValue{"id": strAttr(key)},
+		ConditionExpression:      aws.String(txCompleteCondition),
+		UpdateExpression:         aws.String(txCompleteUpdate),
+		ExpressionAttributeNames: txCompleteNames,
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":0": strAttr(token),
+			":1": strAttr("INPROGRESS"),
+			":2": strAttr("COMPLETED"),
+			":3": numAttr(epoch.CeilSeconds(expires)),
+			":4": strAttr(string(data)),
+		},
+	}}
+}
+
+// rawTxProtocol claims key, runs the function, and sends its business Put
+// and the completion as one TransactWriteItems: the requests of a guarded
+// transactional first call, built by hand.
+func (b *bench) rawTxProtocol(ctx context.Context, key string, in Order) error {
+	token := newToken()
+	if err := b.rawClaim(ctx, key, token, time.Now()); err != nil {
+		return err
+	}
+	b.bodyRuns.Add(1)
+	data, err := json.Marshal(charge(in))
+	if err != nil {
+		return err
+	}
+	_, err = b.client.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{
+		ClientRequestToken: aws.String(newToken()),
+		TransactItems: []types.TransactWriteItem{
+			{Put: &types.Put{TableName: aws.String(b.effects), Item: effectItem(in)}},
+			b.txCompletion(key, token, data, time.Now().Add(rawTTL)),
+		},
 	}, b.optFns...)
 	return err
 }

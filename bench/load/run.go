@@ -423,7 +423,7 @@ type operation func(ctx context.Context, i, w, n int) error
 func (b *bench) prepare(name string, ops int) (operation, error) {
 	switch name {
 	case MissGuarded, MissRaw, PgMissGuarded, PgMissRaw, PgTxGuarded, PgTxRaw,
-		RedisMissGuarded, RedisMissStore, RedisMissRaw, TxGuarded, TxRaw:
+		RedisMissGuarded, RedisMissStore, RedisMissRaw, TxGuarded, TxRaw, TxProtocolRaw:
 		in := make([]Order, ops)
 		keys := make([]string, ops)
 		for i := range in {
@@ -446,6 +446,8 @@ func (b *bench) prepare(name string, ops int) (operation, error) {
 			return guarded(b.txFn), nil
 		case TxRaw:
 			return func(ctx context.Context, i, _, _ int) error { return b.rawTx(ctx, in[i]) }, nil
+		case TxProtocolRaw:
+			return func(ctx context.Context, i, _, _ int) error { return b.rawTxProtocol(ctx, keys[i], in[i]) }, nil
 		case RedisMissGuarded:
 			return guarded(b.rd.missFn), nil
 		case RedisMissRaw:
