@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"sort"
 	"sync"
 	"time"
 
@@ -40,7 +41,8 @@ var (
 // before sending.
 const (
 	// MaxTxActions is the most actions one transaction holds, the guard's
-	// completions included: a guarded function may add MaxTxActions-1.
+	// completions included: a guarded function may add MaxTxActions-1,
+	// less one for each guard.Step completed in the call.
 	MaxTxActions = 100
 	// MaxTxSize is the most bytes of items one transaction may write, as
 	// DynamoDB counts them (see [ItemSize]).
@@ -81,14 +83,20 @@ func (s *Store) Begin(ctx context.Context) (store.Tx[*TxWrites], error) {
 // txExprs holds the transactional completion's expressions, one per
 // variant of [Store.Complete]'s, built on the first Begin.
 type txExprs struct {
-	once sync.Once
-	x    *[numCompleteVariants]*compiled
-	err  error
+	once    sync.Once
+	x       *[numCompleteVariants]*compiled
+	err     error
+	ownKeys []string // the store's key attributes, sorted
 }
 
 // txExprs returns the completion's expressions, building them once.
 func (s *Store) txExprs() (*[numCompleteVariants]*compiled, error) {
 	s.txx.once.Do(func() {
+		s.txx.ownKeys = []string{s.cfg.keyAttr}
+		if s.cfg.sortKeyAttr != "" {
+			s.txx.ownKeys = append(s.txx.ownKeys, s.cfg.sortKeyAttr)
+		}
+		sort.Strings(s.txx.ownKeys)
 		var x [numCompleteVariants]*compiled
 		for m := range numCompleteVariants {
 			v := sentinels()

@@ -6,6 +6,7 @@ import (
 	"math/big"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -37,7 +38,8 @@ import (
 //
 // Each method checks its action against DynamoDB's limits before anything
 // is sent: at most [MaxTxActions]-1 actions (the guard's completion is the
-// last), none on an item another action of the transaction already
+// last; each guard.Step completed in the call takes one more), none on an
+// item another action of the transaction already
 // targets (the call's own record included), Put items of at most
 // [MaxItemSize], at most [MaxTxSize] in all. A refused action returns a
 // [*TxLimitError] and fails the whole transaction: the guard sends nothing
@@ -87,15 +89,31 @@ type txTable struct {
 	pending  []int    // Puts on the table added while keyAttrs was unknown
 }
 
-func newTxWrites(s *Store) *TxWrites {
-	w := &TxWrites{s: s, items: map[string]itemRef{}, tables: map[string]*txTable{}}
-	own := []string{s.cfg.keyAttr}
-	if s.cfg.sortKeyAttr != "" {
-		own = append(own, s.cfg.sortKeyAttr)
+func newTxWrites(s *Store) *TxWrites { return &TxWrites{s: s} }
+
+// table returns what the transaction knows of table's key, starting with
+// nothing but for the store's own table. w.mu is held.
+func (w *TxWrites) table(name string) *txTable {
+	if t := w.tables[name]; t != nil {
+		return t
 	}
-	sort.Strings(own)
-	w.tables[s.table] = &txTable{keyAttrs: own}
-	return w
+	if w.tables == nil {
+		w.tables = make(map[string]*txTable)
+	}
+	t := &txTable{}
+	if name == w.s.table {
+		t.keyAttrs = w.s.txx.ownKeys
+	}
+	w.tables[name] = t
+	return t
+}
+
+// note records that the item id is targeted by ref. w.mu is held.
+func (w *TxWrites) note(id string, ref itemRef) {
+	if w.items == nil {
+		w.items = make(map[string]itemRef)
+	}
+	w.items[id] = ref
 }
 
 // A TxOption adjusts an action that a [TxWrites] method builds.
@@ -276,10 +294,11 @@ func (w *TxWrites) add(a types.TransactWriteItem) error {
 	if err != nil {
 		return w.fail(&TxLimitError{Limit: TxInvalidAction, Index: i, Table: m.table, Msg: err.Error()})
 	}
-	// One action stays free for the call's completion.
-	if len(w.fn)+max(len(w.done), 1)+1 > MaxTxActions {
+	// One action stays free for the call's own completion, which comes
+	// after the function's writes and its steps' completions.
+	if room := MaxTxActions - len(w.done) - 1; len(w.fn)+1 > room {
 		return w.fail(&TxLimitError{Limit: TxTooManyActions, Index: i, Table: m.table,
-			Msg: fmt.Sprintf("a transaction holds at most %d actions, the guard's completions included: the function may add %d", MaxTxActions, MaxTxActions-max(len(w.done), 1))})
+			Msg: fmt.Sprintf("a transaction holds at most %d actions, the guard's completions included: with %d step completion(s) and the call's, the function may add %d", MaxTxActions, len(w.done), room)})
 	}
 	if m.kind == "Put" && size > MaxItemSize {
 		return w.fail(&TxLimitError{Limit: TxItemTooLarge, Index: i, Table: m.table,
@@ -305,11 +324,7 @@ func (w *TxWrites) add(a types.TransactWriteItem) error {
 // them. w.mu is held.
 func (w *TxWrites) place(i int) error {
 	m := &w.fnMeta[i]
-	t := w.tables[m.table]
-	if t == nil {
-		t = &txTable{}
-		w.tables[m.table] = t
-	}
+	t := w.table(m.table)
 	if m.kind == "Put" {
 		if t.keyAttrs == nil {
 			t.pending = append(t.pending, i)
@@ -346,7 +361,7 @@ func (w *TxWrites) claimItem(i int, m *actionMeta) error {
 	prev, taken := w.items[id]
 	switch {
 	case !taken:
-		w.items[id] = itemRef{i: i}
+		w.note(id, itemRef{i: i})
 		return nil
 	case prev.completion:
 		return &TxLimitError{Limit: TxRecordItem, Index: i, Table: m.table,
@@ -384,7 +399,7 @@ func (w *TxWrites) addCompletion(rec string, a types.TransactWriteItem, size int
 		return &TxLimitError{Limit: TxRecordItem, Index: prev.i, Table: w.s.table,
 			Msg: fmt.Sprintf("the item is the idempotency record %q, which the guard completes in the same transaction", rec)}
 	}
-	w.items[id] = itemRef{completion: true, i: len(w.done)}
+	w.note(id, itemRef{completion: true, i: len(w.done)})
 	w.done = append(w.done, a)
 	w.doneMeta = append(w.doneMeta, actionMeta{kind: "Update", table: w.s.table, key: key, rec: rec})
 	w.size += size
@@ -544,15 +559,40 @@ func primaryKey(attrs []string, item map[string]types.AttributeValue) (map[strin
 // equal for equal keys (numbers compared by value, as DynamoDB compares
 // them).
 func itemIDOf(table string, key map[string]types.AttributeValue) string {
-	var b strings.Builder
-	part := func(s string) { fmt.Fprintf(&b, "%d:%s", len(s), s) } // length-prefixed: no two keys read alike
-	part(table)
-	for _, k := range sortedKeys(key) {
-		p, _ := keyPart(key[k])
-		part(k)
-		part(p)
+	b := make([]byte, 0, 64)
+	b = appendPart(b, table)
+	if len(key) == 1 {
+		for k, v := range key {
+			return string(appendKeyPart(appendPart(b, k), v))
+		}
 	}
-	return b.String()
+	for _, k := range sortedKeys(key) {
+		b = appendKeyPart(appendPart(b, k), key[k])
+	}
+	return string(b)
+}
+
+// appendPart appends s, prefixed by its length, so that no two sequences
+// of parts read alike.
+func appendPart(b []byte, s string) []byte {
+	b = strconv.AppendInt(b, int64(len(s)), 10)
+	b = append(b, ':')
+	return append(b, s...)
+}
+
+// appendKeyPart appends the canonical form of a key value (see keyPart);
+// an invalid one, which describe refuses first, appends nothing.
+func appendKeyPart(b []byte, v types.AttributeValue) []byte {
+	switch v := v.(type) {
+	case *types.AttributeValueMemberS: // as appendPart(b, "S"+v.Value)
+		b = strconv.AppendInt(b, int64(len(v.Value))+1, 10)
+		return append(append(b, ':', 'S'), v.Value...)
+	case *types.AttributeValueMemberB:
+		b = strconv.AppendInt(b, int64(len(v.Value))+1, 10)
+		return append(append(b, ':', 'B'), v.Value...)
+	}
+	p, _ := keyPart(v)
+	return appendPart(b, p)
 }
 
 // keyPart returns the canonical form of a key attribute's value, which
