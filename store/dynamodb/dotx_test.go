@@ -58,7 +58,7 @@ func TestDoTxCommitsTogether(t *testing.T) {
 		t.Errorf("replay sent %s; want the claim only, no transaction", got)
 	}
 
-	cached := e.guard(t, nil, guard.WithCache(16))
+	cached := e.guard(t, nil, guard.WithCache(16, 0))
 	if _, err := guard.DoTx(e.ctx, cached, "charge", c, fn); err != nil {
 		t.Fatal(err)
 	}
@@ -556,10 +556,8 @@ func TestDoTxStepCompletesInTransaction(t *testing.T) {
 	if !errors.As(err, &ce) {
 		t.Fatalf("DoTx whose condition fails = %v, want a *TxCanceledError", err)
 	}
-	sent := e.n.Snapshot()
-	if sent["UpdateItem"] != 0 {
-		t.Skipf("the engine completed the step outside the call's transaction (sent %s): its record says done while "+
-			"its write was cancelled with the transaction; the engine change that completes steps inside DoTx is pending", e.n)
+	if sent := e.n.Snapshot(); sent["UpdateItem"] != 0 || sent["TransactWriteItems"] != 1 {
+		t.Errorf("the cancelled call sent %s; want the step completed in the call's one TransactWriteItems, no UpdateItem", e.n)
 	}
 	if e.item(t, "reservation#"+c.ID) != nil {
 		t.Errorf("the cancelled transaction's step write was applied")

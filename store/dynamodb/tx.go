@@ -215,7 +215,11 @@ func (t *Tx) Commit(ctx context.Context) error {
 		terr := t.w.mapError(err)
 		var ce *TxCanceledError
 		if !errors.As(terr, &ce) || !ce.retryable() || attempt >= attempts {
-			return t.s.opErr(op, key, terr)
+			oe := t.s.opErr(op, key, terr)
+			if ce != nil && ce.retryable() {
+				oe.(*store.OpError).Throttled = true
+			}
+			return oe
 		}
 		d, _ := backoff.BackoffDelay(attempt, err)
 		if serr := sleepCtx(ctx, d); serr != nil {
