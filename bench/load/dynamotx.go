@@ -49,7 +49,7 @@ const scopeTxReplay = "bench-tx-replay"
 // over s with a cache of its own (the replay scenarios' would hold twice
 // as many records).
 func (b *bench) setUpTx(ctx context.Context, g *guard.Guard, s store.Store, body func(context.Context, Order) (Receipt, error)) error {
-	cached, err := guard.New(s, guard.WithCache(b.cfg.ReplayKeys))
+	cached, err := guard.New(s, guard.WithCache(b.cfg.ReplayKeys, 0))
 	if err != nil {
 		return err
 	}

@@ -300,9 +300,11 @@ func (w *TxWrites) add(a types.TransactWriteItem) error {
 		return w.fail(&TxLimitError{Limit: TxTooManyActions, Index: i, Table: m.table,
 			Msg: fmt.Sprintf("a transaction holds at most %d actions, the guard's completions included: with %d step completion(s) and the call's, the function may add %d", MaxTxActions, len(w.done), room)})
 	}
-	if m.kind == "Put" && size > MaxItemSize {
-		return w.fail(&TxLimitError{Limit: TxItemTooLarge, Index: i, Table: m.table,
-			Msg: fmt.Sprintf("the item is %d bytes, over DynamoDB's limit of %d", size, MaxItemSize)})
+	if m.kind == "Put" {
+		if n := ItemSize(a.Put.Item); n > MaxItemSize {
+			return w.fail(&TxLimitError{Limit: TxItemTooLarge, Index: i, Table: m.table,
+				Msg: fmt.Sprintf("the item is %d bytes, over DynamoDB's limit of %d", n, MaxItemSize)})
+		}
 	}
 	if w.size+size > MaxTxSize {
 		return w.fail(&TxLimitError{Limit: TxTooLarge, Index: i, Table: m.table,
