@@ -106,6 +106,31 @@ func TestChaosShortRedis(t *testing.T) {
 	}
 }
 
+// A short run of the DynamoDB transactional scenario (the full run is make
+// chaos CHAOSFLAGS='-store dynamodb-tx'): every operation a transactional
+// body whose ledger item is sent in one TransactWriteItems with its
+// record's completion, through the fault proxy; 20 workflows (220
+// operations), a kill or pause every 1–2.5 s timed into the window
+// between the body's write and the commit. No operation ends with two
+// items or none.
+func TestChaosShortDynamoDBTx(t *testing.T) {
+	ddb, temporal := endpoints(t)
+	cfg := chaos.ShortConfig().DynamoDBTx()
+	cfg.DynamoDBEndpoint, cfg.TemporalAddress = ddb, temporal
+	cfg.Workflows, cfg.InFlight = 20, 10
+	cfg.KillMin, cfg.KillMax = time.Second, 2500*time.Millisecond
+	rep := runShort(t, cfg)
+	if rep.Operations < 220 || rep.TxEffects != rep.Keys {
+		t.Errorf("%d operations, %d committed items for %d keys; want at least 220 operations and one item per key", rep.Operations, rep.TxEffects, rep.Keys)
+	}
+	if rep.Kills < 3 || rep.TxRolledBack < 1 {
+		t.Errorf("%d kills, %d transactions never sent or cancelled after the window; want at least 3 and 1", rep.Kills, rep.TxRolledBack)
+	}
+	if rep.FaultsTotal == 0 {
+		t.Errorf("no fault injected in %d store requests", rep.Requests)
+	}
+}
+
 // runShort runs cfg with this test binary as the workers, logs the report,
 // and fails the test on a violation.
 func runShort(t *testing.T, cfg chaos.Config) *chaos.Report {

@@ -20,7 +20,10 @@ const (
 type Config struct {
 	// Store is the idempotency store: [StoreDynamoDB] (the default, when
 	// empty) runs keyed and plain bodies against DynamoDB Local through
-	// the fault proxy; [StorePostgres] runs transactional bodies
+	// the fault proxy; [StoreDynamoDBTx] runs transactional bodies
+	// (guard.DoTx) whose side effect is an item written in the same
+	// TransactWriteItems, through the fault proxy; [StorePostgres] runs
+	// transactional bodies
 	// (guard.DoTx) whose side effect is a row in the same PostgreSQL
 	// database, without the proxy; [StoreRedis] runs the keyed and plain
 	// bodies against redis-server through a TCP fault proxy
@@ -185,7 +188,7 @@ func (c Config) Redis() Config {
 func (c *Config) validate() error {
 	var errs []error
 	switch c.Store {
-	case "", StoreDynamoDB:
+	case "", StoreDynamoDB, StoreDynamoDBTx:
 		if c.DynamoDBEndpoint == "" {
 			errs = append(errs, fmt.Errorf("no DynamoDB endpoint (set %s; scripts/harness.sh run … does)", DynamoDBEndpointEnv))
 		}
@@ -202,7 +205,7 @@ func (c *Config) validate() error {
 			errs = append(errs, err)
 		}
 	default:
-		errs = append(errs, fmt.Errorf("unknown store %q (dynamodb, postgres or redis)", c.Store))
+		errs = append(errs, fmt.Errorf("unknown store %q (dynamodb, dynamodb-tx, postgres or redis)", c.Store))
 	}
 	if c.TemporalAddress == "" {
 		errs = append(errs, fmt.Errorf("no Temporal address (set %s; scripts/harness.sh run … does)", TemporalAddressEnv))

@@ -64,6 +64,9 @@
 //
 // With Config.Store set to [StorePostgres] the operations are
 // transactional bodies on PostgreSQL (guard.DoTx), without a proxy; with
+// [StoreDynamoDBTx] they are transactional bodies on DynamoDB, whose
+// ledger item is sent in the TransactWriteItems that completes the record,
+// through the fault proxy; with
 // [StoreRedis] they are the keyed and plain bodies above on store/redis,
 // through [RedisProxy], a TCP proxy that injects connection-level faults
 // (resets before and after a command ran, lost replies, error replies,
@@ -73,6 +76,7 @@
 //
 //	make chaos                                              # the full run (cmd/chaos)
 //	make chaos CHAOSFLAGS='-store redis'                    # the same on Redis
+//	make chaos CHAOSFLAGS='-store dynamodb-tx'              # transactional bodies on DynamoDB
 //	scripts/harness.sh run go test -count=1 -v ./chaos/...  # the short run (TestChaosShort)
 //
 // See docs/chaos.md for the options and recorded figures.

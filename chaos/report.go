@@ -19,8 +19,14 @@ func (r *Report) Print(w io.Writer) {
 		r.Operations, r.WorkflowsCompleted, r.Workflows, r.Keys)
 	fmt.Fprintf(w, "  kills:             %d SIGKILLs of %d workers (%d worker processes started), %d pauses past the lease, %d unexpected exits\n",
 		r.Kills, r.Workers, r.WorkerStarts, r.Pauses, r.UnexpectedExits)
-	if r.Store == StorePostgres {
-		fmt.Fprintf(w, "  store:             PostgreSQL, transactional bodies (guard.DoTx); no fault proxy: the faults are the kills and pauses\n")
+	if r.Store == StorePostgres || r.Store == StoreDynamoDBTx {
+		if r.Store == StorePostgres {
+			fmt.Fprintf(w, "  store:             PostgreSQL, transactional bodies (guard.DoTx); no fault proxy: the faults are the kills and pauses\n")
+		} else {
+			fmt.Fprintf(w, "  store:             DynamoDB, transactional bodies (guard.DoTx, one TransactWriteItems), through the fault proxy\n")
+			fmt.Fprintf(w, "  faults injected:   %d of %d store requests (rate %.1f%%): %s\n",
+				r.FaultsTotal, r.Requests, 100*r.FaultRate, r.Faults)
+		}
 		fmt.Fprintf(w, "  tx bodies:         %d committed rows; %d runs reached the window between the row and the commit, %d rolled back there: %d by a kill, %d by a pause, %d reported lease lost, %d other\n",
 			r.TxEffects, r.TxWindowRuns, r.TxRolledBack, r.TxRolledBackByKill, r.TxRolledBackByPause, r.TxRolledBackByLease, r.TxRolledBackOther)
 		fmt.Fprintf(w, "  lost transfers:    %d (must be 0: completed operations without their committed row)\n", r.LostTransfers)

@@ -106,6 +106,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		ledgerTbl string // Redis: the ledger's key prefix
 	)
 	pgMode := cfg.Store == StorePostgres
+	txMode := pgMode || cfg.Store == StoreDynamoDBTx // transactional bodies
 	switch cfg.Store {
 	case StorePostgres:
 		idemTable, ledgerTbl = "chaos_idem_"+strings.ReplaceAll(runID, "-", "_"), "chaos_ledger_"+strings.ReplaceAll(runID, "-", "_")
@@ -222,7 +223,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		for j := range cfg.OpsPerWorkflow {
 			kind := KeyedActivity
 			switch {
-			case pgMode:
+			case txMode:
 				kind = TxActivity
 			case j%2 == 1:
 				kind = PlainActivity
@@ -315,7 +316,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 			}
 			slot := live[rng.IntN(len(live))]
 			inWindow := false
-			if pgMode {
+			if txMode {
 				// Time the kill or pause: wait until the worker has written
 				// a row and not committed it (a "window" line in its done
 				// file), so that it lands in the crash window.

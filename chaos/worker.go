@@ -193,9 +193,12 @@ func runWorker(cfg workerConfig) error {
 		WorkerStopTimeout:                      2 * time.Second,
 	})
 	w.RegisterWorkflowWithOptions(Workflow, workflow.RegisterOptions{Name: WorkflowName})
-	if cfg.Store == StorePostgres {
+	switch cfg.Store {
+	case StorePostgres:
 		w.RegisterActivityWithOptions(wk.wrap(wk.txActivity), tactivity.RegisterOptions{Name: TxActivity})
-	} else {
+	case StoreDynamoDBTx:
+		w.RegisterActivityWithOptions(wk.wrap(wk.dynamoTxActivity), tactivity.RegisterOptions{Name: TxActivity})
+	default:
 		w.RegisterActivityWithOptions(wk.wrap(activity.Wrap(wk.g, wk.keyedBody)), tactivity.RegisterOptions{Name: KeyedActivity})
 		w.RegisterActivityWithOptions(wk.wrap(activity.Wrap(wk.g, wk.plainBody)), tactivity.RegisterOptions{Name: PlainActivity})
 	}

@@ -91,7 +91,8 @@ const (
 
 // DynamoScenarios lists the DynamoDB scenarios in the order of the first
 // round.
-var DynamoScenarios = []string{MissRaw, MissGuarded, ReplayRaw, ReplayGuarded, ReplayCachedGuarded, HotKeyWait, HotKeyReject}
+var DynamoScenarios = []string{MissRaw, MissGuarded, ReplayRaw, ReplayGuarded, ReplayCachedGuarded, HotKeyWait, HotKeyReject,
+	TxRaw, TxProtocolRaw, TxGuarded, TxReplayGuarded, TxReplayCachedGuarded}
 
 // AllScenarios lists every scenario: DynamoDB's, PostgreSQL's, Redis's.
 var AllScenarios = append(append(append([]string(nil), DynamoScenarios...), PgScenarios...), RedisScenarios...)
@@ -101,6 +102,9 @@ var baselines = map[string]string{
 	MissGuarded:           MissRaw,
 	ReplayGuarded:         ReplayRaw,
 	ReplayCachedGuarded:   ReplayRaw,
+	TxGuarded:             TxRaw,
+	TxReplayGuarded:       ReplayRaw,
+	TxReplayCachedGuarded: ReplayRaw,
 	PgMissGuarded:         PgMissRaw,
 	PgReplayGuarded:       PgReplayRaw,
 	PgReplayCachedGuarded: PgReplayRaw,
@@ -153,11 +157,15 @@ type bench struct {
 	runID   string
 	g       *guard.Guard
 
-	missFn   func(context.Context, Order) (Receipt, error) // guard.Wrap of charge
-	replayFn func(context.Context, Order) (Receipt, error)
-	cachedFn func(context.Context, Order) (Receipt, error) // on a guard with a cache
-	hotWait  func(context.Context, Order) (Receipt, error)
-	hotRejct func(context.Context, Order) (Receipt, error)
+	missFn     func(context.Context, Order) (Receipt, error) // guard.Wrap of charge
+	replayFn   func(context.Context, Order) (Receipt, error)
+	cachedFn   func(context.Context, Order) (Receipt, error) // on a guard with a cache
+	hotWait    func(context.Context, Order) (Receipt, error)
+	hotRejct   func(context.Context, Order) (Receipt, error)
+	txFn       func(context.Context, Order) (Receipt, error) // guard.WrapTx: the transactional scenarios
+	txReplayFn func(context.Context, Order) (Receipt, error)
+	txCachedFn func(context.Context, Order) (Receipt, error) // on the guard with a cache
+	effects    string                                        // their business table
 
 	bodyRuns  atomic.Int64
 	replayIn  []Order  // inputs of the completed records
@@ -314,6 +322,9 @@ func newBench(ctx context.Context, cfg Config) (*bench, error) {
 	if b.hotRejct, err = guard.Wrap(g, scopeHot, b.hotBody, guard.WithReject()); err != nil {
 		return nil, err
 	}
+	if err := b.setUpTx(ctx, g, s, body); err != nil {
+		return nil, err
+	}
 	return b, nil
 }
 
@@ -327,6 +338,7 @@ func (b *bench) close() error {
 		errs = append(errs, b.rd.close())
 	}
 	if b.client != nil {
+		errs = append(errs, b.closeTx())
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		_, err := b.client.DeleteTable(ctx, &dynamodb.DeleteTableInput{TableName: aws.String(b.table)})
@@ -385,5 +397,5 @@ func (b *bench) populate(ctx context.Context) error {
 			return fmt.Errorf("priming the cache with record %d: %w", i, err)
 		}
 	}
-	return nil
+	return b.populateTx(ctx)
 }

@@ -5,18 +5,22 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/dynamodbtest"
 	"github.com/idemguard/idemguard/internal/postgrestest"
 	"github.com/idemguard/idemguard/internal/redistest"
+	"github.com/idemguard/idemguard/store"
+	idemddb "github.com/idemguard/idemguard/store/dynamodb"
 	"github.com/idemguard/idemguard/store/memory"
 	idemredis "github.com/idemguard/idemguard/store/redis"
 )
@@ -89,7 +93,7 @@ func TestScenarioRequestCounts(t *testing.T) {
 			}
 		}
 		switch r.Scenario {
-		case MissRaw, MissGuarded, ReplayRaw, ReplayGuarded, ReplayCachedGuarded:
+		case MissRaw, MissGuarded, ReplayRaw, ReplayGuarded, ReplayCachedGuarded, TxRaw, TxProtocolRaw, TxGuarded, TxReplayGuarded, TxReplayCachedGuarded:
 			if r.Ops != cfg.Ops {
 				t.Errorf("%s ran %d ops, want %d", r.Scenario, r.Ops, cfg.Ops)
 			}
@@ -391,5 +395,55 @@ func TestRedisRawSendsTheStoresCommands(t *testing.T) {
 	raw = sent(func() error { return r.rawReplay(ctx, key) })
 	if len(guarded) != 1 || !slices.Equal(guarded, raw) {
 		t.Errorf("a guarded replay sent %q, the raw one %q", guarded, raw)
+	}
+}
+
+// txCapture is a DynamoDB client that answers TransactWriteItems with
+// success and keeps the request; it has nothing else.
+type txCapture struct {
+	idemddb.API
+	in *dynamodb.TransactWriteItemsInput
+}
+
+func (c *txCapture) TransactWriteItems(_ context.Context, in *dynamodb.TransactWriteItemsInput, _ ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error) {
+	c.in = in
+	return &dynamodb.TransactWriteItemsOutput{}, nil
+}
+
+// TestTxProtocolRawSendsTheStoresRequest holds tx_protocol_raw's
+// completion to the one store/dynamodb adds to a transaction for the same
+// record: the same expressions, names, key and values.
+func TestTxProtocolRawSendsTheStoresRequest(t *testing.T) {
+	capt := &txCapture{}
+	s, err := idemddb.New(capt, "idempotency")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	tx, err := s.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := []byte(`{"charge_id":"ch_1","status":"charged"}`)
+	expires := time.Now().Add(rawTTL)
+	rec := &store.Record{Key: "bench-tx#k", Status: store.StatusCompleted, Token: "tok", Result: data, ExpiresAt: expires}
+	if err := tx.Complete(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := capt.in.TransactItems[0].Update
+	b := &bench{table: "idempotency"}
+	want := b.txCompletion(rec.Key, rec.Token, data, expires).Update
+	if *got.ConditionExpression != *want.ConditionExpression || *got.UpdateExpression != *want.UpdateExpression {
+		t.Errorf("store sends condition %q, update %q; the raw protocol %q, %q",
+			*got.ConditionExpression, *got.UpdateExpression, *want.ConditionExpression, *want.UpdateExpression)
+	}
+	if !reflect.DeepEqual(got.ExpressionAttributeNames, want.ExpressionAttributeNames) || !reflect.DeepEqual(got.Key, want.Key) || *got.TableName != *want.TableName {
+		t.Errorf("store sends names %v, key %v; the raw protocol %v, %v", got.ExpressionAttributeNames, got.Key, want.ExpressionAttributeNames, want.Key)
+	}
+	if !reflect.DeepEqual(got.ExpressionAttributeValues, want.ExpressionAttributeValues) {
+		t.Errorf("store sends values %v; the raw protocol %v", got.ExpressionAttributeValues, want.ExpressionAttributeValues)
 	}
 }

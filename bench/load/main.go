@@ -26,6 +26,11 @@
 //	replay_cached_guarded the same with guard.WithCache: no request
 //	hotkey_wait           -hot-calls concurrent calls with one key, guard.WithWait
 //	hotkey_reject         the same with guard.WithReject
+//	tx_raw                TransactWriteItems of one business Put, under a ClientRequestToken
+//	tx_protocol_raw       the claim's PutItem, then TransactWriteItems of the Put and the completion, built by hand
+//	tx_guarded            the same Put through guard.WrapTx: the claim, then TransactWriteItems of the Put and the completion
+//	tx_replay_guarded     a guard.WrapTx call whose key is completed: one failed claim, no transaction
+//	tx_replay_cached_guarded the same with guard.WithCache: no request
 //
 // With a PostgreSQL URL (-postgres, default $IDEMGUARD_POSTGRES_URL), in
 // the same rounds, on one pgx pool whose tracer counts round trips:

@@ -423,7 +423,7 @@ type operation func(ctx context.Context, i, w, n int) error
 func (b *bench) prepare(name string, ops int) (operation, error) {
 	switch name {
 	case MissGuarded, MissRaw, PgMissGuarded, PgMissRaw, PgTxGuarded, PgTxRaw,
-		RedisMissGuarded, RedisMissStore, RedisMissRaw:
+		RedisMissGuarded, RedisMissStore, RedisMissRaw, TxGuarded, TxRaw, TxProtocolRaw:
 		in := make([]Order, ops)
 		keys := make([]string, ops)
 		for i := range in {
@@ -442,6 +442,12 @@ func (b *bench) prepare(name string, ops int) (operation, error) {
 			return guarded(b.pg.missFn), nil
 		case PgTxGuarded:
 			return guarded(b.pg.txFn), nil
+		case TxGuarded:
+			return guarded(b.txFn), nil
+		case TxRaw:
+			return func(ctx context.Context, i, _, _ int) error { return b.rawTx(ctx, in[i]) }, nil
+		case TxProtocolRaw:
+			return func(ctx context.Context, i, _, _ int) error { return b.rawTxProtocol(ctx, keys[i], in[i]) }, nil
 		case RedisMissGuarded:
 			return guarded(b.rd.missFn), nil
 		case RedisMissRaw:
@@ -456,13 +462,15 @@ func (b *bench) prepare(name string, ops int) (operation, error) {
 			return func(ctx context.Context, i, _, _ int) error { return b.pg.rawTx(ctx, b, in[i]) }, nil
 		}
 	case ReplayGuarded, ReplayCachedGuarded, ReplayRaw, PgReplayGuarded, PgReplayCachedGuarded, PgReplayRaw,
-		RedisReplayGuarded, RedisReplayCachedGuarded, RedisReplayStore, RedisReplayRaw:
+		RedisReplayGuarded, RedisReplayCachedGuarded, RedisReplayStore, RedisReplayRaw, TxReplayGuarded, TxReplayCachedGuarded:
 		ins, keys, fn, cached, raw := b.replayIn, b.replayKey, b.replayFn, b.cachedFn, b.rawReplay
 		switch {
 		case isPg(name):
 			ins, keys, fn, cached, raw = b.pg.replayIn, b.pg.replayKey, b.pg.replayFn, b.pg.cachedFn, b.pg.rawReplay
 		case isRedis(name):
 			ins, keys, fn, cached, raw = b.rd.replayIn, b.rd.replayKey, b.rd.replayFn, b.rd.cachedFn, b.rd.rawReplay
+		case name == TxReplayGuarded, name == TxReplayCachedGuarded:
+			fn, cached = b.txReplayFn, b.txCachedFn
 		}
 		// Worker w replays keys w, w+W, w+2W, … (W workers), one at a
 		// time, so that no two calls in flight share a key: concurrent
@@ -472,9 +480,9 @@ func (b *bench) prepare(name string, ops int) (operation, error) {
 		off := mathrand.IntN(per)
 		idx := func(w, n int) int { return (w + workers*((off+n)%per)) % len(ins) }
 		switch name {
-		case ReplayGuarded, PgReplayGuarded, RedisReplayGuarded:
+		case ReplayGuarded, PgReplayGuarded, RedisReplayGuarded, TxReplayGuarded:
 			return func(ctx context.Context, _, w, n int) error { _, err := fn(ctx, ins[idx(w, n)]); return err }, nil
-		case ReplayCachedGuarded, PgReplayCachedGuarded, RedisReplayCachedGuarded:
+		case ReplayCachedGuarded, PgReplayCachedGuarded, RedisReplayCachedGuarded, TxReplayCachedGuarded:
 			return func(ctx context.Context, _, w, n int) error { _, err := cached(ctx, ins[idx(w, n)]); return err }, nil
 		case RedisReplayStore:
 			return func(ctx context.Context, _, w, n int) error { return b.rd.storeReplay(ctx, keys[idx(w, n)]) }, nil

@@ -13,8 +13,9 @@ import (
 // network (-stub; BenchmarkClient), so that the client's CPU time can be
 // measured alone: PutItem
 // creates an item or, if one exists, fails its condition returning it
-// (ALL_OLD); UpdateItem applies the SET clause of a completion; table
-// management requests get canned answers.
+// (ALL_OLD); UpdateItem applies the SET clause of a completion;
+// TransactWriteItems applies its Puts and completions; table management
+// requests get canned answers.
 type stubDynamo struct {
 	mu    sync.Mutex
 	items map[string]map[string]map[string]string // id -> attribute -> {"S"|"N": value}
@@ -30,6 +31,7 @@ type stubRequest struct {
 	UpdateExpression          string
 	ExpressionAttributeNames  map[string]string
 	ExpressionAttributeValues map[string]map[string]string
+	TransactItems             []struct{ Put, Update *stubRequest }
 }
 
 // Do implements aws.HTTPClient.
@@ -57,19 +59,25 @@ func (s *stubDynamo) Do(r *http.Request) (*http.Response, error) {
 		}
 		return stubResponse(200, `{}`), nil
 	case "UpdateItem":
-		id := in.Key["id"]["S"]
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		item, ok := s.items[id]
-		if !ok {
+		if !s.update(&in) {
 			return stubResponse(400, `{"__type":"com.amazonaws.dynamodb.v20120810#ConditionalCheckFailedException","Message":"The conditional request failed"}`), nil
 		}
-		set := in.UpdateExpression[strings.Index(in.UpdateExpression, "SET ")+4:]
-		for _, a := range strings.Split(strings.TrimSpace(set), ", ") {
-			n, v, _ := strings.Cut(a, " = ")
-			item[in.ExpressionAttributeNames[n]] = in.ExpressionAttributeValues[v]
+		return stubResponse(200, `{}`), nil
+	case "TransactWriteItems":
+		// The business Puts and the completion: applied without checking
+		// conditions (every key in the benchmark is fresh).
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for _, a := range in.TransactItems {
+			switch {
+			case a.Put != nil:
+				s.items[a.Put.Item["id"]["S"]] = a.Put.Item
+			case a.Update != nil:
+				s.update(a.Update)
+			}
 		}
-		delete(item, "in_progress_expiration")
 		return stubResponse(200, `{}`), nil
 	case "CreateTable":
 		return stubResponse(200, `{"TableDescription":{"TableStatus":"ACTIVE"}}`), nil
@@ -77,6 +85,22 @@ func (s *stubDynamo) Do(r *http.Request) (*http.Response, error) {
 		return stubResponse(200, `{"TimeToLiveDescription":{"TimeToLiveStatus":"ENABLED","AttributeName":"expiration"}}`), nil
 	}
 	return stubResponse(200, `{}`), nil
+}
+
+// update applies the SET clause of a completion to its item, and reports
+// whether the item exists. s.mu is held.
+func (s *stubDynamo) update(in *stubRequest) bool {
+	item, ok := s.items[in.Key["id"]["S"]]
+	if !ok {
+		return false
+	}
+	set := in.UpdateExpression[strings.Index(in.UpdateExpression, "SET ")+4:]
+	for _, a := range strings.Split(strings.TrimSpace(set), ", ") {
+		n, v, _ := strings.Cut(a, " = ")
+		item[in.ExpressionAttributeNames[n]] = in.ExpressionAttributeValues[v]
+	}
+	delete(item, "in_progress_expiration")
+	return true
 }
 
 func stubResponse(status int, body string) *http.Response {

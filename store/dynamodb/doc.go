@@ -33,6 +33,25 @@
 // matches [store.ErrThrottled], and [errors.As] still reaches the SDK's
 // error type (for example *types.ProvisionedThroughputExceededException).
 //
+// # Transactions
+//
+// The store implements [store.Transactor] with handle [*TxWrites], for
+// guard.DoTx: the guarded function adds its writes (Put, Update, Delete,
+// ConditionCheck, on any table of the account and region) to the
+// TxWrites instead of sending them, and the guard sends them with the
+// completion of the call's record, fenced on its token and its being in
+// progress, as one TransactWriteItems under a ClientRequestToken, so that
+// a resend after a lost answer is applied at most once. The writes and the
+// completion are applied together or not at all: a crash before the
+// commit sends nothing, and a holder whose claim was taken over has its
+// whole transaction cancelled. A first call costs the claim and the
+// transaction, two requests; a replay one.
+//
+// DynamoDB's limits (100 actions with the completions, 4 MB, 400 KB per
+// item, one action per item) are checked before anything is sent
+// ([*TxLimitError]); a cancelled transaction is reported per action
+// ([*TxCanceledError]). See [TxWrites] and [Store.Begin].
+//
 // # Layout
 //
 // With the default options an item has these attributes:

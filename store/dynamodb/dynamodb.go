@@ -38,6 +38,7 @@ type Store struct {
 	cfg       *config
 	x         [numExprs]*compiled       // the expressions, built in New
 	optFns    []func(*dynamodb.Options) // per-request client options (the retryer)
+	txx       txExprs                   // the transactional completion's expressions, built on the first Begin
 }
 
 var _ store.Store = (*Store)(nil)

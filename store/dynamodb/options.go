@@ -252,8 +252,10 @@ func (c *config) newRetryer() aws.Retryer {
 
 // NewRetryer returns the retryer a store uses by default: the SDK's standard
 // retryer with maxAttempts attempts (0: [DefaultMaxAttempts]) and
-// exponential backoff with full jitter from 25 ms, capped at 1 s. Code that
-// sends its own requests next to the store's can share it.
+// exponential backoff with full jitter from 25 ms, capped at 1 s, which
+// also retries TransactionConflictException (a request that met a
+// transaction on its item). Code that sends its own requests next to the
+// store's can share it.
 func NewRetryer(maxAttempts int) aws.Retryer {
 	if maxAttempts == 0 {
 		maxAttempts = DefaultMaxAttempts
@@ -261,6 +263,10 @@ func NewRetryer(maxAttempts int) aws.Retryer {
 	return retry.NewStandard(func(o *retry.StandardOptions) {
 		o.MaxAttempts = maxAttempts
 		o.Backoff = jitterBackoff{base: defaultBackoffBase, max: defaultBackoffMax}
+		// A single-item request that meets a transaction in flight on its
+		// item (guard.DoTx completing a record) is refused with
+		// TransactionConflictException: it would succeed a moment later.
+		o.Retryables = append(o.Retryables, retry.RetryableErrorCode{Codes: map[string]struct{}{"TransactionConflictException": {}}})
 	})
 }
 

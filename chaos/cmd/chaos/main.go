@@ -7,6 +7,7 @@
 //	scripts/harness.sh run go run ./chaos/cmd/chaos                  # the full run (make chaos)
 //	scripts/harness.sh run go run ./chaos/cmd/chaos -store postgres  # the transactional scenario
 //	scripts/harness.sh run go run ./chaos/cmd/chaos -store redis     # Redis through the TCP fault proxy
+//	scripts/harness.sh run go run ./chaos/cmd/chaos -store dynamodb-tx  # transactional bodies on DynamoDB
 //	scripts/harness.sh run go run ./chaos/cmd/chaos -short           # the short run of make test
 //
 // It prints the figures as lines and as one JSON line, and exits 1 if a
@@ -29,7 +30,7 @@ func main() {
 	chaos.RunWorkerIfChild()
 
 	short := flag.Bool("short", false, "the short run of make test (50 workflows, frequent kills)")
-	storeFlag := flag.String("store", chaos.StoreDynamoDB, "the idempotency store: dynamodb (keyed and plain bodies, through the fault proxy), postgres (transactional bodies, guard.DoTx; needs IDEMGUARD_POSTGRES_URL) or redis (keyed and plain bodies, through the TCP fault proxy; needs IDEMGUARD_REDIS_ADDR)")
+	storeFlag := flag.String("store", chaos.StoreDynamoDB, "the idempotency store: dynamodb (keyed and plain bodies, through the fault proxy), postgres (transactional bodies, guard.DoTx; needs IDEMGUARD_POSTGRES_URL), redis (keyed and plain bodies, through the TCP fault proxy; needs IDEMGUARD_REDIS_ADDR) or dynamodb-tx (transactional bodies, guard.DoTx, through the fault proxy)")
 	def := chaos.DefaultConfig()
 	workflows := flag.Int("workflows", 0, fmt.Sprintf("workflows (default %d; short %d)", def.Workflows, chaos.ShortConfig().Workflows))
 	ops := flag.Int("ops", def.OpsPerWorkflow, "guarded operations per workflow, half keyed and half plain")
@@ -55,9 +56,11 @@ func main() {
 		cfg = cfg.Postgres()
 	case chaos.StoreRedis:
 		cfg = cfg.Redis()
+	case chaos.StoreDynamoDBTx:
+		cfg = cfg.DynamoDBTx()
 	case chaos.StoreDynamoDB:
 	default:
-		fmt.Fprintf(os.Stderr, "chaos: unknown -store %q (dynamodb, postgres or redis)\n", *storeFlag)
+		fmt.Fprintf(os.Stderr, "chaos: unknown -store %q (dynamodb, dynamodb-tx, postgres or redis)\n", *storeFlag)
 		os.Exit(2)
 	}
 	setInt := func(dst *int, v int) {
