@@ -14,8 +14,9 @@ import (
 // [store.ErrTooLarge]. One whose cause is DynamoDB throttling
 // (ProvisionedThroughputExceededException, ThrottlingException,
 // RequestLimitExceeded and the other codes the SDK's retryer treats as
-// throttling) matches [store.ErrThrottled]; it is returned only once the
-// store's retryer has given up.
+// throttling), or a TransactionConflictException (the item is in a
+// transaction in flight), matches [store.ErrThrottled]; it is returned only
+// once the store's retryer has given up.
 
 // isThrottle reports whether err is, or wraps, an API error whose code the
 // SDK's retryer counts as throttling.
@@ -23,6 +24,11 @@ func isThrottle(err error) bool {
 	var api smithy.APIError
 	if !errors.As(err, &api) {
 		return false
+	}
+	if api.ErrorCode() == "TransactionConflictException" {
+		// A write that met a transaction in flight on its item: it may
+		// succeed once the transaction ends.
+		return true
 	}
 	_, ok := retry.DefaultThrottleErrorCodes[api.ErrorCode()]
 	return ok

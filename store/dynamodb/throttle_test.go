@@ -106,6 +106,11 @@ func TestThrottlingPersistent(t *testing.T) {
 			var e *types.RequestLimitExceeded
 			return errors.As(err, &e)
 		}},
+		// A write that meets a transaction in flight on its item.
+		{"TransactionConflictException", func(err error) bool {
+			var e *types.TransactionConflictException
+			return errors.As(err, &e)
+		}},
 	} {
 		t.Run(c.code, func(t *testing.T) {
 			p, ep := newFaultProxy(t, "UpdateItem", 400, c.code, -1)
