@@ -209,13 +209,20 @@ func (r *CheckResult) Report() string {
 	}
 	if len(r.Minimal) > 0 {
 		fmt.Fprintf(&b, "\nminimal failing operations (%d):", len(r.Minimal))
-		for _, l := range r.Minimal {
+		for i, l := range r.Minimal {
+			if i == maxReported {
+				fmt.Fprintf(&b, "\n  … %d more, in the visualisation", len(r.Minimal)-i)
+				break
+			}
 			b.WriteString("\n  ")
 			b.WriteString(l)
 		}
 	}
 	return b.String()
 }
+
+// maxReported is the most minimal failing operations a report lists.
+const maxReported = 40
 
 // CheckOptions adjust [History.Check].
 type CheckOptions struct {
@@ -259,7 +266,18 @@ func (h *History) Check(p Precision, o CheckOptions) *CheckResult {
 	}
 	res.Keys = len(keys)
 	model := p.model(h.base)
-	verdict, info := porcupine.CheckOperationsVerbose(model, ops, o.Timeout)
+	deadline := began.Add(o.Timeout)
+	// A linearizable history is usually shown so quickly; proving that one
+	// is not can take the checker long when many answers were lost, and a
+	// window of the history that fails proves it as well (see window).
+	verdict := porcupine.CheckOperationsTimeout(model, ops, min(o.Timeout, 10*time.Second))
+	if verdict == porcupine.Unknown {
+		if illegalWindow(p.wildModel(h.base), ops, deadline) {
+			verdict = porcupine.Illegal
+		} else if d := time.Until(deadline); d > 0 {
+			verdict = porcupine.CheckOperationsTimeout(model, ops, d)
+		}
+	}
 	res.Linearizable = verdict == porcupine.Ok
 	res.TimedOut = verdict == porcupine.Unknown
 	if res.Linearizable {
@@ -270,6 +288,9 @@ func (h *History) Check(p Precision, o CheckOptions) *CheckResult {
 	if name == "" {
 		name = "history"
 	}
+	// The visualisation shows the longest linearizable prefixes the
+	// checker found; a search cut short shows those it had found.
+	_, info := porcupine.CheckOperationsVerbose(model, ops, max(time.Until(deadline), 10*time.Second))
 	res.Visualization = writeVisualization(model, info, o.Dir, name)
 	if !res.TimedOut {
 		if o.ShrinkTimeout <= 0 {
@@ -317,15 +338,16 @@ func writeVisualization(m porcupine.Model, info porcupine.LinearizationInfo, dir
 	return abs
 }
 
-// shrinkStep bounds each check of the search for a minimal failing
-// history: a part whose check takes longer counts as not failing, which
-// only leaves the result larger.
-const shrinkStep = 250 * time.Millisecond
+// minStep is the least time each check of the search for a minimal
+// failing history gets: a part whose check takes longer counts as not
+// failing, which only leaves the result larger. A part of a long history
+// gets as long as its whole key took to check, twice over.
+const minStep = 250 * time.Millisecond
 
 // illegal reports whether the checker shows ops not linearizable before
-// deadline, within shrinkStep.
-func illegal(m porcupine.Model, ops []porcupine.Operation, deadline time.Time) bool {
-	d := min(time.Until(deadline), shrinkStep)
+// deadline, within step.
+func illegal(m porcupine.Model, ops []porcupine.Operation, deadline time.Time, step time.Duration) bool {
+	d := min(time.Until(deadline), step)
 	if d <= 0 {
 		return false
 	}
@@ -365,6 +387,27 @@ func forget(op porcupine.Operation) porcupine.Operation {
 	return op
 }
 
+// illegalWindow looks for a window of ops (see window) of a couple of
+// hundred operations of one key that is not linearizable from a state the
+// model knows nothing about, which shows that ops is not.
+func illegalWindow(wild porcupine.Model, ops []porcupine.Operation, deadline time.Time) bool {
+	const size = 200
+	for _, part := range partitionByKey(ops) {
+		sorted := append([]porcupine.Operation(nil), part...)
+		sort.Slice(sorted, func(i, j int) bool { return sorted[i].Call < sorted[j].Call })
+		for i := 0; i < len(sorted); i += size / 2 {
+			end := min(i+size, len(sorted)) - 1
+			if illegal(wild, window(sorted, sorted[i].Call, sorted[end].Call), deadline, 4*minStep) {
+				return true
+			}
+			if time.Now().After(deadline) {
+				return false
+			}
+		}
+	}
+	return false
+}
+
 // shrink returns a small part of ops, a history that is not linearizable,
 // that is still not: the key that fails, cut to the shortest window of
 // time that fails, with every answer that the failure does not need
@@ -376,24 +419,21 @@ func (h *History) shrink(p Precision, ops []porcupine.Operation, deadline time.T
 	// start.
 	wild, init := p.wildModel(h.base), p.model(h.base)
 	var (
-		bad []porcupine.Operation
-		m   porcupine.Model
+		bad  []porcupine.Operation
+		m    porcupine.Model
+		step = minStep
 	)
-	for _, part := range partitionByKey(ops) {
-		if illegal(wild, part, deadline) {
-			bad, m = part, wild
-			break
-		}
-	}
-	if bad == nil {
+	find := func(model porcupine.Model) bool {
 		for _, part := range partitionByKey(ops) {
-			if illegal(init, part, deadline) {
-				bad, m = part, init
-				break
+			began := time.Now()
+			if illegal(model, part, deadline, time.Until(deadline)) {
+				bad, m, step = part, model, max(minStep, 2*time.Since(began))
+				return true
 			}
 		}
+		return false
 	}
-	if bad == nil {
+	if !find(wild) && !find(init) {
 		return nil, porcupine.Model{}
 	}
 	times := make([]int64, 0, 2*len(bad))
@@ -410,7 +450,7 @@ func (h *History) shrink(p Precision, ops []porcupine.Operation, deadline time.T
 	lo, hi := 0, len(times)-1
 	for lo < hi {
 		mid := (lo + hi) / 2
-		if illegal(m, window(bad, first, times[mid]), deadline) {
+		if illegal(m, window(bad, first, times[mid]), deadline, step) {
 			hi = mid
 		} else {
 			lo = mid + 1
@@ -418,7 +458,7 @@ func (h *History) shrink(p Precision, ops []porcupine.Operation, deadline time.T
 	}
 	to := times[lo]
 	w := window(bad, first, to)
-	if !illegal(m, w, deadline) {
+	if !illegal(m, w, deadline, step) {
 		return bad, m
 	}
 	if m.Init().([]any)[0].(state).wild {
@@ -426,13 +466,13 @@ func (h *History) shrink(p Precision, ops []porcupine.Operation, deadline time.T
 		lo, hi = 0, lo
 		for lo < hi {
 			mid := (lo + hi + 1) / 2
-			if illegal(m, window(bad, times[mid], to), deadline) {
+			if illegal(m, window(bad, times[mid], to), deadline, step) {
 				lo = mid
 			} else {
 				hi = mid - 1
 			}
 		}
-		if cut := window(bad, times[lo], to); illegal(m, cut, deadline) {
+		if cut := window(bad, times[lo], to); illegal(m, cut, deadline, step) {
 			w = cut
 		}
 	}
@@ -453,7 +493,7 @@ func (h *History) shrink(p Precision, ops []porcupine.Operation, deadline time.T
 					try[i], changed = forget(try[i]), true
 				}
 			}
-			if changed && illegal(m, try, deadline) {
+			if changed && illegal(m, try, deadline, step) {
 				w = try
 			}
 		}
