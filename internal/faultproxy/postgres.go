@@ -33,12 +33,14 @@ var PostgresFaults = []Fault{Reset, ResetAfter, ConnCloseAfter, Latency}
 // declines TLS. It is safe for concurrent use.
 type Postgres struct {
 	*picker
-	target string
-	ln     net.Listener
+	ln net.Listener
 
 	requests atomic.Int64
 	wg       sync.WaitGroup
 	conns    conns
+
+	mu     sync.Mutex
+	target string // protected by mu
 }
 
 // NewPostgres starts a fault-injecting proxy on 127.0.0.1 (a free port) in
@@ -62,6 +64,21 @@ func NewPostgres(target string, cfg Config) (*Postgres, error) {
 
 // Addr returns the proxy's address, 127.0.0.1:port.
 func (p *Postgres) Addr() string { return p.ln.Addr().String() }
+
+// Retarget sends the connections opened from now on to the server at
+// target, a loopback host:port, and closes every connection open through
+// the proxy: a failover as a client behind a virtual IP sees it, every
+// request in flight losing its answer.
+func (p *Postgres) Retarget(target string) error {
+	if err := CheckLoopback(target); err != nil {
+		return fmt.Errorf("faultproxy: target: %w", err)
+	}
+	p.mu.Lock()
+	p.target = target
+	p.mu.Unlock()
+	p.conns.closeAll(false)
+	return nil
+}
 
 // Requests returns the number of requests the proxy received.
 func (p *Postgres) Requests() int64 { return p.requests.Load() }
@@ -111,7 +128,10 @@ type pgUnit struct {
 
 // serve proxies one client connection.
 func (p *Postgres) serve(client net.Conn) {
-	server, err := net.DialTimeout("tcp", p.target, 5*time.Second)
+	p.mu.Lock()
+	target := p.target
+	p.mu.Unlock()
+	server, err := net.DialTimeout("tcp", target, 5*time.Second)
 	if err != nil {
 		client.Close()
 		return

@@ -149,6 +149,40 @@ func TestPostgresProxyFaults(t *testing.T) {
 	}
 }
 
+// Retarget cuts the connections open through the proxy; new ones reach
+// the new target.
+func TestPostgresProxyRetarget(t *testing.T) {
+	raw := testenv.Require(t, testenv.PostgresURL, "PostgreSQL server")
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p := newPostgresProxy(t, "127.0.0.1:1", Config{}) // nothing listens there
+	if _, err := pgx.Connect(ctx, viaProxy(t, raw, p.Addr())); err == nil {
+		t.Fatal("connected through a proxy whose target does not listen")
+	}
+	if err := p.Retarget(u.Host); err != nil {
+		t.Fatal(err)
+	}
+	c, err := pgx.Connect(ctx, viaProxy(t, raw, p.Addr()))
+	if err != nil {
+		t.Fatalf("connecting after Retarget: %v", err)
+	}
+	defer c.Close(context.Background())
+	if err := p.Retarget(u.Host); err != nil {
+		t.Fatal(err)
+	}
+	var one int
+	if err := c.QueryRow(ctx, "SELECT 1").Scan(&one); err == nil {
+		t.Errorf("a connection open through the proxy survived Retarget")
+	}
+	if err := p.Retarget("10.0.0.1:5432"); err == nil {
+		t.Errorf("Retarget accepted a target that is not on loopback")
+	}
+}
+
 func TestPostgresProxyLoopbackOnly(t *testing.T) {
 	for _, target := range []string{"10.0.0.1:5432", "example.com:5432"} {
 		if _, err := NewPostgres(target, Config{}); err == nil {
