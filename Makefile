@@ -90,7 +90,10 @@ fmt:
 #             and a JSON line, fails on a duplicate effect or a stuck record.
 #             Pass flags with CHAOSFLAGS, e.g. CHAOSFLAGS='-workflows 200',
 #             or CHAOSFLAGS='-store postgres' / '-store redis' for the other
-#             stores.
+#             stores. Then the long linearizability run (chaos/cmd/linz):
+#             every store's histories through its fault proxy, checked with
+#             Porcupine; flags in LINZFLAGS, e.g. LINZFLAGS='-rounds 20'.
 .PHONY: chaos
 chaos:
 	scripts/harness.sh run $(GO) run ./chaos/cmd/chaos $(CHAOSFLAGS)
+	IDEMGUARD_SERVICES="dynamodb redis postgres" scripts/harness.sh run $(GO) run ./chaos/cmd/linz $(LINZFLAGS)
