@@ -75,6 +75,15 @@ dashboards:
 dashboard-png:
 	$(GO) run ./dashboards/cmd/render -out dashboards/dashboard.png
 
+# make failover  what a failover loses (docs/redis.md, docs/postgres.md):
+#             a Redis replica and a PostgreSQL streaming standby of the
+#             tests' own, fed through a link 50 ms late, promoted while
+#             clients claim and complete keys; with and without WAIT
+#             (WithReplicas) and synchronous replication. About 30 s.
+.PHONY: failover
+failover:
+	IDEMGUARD_SERVICES="redis postgres" scripts/harness.sh run $(GO) test -count=1 -v -run '^(TestFailover|TestStandbyFailover)$$' ./store/redis/ ./store/postgres/ -failover
+
 cli-scale:
 	IDEMGUARD_SERVICES=dynamodb scripts/harness.sh run $(GO) test -count=1 -run '^TestListScale$$' -v ./cmd/idemguard/ -list-records 100000
 
