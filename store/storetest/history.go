@@ -10,7 +10,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"testing"
 	"time"
 
 	"github.com/anishathalye/porcupine"
@@ -44,21 +43,7 @@ func (h *History) Len() int {
 	return len(h.ops)
 }
 
-// Unknown returns the number of operations whose answer was lost.
-func (h *History) Unknown() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	n := 0
-	for _, op := range h.ops {
-		if op.Output.(output).res == resUnknown {
-			n++
-		}
-	}
-	return n
-}
-
-// Operations returns a copy of the recorded operations, for
-// porcupine.CheckOperations with the model of [Precision].
+// operations returns a copy of the recorded operations.
 func (h *History) operations() []porcupine.Operation {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -525,17 +510,4 @@ func (h *History) lines(ops []porcupine.Operation) []string {
 			in.client, float64(op.Call)/1e6, ret, in.key, describe(h.base, in, op.Output.(output)))
 	}
 	return out
-}
-
-// RunCheck checks h (see [History.Check]) and fails t with the report if
-// h is not shown linearizable. It names the files after t.
-func (h *History) RunCheck(t testing.TB, p Precision) *CheckResult {
-	t.Helper()
-	res := h.Check(p, CheckOptions{Name: t.Name()})
-	if !res.Linearizable {
-		t.Errorf("%s", res.Report())
-	} else {
-		t.Logf("%s", res)
-	}
-	return res
 }

@@ -81,7 +81,6 @@ type input struct {
 	exp    int64 // Extend
 	synth  bool  // a Release the recorder added for a store that may give back a failed claim
 	retry  bool  // the caller's second attempt of the same request
-	series int   // the caller's claim this operation belongs to, for reading a history
 }
 
 // result is what an operation answered.

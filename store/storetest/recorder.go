@@ -152,13 +152,13 @@ func (r *recorder) tick(rng *mrand.Rand) int64 {
 }
 
 type client struct {
-	r      *recorder
-	id     int
-	rng    *mrand.Rand
-	series int
+	r   *recorder
+	id  int
+	rng *mrand.Rand
 }
 
-// token returns a fresh token: unique in the run, whose keys are its own.
+// token returns a fresh token, unique within the run (no other run uses
+// its keys).
 func (c *client) token() string {
 	return fmt.Sprintf("t%d.c%d", c.r.toks.Add(1), c.id)
 }
@@ -184,7 +184,7 @@ func (c *client) do(ctx context.Context, in input, f func(context.Context) (*sto
 	if ctx.Err() != nil || c.r.ops.Add(1) > int64(c.r.cfg.Ops) {
 		return output{}, false
 	}
-	in.client, in.series = c.id, c.series
+	in.client = c.id
 	h := c.r.h
 	d := c.r.cfg.OpTimeout
 	octx, cancel := context.WithTimeout(context.Background(), d/4+time.Duration(c.rng.Int64N(int64(d-d/4)+1)))
@@ -219,7 +219,7 @@ func (c *client) do(ctx context.Context, in input, f func(context.Context) (*sto
 	}
 	h.add(call, in, out, over)
 	if in.kind == opAcquire && out.res == resUnknown && c.r.cfg.AcquireMayRelease {
-		h.add(call, input{kind: opRelease, key: in.key, client: c.id, token: in.rec.token, synth: true, series: c.series},
+		h.add(call, input{kind: opRelease, key: in.key, client: c.id, token: in.rec.token, synth: true},
 			output{res: resUnknown, err: "the store may have released it"}, over)
 	}
 	return out, true
@@ -228,7 +228,6 @@ func (c *client) do(ctx context.Context, in input, f func(context.Context) (*sto
 func (c *client) run(ctx context.Context) {
 	for {
 		key := c.r.cfg.Prefix + fmt.Sprint(c.rng.IntN(c.r.cfg.Keys))
-		c.series++
 		var ok bool
 		if c.chance(0.1) {
 			_, ok = c.get(ctx, key)
