@@ -75,6 +75,15 @@ dashboards:
 dashboard-png:
 	$(GO) run ./dashboards/cmd/render -out dashboards/dashboard.png
 
+# make failover  what a failover loses (docs/redis.md, docs/postgres.md):
+#             a Redis replica and a PostgreSQL streaming standby of the
+#             tests' own, fed through a link 50 ms late, promoted while
+#             clients claim and complete keys; with and without WAIT
+#             (WithReplicas) and synchronous replication. About 30 s.
+.PHONY: failover
+failover:
+	IDEMGUARD_SERVICES="redis postgres" scripts/harness.sh run $(GO) test -count=1 -v -run '^(TestFailover|TestStandbyFailover)$$' ./store/redis/ ./store/postgres/ -failover
+
 cli-scale:
 	IDEMGUARD_SERVICES=dynamodb scripts/harness.sh run $(GO) test -count=1 -run '^TestListScale$$' -v ./cmd/idemguard/ -list-records 100000
 
@@ -90,7 +99,10 @@ fmt:
 #             and a JSON line, fails on a duplicate effect or a stuck record.
 #             Pass flags with CHAOSFLAGS, e.g. CHAOSFLAGS='-workflows 200',
 #             or CHAOSFLAGS='-store postgres' / '-store redis' for the other
-#             stores.
+#             stores. Then the long linearizability run (chaos/cmd/linz):
+#             every store's histories through its fault proxy, checked with
+#             Porcupine; flags in LINZFLAGS, e.g. LINZFLAGS='-rounds 20'.
 .PHONY: chaos
 chaos:
 	scripts/harness.sh run $(GO) run ./chaos/cmd/chaos $(CHAOSFLAGS)
+	IDEMGUARD_SERVICES="dynamodb redis postgres" scripts/harness.sh run $(GO) run ./chaos/cmd/linz $(LINZFLAGS)

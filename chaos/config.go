@@ -27,7 +27,7 @@ type Config struct {
 	// (guard.DoTx) whose side effect is a row in the same PostgreSQL
 	// database, without the proxy; [StoreRedis] runs the keyed and plain
 	// bodies against redis-server through a TCP fault proxy
-	// ([RedisProxy]).
+	// ([faultproxy.Redis]).
 	Store string
 	// DynamoDBEndpoint is DynamoDB Local's URL (http on a loopback address).
 	DynamoDBEndpoint string
@@ -179,7 +179,7 @@ func (c Config) Postgres() Config {
 
 // Redis returns c set for the Redis scenario: Store is [StoreRedis]; the
 // bodies, kills, pauses and fault rate are the DynamoDB scenario's, the
-// faults those of [RedisProxy].
+// faults those of [faultproxy.Redis].
 func (c Config) Redis() Config {
 	c.Store = StoreRedis
 	return c

@@ -8,12 +8,12 @@
 // # What runs
 //
 // The driver ([Run]) creates two tables in DynamoDB Local, the idempotency
-// table and the ledger, starts a fault-injecting reverse proxy ([Proxy]) on
-// 127.0.0.1 in front of DynamoDB Local, and starts Config.Workers worker
-// processes (this executable again, with [WorkerEnv] set; see
-// [RunWorkerIfChild]). Each worker registers [Workflow] and two activities
-// guarded with activity.Wrap over the DynamoDB store, whose client goes
-// through the proxy:
+// table and the ledger, starts a fault-injecting reverse proxy (the
+// repository's internal/faultproxy) on 127.0.0.1 in front of DynamoDB
+// Local, and starts Config.Workers worker processes (this executable
+// again, with [WorkerEnv] set; see [RunWorkerIfChild]). Each worker
+// registers [Workflow] and two activities guarded with activity.Wrap over
+// the DynamoDB store, whose client goes through the proxy:
 //
 //   - ChaosKeyed passes guard.KeyFromContext downstream: its side effect is
 //     a ledger write conditional on the key not being there yet, as a
@@ -68,9 +68,9 @@
 // ledger item is sent in the TransactWriteItems that completes the record,
 // through the fault proxy; with
 // [StoreRedis] they are the keyed and plain bodies above on store/redis,
-// through [RedisProxy], a TCP proxy that injects connection-level faults
-// (resets before and after a command ran, lost replies, error replies,
-// latency), with the ledger on the same redis-server reached directly.
+// through internal/faultproxy's Redis proxy, a TCP proxy that injects
+// connection-level faults (resets before and after a command ran, lost
+// replies, error replies, latency), with the ledger on the same redis-server reached directly.
 //
 // # Running
 //

@@ -14,7 +14,7 @@ import (
 
 // The Redis scenario (-store redis): the DynamoDB scenario's keyed and
 // plain bodies, workflows, kills and pauses, with the idempotency records
-// in store/redis on a redis-server reached through [RedisProxy], and the
+// in store/redis on a redis-server reached through [faultproxy.Redis], and the
 // ledger on the same server reached directly, one string key per entry.
 
 // StoreRedis is the value of Config.Store for the Redis scenario.

@@ -24,6 +24,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 	"go.temporal.io/sdk/client"
 
+	"github.com/idemguard/idemguard/internal/faultproxy"
 	"github.com/idemguard/idemguard/store"
 	idemddb "github.com/idemguard/idemguard/store/dynamodb"
 	"github.com/idemguard/idemguard/store/postgres"
@@ -143,7 +144,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 				deleteKeys(dctx, rdb, ledgerTbl)
 			}()
 		}
-		rp, err := NewRedisProxy(cfg.RedisAddr, cfg.Faults)
+		rp, err := faultproxy.NewRedis(cfg.RedisAddr, cfg.Faults)
 		if err != nil {
 			return nil, err
 		}
@@ -167,7 +168,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 				}
 			}()
 		}
-		hp, err := NewProxy(cfg.DynamoDBEndpoint, cfg.Faults)
+		hp, err := faultproxy.NewDynamoDB(cfg.DynamoDBEndpoint, cfg.Faults)
 		if err != nil {
 			return nil, err
 		}
@@ -358,7 +359,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 					continue
 				}
 				logf("%d/%d workflows completed (%d failed), %d kills, %d pauses, %d store requests, %d faults",
-					completed.Load(), len(plan), failed.Load(), len(kills), len(pauses), proxy.Requests(), FaultCounts(proxy.Counts()).Total())
+					completed.Load(), len(plan), failed.Load(), len(kills), len(pauses), proxy.Requests(), proxy.Counts().Total())
 			}
 		}
 	}()
@@ -424,7 +425,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	rep.Store = storeName(cfg.Store)
 	if proxy != nil {
 		rep.Requests = proxy.Requests()
-		rep.Faults = FaultCounts(proxy.Counts())
+		rep.Faults = proxy.Counts()
 		rep.FaultsTotal = rep.Faults.Total()
 		rep.FaultRate = cfg.Faults.Rate
 	}
@@ -439,10 +440,10 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 }
 
 // faultProxy is a fault-injecting proxy in front of the idempotency store:
-// [Proxy] (DynamoDB) or [RedisProxy].
+// [faultproxy.DynamoDB] or [faultproxy.Redis].
 type faultProxy interface {
 	Requests() int64
-	Counts() map[Fault]int64
+	Counts() faultproxy.Counts
 }
 
 // opPlan is one operation of the plan.

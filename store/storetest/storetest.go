@@ -12,8 +12,20 @@
 // interface the store does not implement, the subtest named after it
 // (BatchGetter, Admin, Purger) is skipped with a message that says so.
 //
-// [RunRequestFloor] holds the guard, over a store, to its round-trip floor,
-// counting the round trips of the store's client with a [Counter].
+// # Linearizability
+//
+// [RunLinearizable] checks a store's histories instead of chosen cases: it
+// drives the store with concurrent clients on a few hot keys, at times of
+// a logical clock it moves on so that leases lapse and records expire
+// within the run, records every operation with its call and return times
+// ([RecordHistory]), and checks the history with Porcupine against a
+// sequential model of the contract for one key ([History.Check]), where an
+// operation whose answer was lost counts as possibly applied. Put the store
+// behind a fault proxy to check it under delays, lost answers and cut
+// connections. A history that is not linearizable is reported with
+// Porcupine's visualisation, written to a file the failure names, and its
+// minimal failing operations. [RunMutants] checks the checker on three
+// broken stores built over the real one.
 package storetest
 
 import (

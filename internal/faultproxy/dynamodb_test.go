@@ -1,4 +1,4 @@
-package chaos
+package faultproxy
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go"
 
+	"github.com/idemguard/idemguard/internal/dynamodbtest"
 	"github.com/idemguard/idemguard/store"
 	idemddb "github.com/idemguard/idemguard/store/dynamodb"
 )
@@ -41,8 +42,8 @@ func (noBackoff) BackoffDelay(int, error) (time.Duration, error) { return 0, nil
 
 // client returns an SDK client for the proxy that tries each request up to
 // attempts times.
-func sdkClient(p *Proxy, attempts int) *dynamodb.Client {
-	o := dynamoOptions(p.URL())
+func sdkClient(p *DynamoDB, attempts int) *dynamodb.Client {
+	o := dynamodbtest.Options(p.URL())
 	o.Retryer = retry.NewStandard(func(so *retry.StandardOptions) {
 		so.MaxAttempts = attempts
 		so.Backoff = noBackoff{}
@@ -50,9 +51,9 @@ func sdkClient(p *Proxy, attempts int) *dynamodb.Client {
 	return dynamodb.New(o)
 }
 
-func newProxy(t *testing.T, target string, cfg FaultConfig) *Proxy {
+func newProxy(t *testing.T, target string, cfg Config) *DynamoDB {
 	t.Helper()
-	p, err := NewProxy(target, cfg)
+	p, err := NewDynamoDB(target, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,16 +76,16 @@ func TestProxyFaults(t *testing.T) {
 		fault   Fault
 		reached int64 // requests DynamoDB got for one call that succeeds on its second attempt
 	}{
-		{FaultError5xx, 1},
-		{FaultLostResponse, 2},
-		{FaultReset, 1},
-		{FaultResetAfter, 2},
-		{FaultThrottle, 1},
-		{FaultLatency, 1},
+		{Error5xx, 1},
+		{LostResponse, 2},
+		{Reset, 1},
+		{ResetAfter, 2},
+		{Throttle, 1},
+		{Latency, 1},
 	} {
 		t.Run(string(tc.fault), func(t *testing.T) {
 			target, reached := fakeDynamo(t)
-			p := newProxy(t, target, FaultConfig{Script: []Fault{tc.fault}, MaxLatency: 50 * time.Millisecond})
+			p := newProxy(t, target, Config{Script: []Fault{tc.fault}, MaxLatency: 50 * time.Millisecond})
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			start := time.Now()
@@ -92,7 +93,7 @@ func TestProxyFaults(t *testing.T) {
 				t.Fatalf("PutItem with one %s and a retry: %v", tc.fault, err)
 			}
 			wantRequests := int64(2)
-			if tc.fault == FaultLatency {
+			if tc.fault == Latency {
 				wantRequests = 1 // delayed, not failed
 				if d := time.Since(start); d < 5*time.Millisecond {
 					t.Errorf("latency fault took %s, want at least 5ms", d)
@@ -115,7 +116,7 @@ func TestProxyFaults(t *testing.T) {
 // and the store reports it as store.ErrThrottled.
 func TestProxyThrottleIsDynamoDBs(t *testing.T) {
 	target, reached := fakeDynamo(t)
-	p := newProxy(t, target, FaultConfig{Script: []Fault{FaultThrottle, FaultThrottle, FaultError5xx}})
+	p := newProxy(t, target, Config{Script: []Fault{Throttle, Throttle, Error5xx}})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	c := sdkClient(p, 1)
@@ -152,7 +153,7 @@ func TestProxyThrottleIsDynamoDBs(t *testing.T) {
 // The rate holds roughly, and only configured kinds are drawn.
 func TestProxyRate(t *testing.T) {
 	target, reached := fakeDynamo(t)
-	p := newProxy(t, target, FaultConfig{Rate: 0.05, Seed: 1, Weights: map[Fault]float64{FaultError5xx: 1, FaultThrottle: 1}})
+	p := newProxy(t, target, Config{Rate: 0.05, Seed: 1, Weights: map[Fault]float64{Error5xx: 1, Throttle: 1}})
 	const n = 1000
 	hc := &http.Client{}
 	for range n {
@@ -163,11 +164,11 @@ func TestProxyRate(t *testing.T) {
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 	}
-	c := FaultCounts(p.Counts())
+	c := p.Counts()
 	if tot := c.Total(); tot < 20 || tot > 90 {
 		t.Errorf("%d faults in %d requests at 5%%, want about 50", tot, n)
 	}
-	if c[FaultError5xx] == 0 || c[FaultThrottle] == 0 || len(c) != 2 {
+	if c[Error5xx] == 0 || c[Throttle] == 0 || len(c) != 2 {
 		t.Errorf("fault kinds drawn: %s, want error_5xx and throttle only", c)
 	}
 	if got := reached.Load() + c.Total(); got != n {
@@ -177,8 +178,8 @@ func TestProxyRate(t *testing.T) {
 
 func TestProxyLoopbackOnly(t *testing.T) {
 	for _, target := range []string{"http://10.0.0.1:8000", "http://example.com:8000", "https://127.0.0.1:8000"} {
-		if _, err := NewProxy(target, FaultConfig{}); err == nil {
-			t.Errorf("NewProxy(%s) accepted a target that is not http on loopback", target)
+		if _, err := NewDynamoDB(target, Config{}); err == nil {
+			t.Errorf("NewDynamoDB(%s) accepted a target that is not http on loopback", target)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package chaos
+package faultproxy
 
 import (
 	"bufio"
@@ -13,55 +13,40 @@ import (
 	"time"
 )
 
-// The Redis scenario's faults, injected by [RedisProxy] into single
-// commands on a connection (a pipeline's commands each draw their own).
-const (
-	// FaultConnCloseAfter forwards the command, discards its reply and
-	// closes the client's connection with a FIN: the client reads EOF,
-	// which go-redis retries on a new connection, so the command runs a
-	// second time and meets its own first run.
-	FaultConnCloseAfter Fault = "conn_close_after"
-	// FaultErrorReply answers the command, without forwarding it, with an
-	// error reply Redis gives while it cannot serve: LOADING (go-redis
-	// retries it) or BUSY (a script past its time limit; store/redis
-	// reports it as throttling), at random.
-	FaultErrorReply Fault = "error_reply"
-)
+// RedisFaults lists the faults of [Redis], in report order:
+// [Reset] (TCP RST before the command reaches the server),
+// [ResetAfter] (the command runs, its reply is lost, RST),
+// [ConnCloseAfter], [ErrorReply] and [Latency].
+var RedisFaults = []Fault{Reset, ResetAfter, ConnCloseAfter, ErrorReply, Latency}
 
-// RedisFaults lists the faults of [RedisProxy], in report order:
-// [FaultReset] (TCP RST before the command reaches the server),
-// [FaultResetAfter] (the command runs, its reply is lost, RST),
-// [FaultConnCloseAfter], [FaultErrorReply] and [FaultLatency].
-var RedisFaults = []Fault{FaultReset, FaultResetAfter, FaultConnCloseAfter, FaultErrorReply, FaultLatency}
-
-// RedisProxy is a loopback TCP proxy in front of a Redis server that reads
-// the RESP commands a client sends and injects connection-level faults into
+// Redis is a loopback TCP proxy in front of a Redis server that reads the
+// RESP commands a client sends and injects connection-level faults into
 // them: resets before and after a command ran, a reply lost to a closed
 // connection, error replies and latency. Point a client's address at
-// [RedisProxy.Addr]. It is safe for concurrent use.
-type RedisProxy struct {
-	*faultPicker
-	target string
-	ln     net.Listener
+// [Redis.Addr]. It is safe for concurrent use.
+type Redis struct {
+	*picker
+	ln net.Listener
 
 	commands atomic.Int64
 	wg       sync.WaitGroup
-	mu       sync.Mutex
-	conns    map[net.Conn]struct{} // protected by mu: open connections, both sides
-	closed   bool                  // protected by mu
+	conns    conns
+
+	mu     sync.Mutex
+	target string // protected by mu
 }
 
-// NewRedisProxy starts a fault-injecting proxy on 127.0.0.1 (a free port)
-// in front of the Redis server at target, a loopback host:port.
-func NewRedisProxy(target string, cfg FaultConfig) (*RedisProxy, error) {
-	if err := checkLoopback(target); err != nil {
-		return nil, fmt.Errorf("chaos: proxy target: %w", err)
+// NewRedis starts a fault-injecting proxy on 127.0.0.1 (a free port) in
+// front of the Redis server at target, a loopback host:port.
+func NewRedis(target string, cfg Config) (*Redis, error) {
+	if err := CheckLoopback(target); err != nil {
+		return nil, fmt.Errorf("faultproxy: target: %w", err)
 	}
-	fp, err := newFaultPicker(cfg, RedisFaults)
+	fp, err := newPicker(cfg, RedisFaults)
 	if err != nil {
 		return nil, err
 	}
-	p := &RedisProxy{faultPicker: fp, target: target, conns: make(map[net.Conn]struct{})}
+	p := &Redis{picker: fp, target: target}
 	if p.ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
 		return nil, err
 	}
@@ -70,58 +55,49 @@ func NewRedisProxy(target string, cfg FaultConfig) (*RedisProxy, error) {
 	return p, nil
 }
 
+// Retarget sends the connections opened from now on to the server at
+// target, a loopback host:port, and closes every connection open through
+// the proxy: a failover as a client behind a virtual IP sees it, every
+// command in flight losing its reply.
+func (p *Redis) Retarget(target string) error {
+	if err := CheckLoopback(target); err != nil {
+		return fmt.Errorf("faultproxy: target: %w", err)
+	}
+	p.mu.Lock()
+	p.target = target
+	p.mu.Unlock()
+	p.conns.closeAll(false)
+	return nil
+}
+
 // Addr returns the proxy's address, 127.0.0.1:port.
-func (p *RedisProxy) Addr() string { return p.ln.Addr().String() }
+func (p *Redis) Addr() string { return p.ln.Addr().String() }
 
 // Requests returns the number of commands the proxy received.
-func (p *RedisProxy) Requests() int64 { return p.commands.Load() }
+func (p *Redis) Requests() int64 { return p.commands.Load() }
 
 // Close stops the proxy and closes every connection through it.
-func (p *RedisProxy) Close() error {
+func (p *Redis) Close() error {
 	err := p.ln.Close()
-	p.mu.Lock()
-	p.closed = true
-	for c := range p.conns {
-		c.Close()
-	}
-	p.mu.Unlock()
+	p.conns.closeAll(true)
 	p.wg.Wait()
 	return err
 }
 
-// track registers c as open; it reports false (and closes c) once the
-// proxy is closed.
-func (p *RedisProxy) track(c net.Conn) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		c.Close()
-		return false
-	}
-	p.conns[c] = struct{}{}
-	return true
-}
-
-func (p *RedisProxy) untrack(c net.Conn) {
-	p.mu.Lock()
-	delete(p.conns, c)
-	p.mu.Unlock()
-}
-
-func (p *RedisProxy) accept() {
+func (p *Redis) accept() {
 	defer p.wg.Done()
 	for {
 		c, err := p.ln.Accept()
 		if err != nil {
 			return
 		}
-		if !p.track(c) {
+		if !p.conns.track(c) {
 			return
 		}
 		p.wg.Add(1)
 		go func() {
 			defer p.wg.Done()
-			defer p.untrack(c)
+			defer p.conns.untrack(c)
 			p.serve(c)
 		}()
 	}
@@ -138,24 +114,28 @@ type pending struct {
 // serve proxies one client connection: commands go to the server in
 // order, each with the fault pick draws, and replies come back in order,
 // less the ones a fault loses.
-func (p *RedisProxy) serve(client net.Conn) {
-	server, err := net.DialTimeout("tcp", p.target, 5*time.Second)
+func (p *Redis) serve(client net.Conn) {
+	p.mu.Lock()
+	target := p.target
+	p.mu.Unlock()
+	server, err := net.DialTimeout("tcp", target, 5*time.Second)
 	if err != nil {
 		client.Close()
 		return
 	}
-	if !p.track(server) {
+	if !p.conns.track(server) {
 		client.Close()
 		return
 	}
-	defer p.untrack(server)
+	defer p.conns.untrack(server)
 	var once sync.Once
 	end := func(rst bool) {
 		once.Do(func() {
-			if tc, ok := client.(*net.TCPConn); ok && rst {
-				tc.SetLinger(0) // close sends RST instead of FIN
+			if rst {
+				resetConn(client) // RST instead of FIN
+			} else {
+				client.Close()
 			}
-			client.Close()
 			server.Close()
 		})
 	}
@@ -204,19 +184,19 @@ func (p *RedisProxy) serve(client net.Conn) {
 		f, delay := p.pick()
 		var o pending
 		switch f {
-		case FaultLatency:
+		case Latency:
 			time.Sleep(delay)
-		case FaultReset:
+		case Reset:
 			end(true)
 			return
-		case FaultResetAfter:
+		case ResetAfter:
 			o = pending{lose: true, rst: true}
-		case FaultConnCloseAfter:
+		case ConnCloseAfter:
 			o = pending{lose: true}
-		case FaultErrorReply:
-			o.inject = []byte("-LOADING Redis is loading the dataset in memory (injected by the chaos proxy)\r\n")
+		case ErrorReply:
+			o.inject = []byte("-LOADING Redis is loading the dataset in memory (injected by the fault proxy)\r\n")
 			if p.coin() {
-				o.inject = []byte("-BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE. (injected by the chaos proxy)\r\n")
+				o.inject = []byte("-BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE. (injected by the fault proxy)\r\n")
 			}
 		}
 		if o.inject == nil {
@@ -237,7 +217,7 @@ func (p *RedisProxy) serve(client net.Conn) {
 }
 
 // errProtocol is a reply or command the proxy cannot parse.
-var errProtocol = errors.New("chaos: RESP protocol error")
+var errProtocol = errors.New("faultproxy: RESP protocol error")
 
 // readLine appends one CRLF-terminated line to buf and returns it.
 func readLine(r *bufio.Reader, buf *bytes.Buffer) ([]byte, error) {

@@ -1,9 +1,12 @@
-package chaos
+package faultproxy
 
 import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -16,7 +19,7 @@ import (
 // Each fault of the Redis proxy as go-redis sees it: whether the command
 // fails, and how many times it ran on the server (INCR counts them).
 func TestRedisProxyFaults(t *testing.T) {
-	addr := testenv.Require(t, RedisAddrEnv, "redis-server")
+	addr := testenv.Require(t, testenv.RedisAddr, "redis-server")
 	direct := goredis.NewClient(&goredis.Options{Addr: addr})
 	t.Cleanup(func() { direct.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -27,10 +30,10 @@ func TestRedisProxyFaults(t *testing.T) {
 		ran   int  // times the command ran on the server
 	}{
 		{"", false, 1},
-		{FaultReset, false, 1},          // not forwarded; go-redis retries on a new connection
-		{FaultResetAfter, false, 2},     // ran, its reply lost to a reset; go-redis retries, and it runs again
-		{FaultConnCloseAfter, false, 2}, // the same with EOF
-		{FaultLatency, false, 1},
+		{Reset, false, 1},          // not forwarded; go-redis retries on a new connection
+		{ResetAfter, false, 2},     // ran, its reply lost to a reset; go-redis retries, and it runs again
+		{ConnCloseAfter, false, 2}, // the same with EOF
+		{Latency, false, 1},
 	} {
 		name := string(tc.fault)
 		if name == "" {
@@ -39,14 +42,14 @@ func TestRedisProxyFaults(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			key := "chaos-proxy-test:" + randomID()
 			t.Cleanup(func() { direct.Del(context.Background(), key) })
-			p := newRedisProxy(t, addr, FaultConfig{MaxLatency: 200 * time.Millisecond})
+			p := newRedisProxy(t, addr, Config{MaxLatency: 200 * time.Millisecond})
 			c := goredis.NewClient(&goredis.Options{Addr: p.Addr(), PoolSize: 1, MinRetryBackoff: time.Millisecond, MaxRetryBackoff: 5 * time.Millisecond})
 			defer c.Close()
 			if err := c.Ping(ctx).Err(); err != nil { // the connection and its handshake, without faults
 				t.Fatal(err)
 			}
 			before := p.Requests()
-			p.setScript(tc.fault)
+			p.SetScript(tc.fault)
 			start := time.Now()
 			err := c.Incr(ctx, key).Err()
 			if (err != nil) != tc.fails {
@@ -55,7 +58,7 @@ func TestRedisProxyFaults(t *testing.T) {
 			if n, _ := direct.Get(ctx, key).Int(); n != tc.ran {
 				t.Errorf("INCR through %q ran %d times on the server; want %d", tc.fault, n, tc.ran)
 			}
-			if tc.fault == FaultLatency && time.Since(start) < 20*time.Millisecond {
+			if tc.fault == Latency && time.Since(start) < 20*time.Millisecond {
 				t.Errorf("latency: the reply came after %v; want at least 20 ms", time.Since(start))
 			}
 			if got := p.Counts()[tc.fault]; tc.fault != "" && got != 1 {
@@ -74,12 +77,12 @@ func TestRedisProxyFaults(t *testing.T) {
 	seen := map[bool]bool{}
 	for i := 0; i < 40 && len(seen) < 2; i++ {
 		key := "chaos-proxy-test:" + randomID()
-		p := newRedisProxy(t, addr, FaultConfig{Seed: uint64(i)})
+		p := newRedisProxy(t, addr, Config{Seed: uint64(i)})
 		c := goredis.NewClient(&goredis.Options{Addr: p.Addr(), PoolSize: 1, MinRetryBackoff: time.Millisecond, MaxRetryBackoff: 5 * time.Millisecond})
 		if err := c.Ping(ctx).Err(); err != nil {
 			t.Fatal(err)
 		}
-		p.setScript(FaultErrorReply)
+		p.SetScript(ErrorReply)
 		err := c.Incr(ctx, key).Err()
 		n, _ := direct.Get(ctx, key).Int()
 		direct.Del(ctx, key)
@@ -98,9 +101,9 @@ func TestRedisProxyFaults(t *testing.T) {
 	}
 }
 
-func newRedisProxy(t *testing.T, target string, cfg FaultConfig) *RedisProxy {
+func newRedisProxy(t *testing.T, target string, cfg Config) *Redis {
 	t.Helper()
-	p, err := NewRedisProxy(target, cfg)
+	p, err := NewRedis(target, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,54 +111,80 @@ func newRedisProxy(t *testing.T, target string, cfg FaultConfig) *RedisProxy {
 	return p
 }
 
-// setScript makes the next commands get faults, in order.
-func (p *faultPicker) setScript(faults ...Fault) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.script = append(p.script[:0], faults...)
+// randomID returns 64 random bits, hex.
+func randomID() string {
+	var b [8]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
-// The proxy reads whole replies of every RESP2 and RESP3 type, so that it
-// loses or passes exactly one reply per command.
-func TestReadReply(t *testing.T) {
-	replies := []string{
-		"+OK\r\n",
-		"-ERR bad\r\n",
-		":42\r\n",
-		"$5\r\nhello\r\n",
-		"$-1\r\n",
-		"$0\r\n\r\n",
-		"*-1\r\n",
-		"*0\r\n",
-		"*3\r\n$6\r\nstatus\r\n$9\r\nCOMPLETED\r\n:1\r\n",
-		"*2\r\n*1\r\n+a\r\n$4\r\na\r\nb\r\n",
-		"%2\r\n+server\r\n$5\r\nredis\r\n+proto\r\n:3\r\n",
-		"~2\r\n+a\r\n+b\r\n",
-		",3.14\r\n", "#t\r\n", "_\r\n", "(12345678901234567890\r\n",
-		"=9\r\ntxt:hello\r\n", "!5\r\noops!\r\n",
-		"|1\r\n+key-popularity\r\n%1\r\n$1\r\na\r\n,0.5\r\n*1\r\n:2\r\n",
-		">2\r\n+message\r\n+x\r\n",
+// Retarget cuts the connections open through the proxy, and the client's
+// next connection reaches the new target.
+func TestRedisProxyRetarget(t *testing.T) {
+	addr := testenv.Require(t, testenv.RedisAddr, "redis-server")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p := newRedisProxy(t, addr, Config{})
+	c := goredis.NewClient(&goredis.Options{Addr: p.Addr(), PoolSize: 1, MaxRetries: -1})
+	defer c.Close()
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
 	}
-	stream := strings.Join(replies, "")
-	r := bufio.NewReader(strings.NewReader(stream))
-	for _, want := range replies {
-		var buf bytes.Buffer
-		if err := readReply(r, &buf); err != nil {
-			t.Fatalf("reading %q: %v", want, err)
+	// A second server: a fake that answers PING, and refuses the rest
+	// (HELLO, CLIENT SETINFO) as an old server would.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	seen := make(chan struct{}, 1)
+	go func() {
+		for {
+			s, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			select {
+			case seen <- struct{}{}:
+			default:
+			}
+			go func() {
+				defer s.Close()
+				r := bufio.NewReader(s)
+				var buf bytes.Buffer
+				for {
+					buf.Reset()
+					if readCommand(r, &buf) != nil {
+						return
+					}
+					if strings.Contains(strings.ToUpper(buf.String()), "PING") {
+						s.Write([]byte("+PONG\r\n"))
+					} else {
+						s.Write([]byte("-ERR unknown command\r\n"))
+					}
+				}
+			}()
 		}
-		if buf.String() != want {
-			t.Errorf("read %q; want %q", buf.String(), want)
+	}()
+	if err := p.Retarget(ln.Addr().String()); err != nil {
+		t.Fatal(err)
+	}
+	// The pooled connection was cut: the first command may fail on it.
+	var perr error
+	for range 3 {
+		if perr = c.Ping(ctx).Err(); perr == nil {
+			break
 		}
 	}
-	for _, bad := range []string{"?\r\n", "$x\r\n", ":1\n", "$5\r\nab"} {
-		var buf bytes.Buffer
-		if err := readReply(bufio.NewReader(strings.NewReader(bad)), &buf); err == nil {
-			t.Errorf("reading %q: no error", bad)
-		}
+	if perr != nil {
+		t.Fatalf("PING after Retarget: %v", perr)
 	}
-	cmd := "*3\r\n$7\r\nEVALSHA\r\n$4\r\nab\r\n\r\n$1\r\n0\r\n"
-	var buf bytes.Buffer
-	if err := readCommand(bufio.NewReader(strings.NewReader(cmd+"*1\r\n$4\r\nPING\r\n")), &buf); err != nil || buf.String() != cmd {
-		t.Errorf("readCommand = %q, %v; want %q", buf.String(), err, cmd)
+	select {
+	case <-seen:
+	default:
+		t.Errorf("no connection reached the new target")
+	}
+	if err := p.Retarget("10.0.0.1:6379"); err == nil {
+		t.Errorf("Retarget accepted a target that is not on loopback")
 	}
 }

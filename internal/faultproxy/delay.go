@@ -1,0 +1,140 @@
+package faultproxy
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Delay is a loopback TCP proxy that passes bytes through unchanged, each
+// chunk in each direction held back by a fixed delay, in order: a slow
+// network link, such as the replication link between a primary and its
+// replica, whose lag decides how many acknowledged writes a failover
+// loses. It is safe for concurrent use.
+type Delay struct {
+	target string
+	ln     net.Listener
+	delay  atomic.Int64 // nanoseconds
+
+	wg    sync.WaitGroup
+	conns conns
+}
+
+// NewDelay starts a delaying proxy on 127.0.0.1 (a free port) in front of
+// target, a loopback host:port.
+func NewDelay(target string, d time.Duration) (*Delay, error) {
+	if err := CheckLoopback(target); err != nil {
+		return nil, fmt.Errorf("faultproxy: target: %w", err)
+	}
+	p := &Delay{target: target}
+	p.delay.Store(int64(d))
+	var err error
+	if p.ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+		return nil, err
+	}
+	p.wg.Add(1)
+	go p.accept()
+	return p, nil
+}
+
+// Addr returns the proxy's address, 127.0.0.1:port.
+func (p *Delay) Addr() string { return p.ln.Addr().String() }
+
+// SetDelay changes the delay of the bytes read from now on.
+func (p *Delay) SetDelay(d time.Duration) { p.delay.Store(int64(d)) }
+
+// Close stops the proxy and cuts every connection through it, dropping
+// the bytes still held back.
+func (p *Delay) Close() error {
+	err := p.ln.Close()
+	p.conns.closeAll(true)
+	p.wg.Wait()
+	return err
+}
+
+func (p *Delay) accept() {
+	defer p.wg.Done()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		if !p.conns.track(c) {
+			return
+		}
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			defer p.conns.untrack(c)
+			p.serve(c)
+		}()
+	}
+}
+
+func (p *Delay) serve(client net.Conn) {
+	server, err := net.DialTimeout("tcp", p.target, 5*time.Second)
+	if err != nil {
+		client.Close()
+		return
+	}
+	if !p.conns.track(server) {
+		client.Close()
+		return
+	}
+	defer p.conns.untrack(server)
+	var once sync.Once
+	end := func() {
+		once.Do(func() {
+			client.Close()
+			server.Close()
+		})
+	}
+	var pumps sync.WaitGroup
+	pumps.Add(2)
+	go func() { defer pumps.Done(); p.pump(client, server, end) }()
+	go func() { defer pumps.Done(); p.pump(server, client, end) }()
+	pumps.Wait()
+}
+
+// chunk is bytes read at a time, to be written a delay later.
+type chunk struct {
+	at time.Time
+	b  []byte
+}
+
+// pump copies src to dst, each chunk a delay after it was read, and calls
+// end when either side fails.
+func (p *Delay) pump(src, dst net.Conn, end func()) {
+	q := make(chan chunk, 4096)
+	go func() {
+		defer close(q)
+		for {
+			buf := make([]byte, 32<<10)
+			n, err := src.Read(buf)
+			if n > 0 {
+				q <- chunk{at: time.Now().Add(time.Duration(p.delay.Load())), b: buf[:n]}
+			}
+			if err != nil {
+				if err != io.EOF {
+					end()
+				}
+				return
+			}
+		}
+	}()
+	for c := range q {
+		if d := time.Until(c.at); d > 0 {
+			time.Sleep(d)
+		}
+		if _, err := dst.Write(c.b); err != nil {
+			end()
+			for range q { // let the reader finish
+			}
+			return
+		}
+	}
+	end()
+}
