@@ -48,15 +48,15 @@ func (b *backend) Close() {
 // The query parameters of a dynamodb:// URL that name attributes, and the
 // options they set.
 var ddbAttrParams = map[string]func(string) idemddb.Option{
-	"key-attr":         idemddb.WithKeyAttr,
-	"expiry-attr":      idemddb.WithExpiryAttr,
-	"lease-attr":       idemddb.WithLeaseAttr,
-	"status-attr":      idemddb.WithStatusAttr,
-	"data-attr":        idemddb.WithDataAttr,
-	"validation-attr":  idemddb.WithValidationAttr,
-	"token-attr":       idemddb.WithTokenAttr,
-	"result-kind-attr": idemddb.WithResultKindAttr,
-	"encoding-attr":    idemddb.WithEncodingAttr,
+	"key-attr":         func(n string) idemddb.Option { return idemddb.WithAttributes(idemddb.Attributes{Key: n}) },
+	"expiry-attr":      func(n string) idemddb.Option { return idemddb.WithAttributes(idemddb.Attributes{Expiry: n}) },
+	"lease-attr":       func(n string) idemddb.Option { return idemddb.WithAttributes(idemddb.Attributes{Lease: n}) },
+	"status-attr":      func(n string) idemddb.Option { return idemddb.WithAttributes(idemddb.Attributes{Status: n}) },
+	"data-attr":        func(n string) idemddb.Option { return idemddb.WithAttributes(idemddb.Attributes{Data: n}) },
+	"validation-attr":  func(n string) idemddb.Option { return idemddb.WithAttributes(idemddb.Attributes{Validation: n}) },
+	"token-attr":       func(n string) idemddb.Option { return idemddb.WithAttributes(idemddb.Attributes{Token: n}) },
+	"result-kind-attr": func(n string) idemddb.Option { return idemddb.WithAttributes(idemddb.Attributes{ResultKind: n}) },
+	"encoding-attr":    func(n string) idemddb.Option { return idemddb.WithAttributes(idemddb.Attributes{Encoding: n}) },
 }
 
 // parsedURL is a store URL taken apart, before anything is opened.

@@ -46,7 +46,7 @@ func TestCreateTableDynamoDB(t *testing.T) {
 	if err != nil || aws.ToString(ttl.TimeToLiveDescription.AttributeName) != "ttl" || ttl.TimeToLiveDescription.TimeToLiveStatus != types.TimeToLiveStatusEnabled {
 		t.Errorf("TTL = %+v, %v; want enabled on ttl", ttl, err)
 	}
-	s, err := idemddb.New(client, table, idemddb.WithKeyAttr("pk"), idemddb.WithSortKey("sk", "idempotency#ops"), idemddb.WithExpiryAttr("ttl"))
+	s, err := idemddb.New(client, table, idemddb.WithAttributes(idemddb.Attributes{Key: "pk"}), idemddb.WithSortKey("sk", "idempotency#ops"), idemddb.WithAttributes(idemddb.Attributes{Expiry: "ttl"}))
 	if err != nil {
 		t.Fatal(err)
 	}

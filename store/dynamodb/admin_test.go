@@ -122,9 +122,9 @@ func TestListPagesBounded(t *testing.T) {
 // application's records in the same table are not listed, and no Scan is
 // sent.
 func TestListSortKeyModeQueriesPartition(t *testing.T) {
-	opts := []idemddb.Option{idemddb.WithKeyAttr("pk"), idemddb.WithSortKey("sk", "idempotency#orders")}
+	opts := []idemddb.Option{idemddb.WithAttributes(idemddb.Attributes{Key: "pk"}), idemddb.WithSortKey("sk", "idempotency#orders")}
 	f := newFixture(t, opts...)
-	other, err := idemddb.New(f.client, f.table, idemddb.WithKeyAttr("pk"), idemddb.WithSortKey("sk", "idempotency#billing"))
+	other, err := idemddb.New(f.client, f.table, idemddb.WithAttributes(idemddb.Attributes{Key: "pk"}), idemddb.WithSortKey("sk", "idempotency#billing"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,7 +238,7 @@ func TestListCorruptItem(t *testing.T) {
 // Delete is one unconditional DeleteItem that asks for the old item, to
 // tell a deleted record from an absent one.
 func TestDeleteRequest(t *testing.T) {
-	f := newFixture(t, idemddb.WithKeyAttr("pk"), idemddb.WithSortKey("sk", "idempotency#orders"))
+	f := newFixture(t, idemddb.WithAttributes(idemddb.Attributes{Key: "pk"}), idemddb.WithSortKey("sk", "idempotency#orders"))
 	s, spy := f.spyStore(t, f.opts...)
 	rec := f.claim("charge#1")
 	f.mustAcquire(t, rec)

@@ -238,7 +238,7 @@ func TestGetManyRequests(t *testing.T) {
 		opts []idemddb.Option
 	}{
 		{"plain", nil},
-		{"sort-key", []idemddb.Option{idemddb.WithKeyAttr("pk"), idemddb.WithSortKey("sk", "idempotency#batch")}},
+		{"sort-key", []idemddb.Option{idemddb.WithAttributes(idemddb.Attributes{Key: "pk"}), idemddb.WithSortKey("sk", "idempotency#batch")}},
 	} {
 		t.Run(mode.name, func(t *testing.T) {
 			f := newFixture(t, mode.opts...)

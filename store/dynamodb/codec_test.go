@@ -200,11 +200,10 @@ func TestOptionErrorsNameTheOption(t *testing.T) {
 		opt  Option
 		want string
 	}{
-		{WithKeyAttr(""), "WithKeyAttr"},
-		{WithLeaseAttr("a[1]"), "WithLeaseAttr"},
-		{WithEncodingAttr(strings.Repeat("x", 300)), "WithEncodingAttr"},
-		{WithValidationAttr("\xff"), "WithValidationAttr"},
-		{WithDataAttr(DefaultStatusAttr), "WithDataAttr"},
+		{WithAttributes(Attributes{Lease: "a[1]"}), "Attributes.Lease"},
+		{WithAttributes(Attributes{Encoding: strings.Repeat("x", 300)}), "Attributes.Encoding"},
+		{WithAttributes(Attributes{Validation: "\xff"}), "Attributes.Validation"},
+		{WithAttributes(Attributes{Data: DefaultAttributes.Status}), "Attributes.Data"},
 		{WithMaxAttempts(-1), "WithMaxAttempts"},
 		{WithSortKey("sk", ""), "WithSortKey"},
 	} {

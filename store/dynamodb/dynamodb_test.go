@@ -20,11 +20,11 @@ func TestConformance(t *testing.T) {
 		opts []idemddb.Option
 	}{
 		{"plain", nil},
-		{"sort-key", []idemddb.Option{idemddb.WithKeyAttr("pk"), idemddb.WithSortKey("sk", "idempotency#conformance")}},
+		{"sort-key", []idemddb.Option{idemddb.WithAttributes(idemddb.Attributes{Key: "pk"}), idemddb.WithSortKey("sk", "idempotency#conformance")}},
 		{"custom-names", []idemddb.Option{
-			idemddb.WithKeyAttr("Key"), idemddb.WithExpiryAttr("ttl.expires"), idemddb.WithLeaseAttr("lease"),
-			idemddb.WithStatusAttr("State"), idemddb.WithDataAttr("Result"), idemddb.WithValidationAttr("hash"),
-			idemddb.WithTokenAttr("fence"), idemddb.WithResultKindAttr("kind"), idemddb.WithEncodingAttr("enc"),
+			idemddb.WithAttributes(idemddb.Attributes{Key: "Key"}), idemddb.WithAttributes(idemddb.Attributes{Expiry: "ttl.expires"}), idemddb.WithAttributes(idemddb.Attributes{Lease: "lease"}),
+			idemddb.WithAttributes(idemddb.Attributes{Status: "State"}), idemddb.WithAttributes(idemddb.Attributes{Data: "Result"}), idemddb.WithAttributes(idemddb.Attributes{Validation: "hash"}),
+			idemddb.WithAttributes(idemddb.Attributes{Token: "fence"}), idemddb.WithAttributes(idemddb.Attributes{ResultKind: "kind"}), idemddb.WithAttributes(idemddb.Attributes{Encoding: "enc"}),
 		}},
 	} {
 		t.Run(mode.name, func(t *testing.T) {

@@ -162,7 +162,7 @@ func TestExpressionsMatchBuilder(t *testing.T) {
 		opts []Option
 	}{
 		{"default", nil},
-		{"sort-key", []Option{WithKeyAttr("pk"), WithSortKey("sk", "idempotency#f")}},
+		{"sort-key", []Option{WithAttributes(Attributes{Key: "pk"}), WithSortKey("sk", "idempotency#f")}},
 		{"unusual-names", []Option{allAttrNames(t)}},
 	} {
 		t.Run(layout.name, func(t *testing.T) {
@@ -306,7 +306,7 @@ func TestCompileMapsPlaceholders(t *testing.T) {
 // exactly ItemSize of the item the store writes.
 func TestItemSize(t *testing.T) {
 	t0 := time.Unix(1_900_000_000, 5).UTC()
-	for _, opts := range [][]Option{nil, {WithKeyAttr("pk"), WithSortKey("sk", "idempotency#fn")}, {allAttrNames(t), WithCompressAbove(0)}} {
+	for _, opts := range [][]Option{nil, {WithAttributes(Attributes{Key: "pk"}), WithSortKey("sk", "idempotency#fn")}, {allAttrNames(t), WithCompressAbove(0)}} {
 		c, err := newConfig(opts)
 		if err != nil {
 			t.Fatal(err)

@@ -123,9 +123,9 @@ func TestDefaultLayout(t *testing.T) {
 
 func TestCustomAttributeNames(t *testing.T) {
 	opts := []idemddb.Option{
-		idemddb.WithKeyAttr("PK"), idemddb.WithExpiryAttr("ttl"), idemddb.WithLeaseAttr("lease_ms"),
-		idemddb.WithStatusAttr("state"), idemddb.WithDataAttr("body"), idemddb.WithValidationAttr("hash"),
-		idemddb.WithTokenAttr("fence"), idemddb.WithResultKindAttr("kind"), idemddb.WithEncodingAttr("enc"),
+		idemddb.WithAttributes(idemddb.Attributes{Key: "PK"}), idemddb.WithAttributes(idemddb.Attributes{Expiry: "ttl"}), idemddb.WithAttributes(idemddb.Attributes{Lease: "lease_ms"}),
+		idemddb.WithAttributes(idemddb.Attributes{Status: "state"}), idemddb.WithAttributes(idemddb.Attributes{Data: "body"}), idemddb.WithAttributes(idemddb.Attributes{Validation: "hash"}),
+		idemddb.WithAttributes(idemddb.Attributes{Token: "fence"}), idemddb.WithAttributes(idemddb.Attributes{ResultKind: "kind"}), idemddb.WithAttributes(idemddb.Attributes{Encoding: "enc"}),
 		idemddb.WithCompressAbove(8),
 	}
 	f := newFixture(t, opts...)
@@ -467,10 +467,10 @@ func TestCreateTableExisting(t *testing.T) {
 		t.Errorf("CreateTable with a sort key over a table without one succeeded")
 	}
 	// With TTL wanted on another attribute: refused.
-	if err := idemddb.CreateTable(ctx, client, table, idemddb.WithExpiryAttr("other")); !errors.Is(err, idemddb.ErrTTLNotEnabled) {
+	if err := idemddb.CreateTable(ctx, client, table, idemddb.WithAttributes(idemddb.Attributes{Expiry: "other"})); !errors.Is(err, idemddb.ErrTTLNotEnabled) {
 		t.Errorf("CreateTable asking TTL on another attribute = %v, want ErrTTLNotEnabled", err)
 	}
-	if err := idemddb.CreateTable(ctx, client, table, idemddb.WithKeyAttr("")); err == nil {
+	if err := idemddb.CreateTable(ctx, client, table, idemddb.WithAttributes(idemddb.Attributes{Key: "a[0]"})); err == nil {
 		t.Errorf("CreateTable with an invalid option succeeded")
 	}
 }

@@ -14,31 +14,47 @@ import (
 	"github.com/idemguard/idemguard/internal/compress"
 )
 
-// Default attribute names: those of AWS Powertools, plus the three
-// Powertools does not write (token, result_kind, data_encoding).
-const (
-	// DefaultKeyAttr is the partition key: the idempotency key, or the
-	// static partition value in sort-key mode.
-	DefaultKeyAttr = "id"
-	// DefaultExpiryAttr holds the record's expiry, epoch seconds; the TTL
-	// attribute.
-	DefaultExpiryAttr = "expiration"
-	// DefaultLeaseAttr holds an in-progress lease's end, epoch milliseconds.
-	DefaultLeaseAttr = "in_progress_expiration"
-	// DefaultStatusAttr holds "INPROGRESS" or "COMPLETED".
-	DefaultStatusAttr = "status"
-	// DefaultDataAttr holds the stored result.
-	DefaultDataAttr = "data"
-	// DefaultValidationAttr holds the payload hash.
-	DefaultValidationAttr = "validation"
-	// DefaultTokenAttr holds the claim's fencing token.
-	DefaultTokenAttr = "token"
-	// DefaultResultKindAttr holds "error" or "unavailable" for results
-	// that are not values.
-	DefaultResultKindAttr = "result_kind"
-	// DefaultEncodingAttr holds "gzip" for compressed results.
-	DefaultEncodingAttr = "data_encoding"
-)
+// Attributes names the attributes of a record's item. A field left empty
+// keeps its name in [DefaultAttributes].
+type Attributes struct {
+	// Key is the partition key (type S): the idempotency key, or the
+	// static partition value in sort-key mode ([WithSortKey]).
+	Key string
+	// Expiry holds the record's expiry (type N, epoch seconds); it is the
+	// table's TTL attribute.
+	Expiry string
+	// Lease holds an in-progress record's lease end (type N, epoch
+	// milliseconds).
+	Lease string
+	// Status holds "INPROGRESS" or "COMPLETED" (type S).
+	Status string
+	// Data holds the stored result (type S or B).
+	Data string
+	// Validation holds the payload hash (type S).
+	Validation string
+	// Token holds the claim's fencing token (type S).
+	Token string
+	// ResultKind holds "error" or "unavailable" for a result that is not a
+	// value (type S; absent for a value).
+	ResultKind string
+	// Encoding holds "gzip" for a compressed result (type S; absent when
+	// the result is stored as is).
+	Encoding string
+}
+
+// DefaultAttributes are AWS Powertools' attribute names, plus the three
+// Powertools does not write: token, result_kind and data_encoding.
+var DefaultAttributes = Attributes{
+	Key:        "id",
+	Expiry:     "expiration",
+	Lease:      "in_progress_expiration",
+	Status:     "status",
+	Data:       "data",
+	Validation: "validation",
+	Token:      "token",
+	ResultKind: "result_kind",
+	Encoding:   "data_encoding",
+}
 
 const (
 	// DefaultCompressAbove is the result size above which results are
@@ -83,17 +99,9 @@ type config struct {
 
 func newConfig(opts []Option) (*config, error) {
 	c := &config{
-		keyAttr:        DefaultKeyAttr,
-		expiryAttr:     DefaultExpiryAttr,
-		leaseAttr:      DefaultLeaseAttr,
-		statusAttr:     DefaultStatusAttr,
-		dataAttr:       DefaultDataAttr,
-		validationAttr: DefaultValidationAttr,
-		tokenAttr:      DefaultTokenAttr,
-		kindAttr:       DefaultResultKindAttr,
-		encodingAttr:   DefaultEncodingAttr,
-		compressAbove:  DefaultCompressAbove,
+		compressAbove: DefaultCompressAbove,
 	}
+	c.setAttributes(DefaultAttributes)
 	for _, o := range opts {
 		if o != nil {
 			o(c)
@@ -108,15 +116,15 @@ func newConfig(opts []Option) (*config, error) {
 func (c *config) validate() error {
 	errs := append([]error(nil), c.errs...)
 	names := []struct{ opt, name string }{
-		{"WithKeyAttr", c.keyAttr},
-		{"WithExpiryAttr", c.expiryAttr},
-		{"WithLeaseAttr", c.leaseAttr},
-		{"WithStatusAttr", c.statusAttr},
-		{"WithDataAttr", c.dataAttr},
-		{"WithValidationAttr", c.validationAttr},
-		{"WithTokenAttr", c.tokenAttr},
-		{"WithResultKindAttr", c.kindAttr},
-		{"WithEncodingAttr", c.encodingAttr},
+		{"Attributes.Key", c.keyAttr},
+		{"Attributes.Expiry", c.expiryAttr},
+		{"Attributes.Lease", c.leaseAttr},
+		{"Attributes.Status", c.statusAttr},
+		{"Attributes.Data", c.dataAttr},
+		{"Attributes.Validation", c.validationAttr},
+		{"Attributes.Token", c.tokenAttr},
+		{"Attributes.ResultKind", c.kindAttr},
+		{"Attributes.Encoding", c.encodingAttr},
 	}
 	if c.sortKeyAttr != "" || c.partitionValue != "" {
 		names = append(names, struct{ opt, name string }{"WithSortKey", c.sortKeyAttr})
@@ -160,12 +168,32 @@ func checkAttrName(name string) error {
 	return nil
 }
 
-// WithKeyAttr names the partition key attribute (type S). Default "id".
-func WithKeyAttr(name string) Option { return func(c *config) { c.keyAttr = name } }
+// WithAttributes renames the attributes of a record's item; fields left
+// empty keep their default names ([DefaultAttributes]). Give the same
+// names to [CreateTable].
+func WithAttributes(a Attributes) Option {
+	return func(c *config) { c.setAttributes(a) }
+}
+
+// setAttributes sets the names a gives.
+func (c *config) setAttributes(a Attributes) {
+	for _, f := range []struct {
+		dst *string
+		v   string
+	}{
+		{&c.keyAttr, a.Key}, {&c.expiryAttr, a.Expiry}, {&c.leaseAttr, a.Lease}, {&c.statusAttr, a.Status},
+		{&c.dataAttr, a.Data}, {&c.validationAttr, a.Validation}, {&c.tokenAttr, a.Token},
+		{&c.kindAttr, a.ResultKind}, {&c.encodingAttr, a.Encoding},
+	} {
+		if f.v != "" {
+			*f.dst = f.v
+		}
+	}
+}
 
 // WithSortKey turns on sort-key mode, for a table whose primary key is a
 // partition key plus a sort key: every item gets partitionValue in the
-// partition key attribute (see [WithKeyAttr]) and the idempotency key in the
+// partition key attribute ([Attributes].Key) and the idempotency key in the
 // sort key attribute sortKeyAttr (type S). This is the layout of AWS
 // Powertools' sortKeyAttr / staticPkValue options, whose default partition
 // value is "idempotency#" followed by the Lambda function name. Both
@@ -179,39 +207,6 @@ func WithSortKey(sortKeyAttr, partitionValue string) Option {
 		}
 	}
 }
-
-// WithExpiryAttr names the attribute holding the record's expiry (type N,
-// epoch seconds); it is the table's TTL attribute. Default "expiration".
-func WithExpiryAttr(name string) Option { return func(c *config) { c.expiryAttr = name } }
-
-// WithLeaseAttr names the attribute holding an in-progress record's lease
-// expiry (type N, epoch milliseconds). Default "in_progress_expiration".
-func WithLeaseAttr(name string) Option { return func(c *config) { c.leaseAttr = name } }
-
-// WithStatusAttr names the status attribute (type S, "INPROGRESS" or
-// "COMPLETED"). Default "status".
-func WithStatusAttr(name string) Option { return func(c *config) { c.statusAttr = name } }
-
-// WithDataAttr names the attribute holding the stored result (type S or B).
-// Default "data".
-func WithDataAttr(name string) Option { return func(c *config) { c.dataAttr = name } }
-
-// WithValidationAttr names the attribute holding the payload hash (type S).
-// Default "validation".
-func WithValidationAttr(name string) Option { return func(c *config) { c.validationAttr = name } }
-
-// WithTokenAttr names the attribute holding the fencing token (type S).
-// Default "token".
-func WithTokenAttr(name string) Option { return func(c *config) { c.tokenAttr = name } }
-
-// WithResultKindAttr names the attribute holding a result's kind (type S,
-// "error" or "unavailable"; absent for a value). Default "result_kind".
-func WithResultKindAttr(name string) Option { return func(c *config) { c.kindAttr = name } }
-
-// WithEncodingAttr names the attribute that marks a compressed result (type
-// S, "gzip"; absent when the result is stored as is). Default
-// "data_encoding".
-func WithEncodingAttr(name string) Option { return func(c *config) { c.encodingAttr = name } }
 
 // WithCompressAbove sets the size above which results are gzip-compressed
 // before they are stored. A compressed result is stored only if it is

@@ -215,9 +215,8 @@ func TestNewValidatesOptions(t *testing.T) {
 		opts  []idemddb.Option
 	}{
 		{"empty table", "", nil},
-		{"empty attribute", "t", []idemddb.Option{idemddb.WithDataAttr("")}},
-		{"duplicate attribute", "t", []idemddb.Option{idemddb.WithTokenAttr("status")}},
-		{"bracket", "t", []idemddb.Option{idemddb.WithStatusAttr("s[0]")}},
+		{"duplicate attribute", "t", []idemddb.Option{idemddb.WithAttributes(idemddb.Attributes{Token: "status"})}},
+		{"bracket", "t", []idemddb.Option{idemddb.WithAttributes(idemddb.Attributes{Status: "s[0]"})}},
 		{"sort key equals partition key", "t", []idemddb.Option{idemddb.WithSortKey("id", "p")}},
 		{"empty sort key", "t", []idemddb.Option{idemddb.WithSortKey("", "p")}},
 		{"empty partition value", "t", []idemddb.Option{idemddb.WithSortKey("sk", "")}},
@@ -231,7 +230,7 @@ func TestNewValidatesOptions(t *testing.T) {
 	if _, err := idemddb.New(nil, "t"); err == nil {
 		t.Errorf("New(nil client) succeeded")
 	}
-	if _, err := idemddb.New(client, "t", idemddb.WithSortKey("sk", "p"), idemddb.WithKeyAttr("pk"), idemddb.WithMaxAttempts(1)); err != nil {
+	if _, err := idemddb.New(client, "t", idemddb.WithSortKey("sk", "p"), idemddb.WithAttributes(idemddb.Attributes{Key: "pk"}), idemddb.WithMaxAttempts(1)); err != nil {
 		t.Errorf("valid options: %v", err)
 	}
 }

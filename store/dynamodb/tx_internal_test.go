@@ -58,7 +58,7 @@ func TestTxCompleteMatchesBuilder(t *testing.T) {
 		opts []Option
 	}{
 		{"default", nil},
-		{"sort-key", []Option{WithKeyAttr("pk"), WithSortKey("sk", "idempotency#f")}},
+		{"sort-key", []Option{WithAttributes(Attributes{Key: "pk"}), WithSortKey("sk", "idempotency#f")}},
 		{"unusual-names", []Option{allAttrNames(t)}},
 	} {
 		t.Run(layout.name, func(t *testing.T) {

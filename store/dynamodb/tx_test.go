@@ -344,7 +344,7 @@ func TestTxLimits(t *testing.T) {
 	})
 
 	t.Run("a record's item, in sort-key mode", func(t *testing.T) {
-		sk := newTxEnv(t, idemddb.WithKeyAttr("pk"), idemddb.WithSortKey("sk", "idempotency#app"))
+		sk := newTxEnv(t, idemddb.WithAttributes(idemddb.Attributes{Key: "pk"}), idemddb.WithSortKey("sk", "idempotency#app"))
 		tx := sk.begin(t, nil)
 		rec := sk.claim("scope#sk")
 		if err := tx.Complete(sk.ctx, done(rec, "1")); err != nil {
