@@ -16,7 +16,7 @@ import (
 // Counter counts the round trips a store's client makes: a request, a
 // pipeline or a batch of statements counts one. A Counter that is also a
 // [fmt.Stringer] says what was sent in [RunRequestFloor]'s failure
-// messages, and can be held to it with [WithSent].
+// messages, and can be held to it with [Sent].
 type Counter interface {
 	// Reset sets the count to zero.
 	Reset()
@@ -24,51 +24,47 @@ type Counter interface {
 	Total() int
 }
 
-// Step names a measured step of [RunRequestFloor], for [WithSent].
-type Step string
+// Sent holds the request floor's steps to the operations they send on a
+// store, not just to their number: after each step, the Counter's String
+// (the Counter must be a [fmt.Stringer]) must be what Sent says, for
+// example FirstCall: "2 round trips: PutItem=1 UpdateItem=1". A step left
+// empty is held to its count alone. The steps that repeat a first call (a
+// first call through a caching guard, or shared by 1,000 duplicates) are
+// held to what the first call sent, and a replay with a cold cache to what
+// the replay sent.
+type Sent struct {
+	FirstCall     string // a first call
+	Replay        string // its replay
+	BatchFirstRun string // a batch of 100 new items
+	BatchReplay   string // its replay
+}
 
-// The steps of [RunRequestFloor] that send something.
+// step names a measured step of RunRequestFloor.
+type step string
+
+// The steps of RunRequestFloor that send something.
 const (
-	FirstCall            Step = "first call"
-	Replay               Step = "replay"
-	ColdCacheReplay      Step = "replay with a cold cache"
-	CachedFirstCall      Step = "first call through a caching guard"
-	ConcurrentDuplicates Step = "1,000 concurrent duplicates"
-	BatchFirstRun        Step = "first run of a batch of 100 new items"
-	BatchReplay          Step = "replay of a batch of 100 completed items"
+	firstCall            step = "first call"
+	replayCall           step = "replay"
+	coldCacheReplay      step = "replay with a cold cache"
+	cachedFirstCall      step = "first call through a caching guard"
+	concurrentDuplicates step = "1,000 concurrent duplicates"
+	batchFirstRun        step = "first run of a batch of 100 new items"
+	batchReplay          step = "replay of a batch of 100 completed items"
 )
 
-// FloorOption adjusts [RunRequestFloor] to a store.
-type FloorOption func(*floorConfig)
-
 type floorConfig struct {
-	sent map[Step]string // WithSent
-	seen map[Step]string // what each step that passed sent
+	sent map[step]string // from Sent
+	seen map[step]string // what each step that passed sent
 }
 
 // sameAs pairs a step with the one it must send the same as: a first call
 // through a caching guard, or shared by 1,000 duplicates, is still a first
 // call; a replay with a cold cache is still a replay.
-var sameAs = map[Step]Step{
-	CachedFirstCall:      FirstCall,
-	ConcurrentDuplicates: FirstCall,
-	ColdCacheReplay:      Replay,
-}
-
-// WithSent holds a step to the operations it sends on this store, not just
-// to their number: after step, the Counter's String must be want, for
-// example WithSent(FirstCall, "PutItem=1 UpdateItem=1"). The Counter must
-// be a [fmt.Stringer]. A step that has a plain counterpart and no WithSent
-// of its own is held to what its counterpart sent: a first call through a
-// caching guard or shared by duplicates to the first call, a replay with a
-// cold cache to the replay.
-func WithSent(step Step, want string) FloorOption {
-	return func(c *floorConfig) {
-		if c.sent == nil {
-			c.sent = map[Step]string{}
-		}
-		c.sent[step] = want
-	}
+var sameAs = map[step]step{
+	cachedFirstCall:      firstCall,
+	concurrentDuplicates: firstCall,
+	coldCacheReplay:      replayCall,
 }
 
 // floorDuplicates is how many callers the concurrent case starts at once.
@@ -91,17 +87,18 @@ const floorBatch = 100
 //     ([store.BatchGetter]), then a claim and a completion per item: 201;
 //     its replay costs the bulk lookup alone: 1.
 //
-// If n is a [fmt.Stringer], the steps are also held to the operations they
-// send (see [WithSent]). Each case runs on a fresh store; n is reset before
-// each measured step, after the store is made, so what making it sends
-// does not count.
-func RunRequestFloor(t *testing.T, newStore storetest.MakeStore, n Counter, opts ...FloorOption) {
-	cfg := &floorConfig{seen: map[Step]string{}}
-	for _, o := range opts {
-		o(cfg)
+// sent holds the steps to the operations they send (see [Sent]). Each
+// case runs on a fresh store; n is reset before each measured step, after
+// the store is made, so what making it sends does not count.
+func RunRequestFloor(t *testing.T, newStore storetest.MakeStore, n Counter, sent Sent) {
+	cfg := &floorConfig{sent: map[step]string{}, seen: map[step]string{}}
+	for st, want := range map[step]string{firstCall: sent.FirstCall, replayCall: sent.Replay, batchFirstRun: sent.BatchFirstRun, batchReplay: sent.BatchReplay} {
+		if want != "" {
+			cfg.sent[st] = want
+		}
 	}
 	if _, ok := n.(fmt.Stringer); !ok && len(cfg.sent) > 0 {
-		t.Fatalf("WithSent needs a Counter that is a fmt.Stringer; %T is not", n)
+		t.Fatalf("Sent needs a Counter that is a fmt.Stringer; %T is not", n)
 	}
 	runCases(t, func(ctx context.Context, t *testing.T) *floor {
 		return &floor{s: newStore(t), n: n, cfg: cfg, ctx: ctx}
@@ -150,15 +147,15 @@ func sent(n Counter) string {
 	return roundTrips(n.Total())
 }
 
-// check fails the test if step sent other than want round trips (why says
-// which), or, with a Counter that describes itself, other than WithSent
-// says or than the step it must send the same as ([sameAs]) sent when that
-// one passed.
-func (f *floor) check(t *testing.T, step Step, want int, why string) {
+// check fails the test if st sent other than want round trips (why says
+// which), or, with a Counter that describes itself, other than Sent says or
+// than the step it must send the same as ([sameAs]) sent when that one
+// passed.
+func (f *floor) check(t *testing.T, st step, want int, why string) {
 	t.Helper()
 	got := sent(f.n)
-	w, pinned := f.cfg.sent[step]
-	if ref, ok := sameAs[step]; ok && !pinned {
+	w, pinned := f.cfg.sent[st]
+	if ref, ok := sameAs[st]; ok && !pinned {
 		if w, pinned = f.cfg.seen[ref]; pinned {
 			why += ", as the " + string(ref) + " sent"
 		}
@@ -166,12 +163,12 @@ func (f *floor) check(t *testing.T, step Step, want int, why string) {
 	switch {
 	case f.n.Total() == want && (!pinned || got == w):
 		if _, ok := f.n.(fmt.Stringer); ok {
-			f.cfg.seen[step] = got
+			f.cfg.seen[st] = got
 		}
 	case pinned:
-		t.Errorf("%s sent %s; want %s (%s)", step, got, w, why)
+		t.Errorf("%s sent %s; want %s (%s)", st, got, w, why)
 	default:
-		t.Errorf("%s sent %s; want %s (%s)", step, got, roundTrips(want), why)
+		t.Errorf("%s sent %s; want %s (%s)", st, got, roundTrips(want), why)
 	}
 }
 
@@ -219,17 +216,17 @@ func floorFirstCall(t *testing.T, f *floor) {
 	g := f.newGuard(t)
 	f.call(t, g, 1)
 	f.checkRuns(t, 1, "the first call")
-	f.check(t, FirstCall, 2, "the claim and the completion")
+	f.check(t, firstCall, 2, "the claim and the completion")
 	f.call(t, g, 1)
 	f.checkRuns(t, 1, "the replay")
-	f.check(t, Replay, 1, "the claim, which finds the completed record")
+	f.check(t, replayCall, 1, "the claim, which finds the completed record")
 }
 
 func floorCachedReplay(t *testing.T, f *floor) {
 	f.call(t, f.newGuard(t), 1)
 	cached := f.newGuard(t, guard.WithCache(64, 0))
 	f.call(t, cached, 1)
-	f.check(t, ColdCacheReplay, 1, "the claim, which fills the cache")
+	f.check(t, coldCacheReplay, 1, "the claim, which fills the cache")
 	for i := range 3 {
 		f.call(t, cached, 1)
 		if got := f.n.Total(); got != 0 {
@@ -242,7 +239,7 @@ func floorCachedReplay(t *testing.T, f *floor) {
 func floorCachedFirstCall(t *testing.T, f *floor) {
 	cached := f.newGuard(t, guard.WithCache(64, 0))
 	f.call(t, cached, 2)
-	f.check(t, CachedFirstCall, 2, "the claim and the completion")
+	f.check(t, cachedFirstCall, 2, "the claim and the completion")
 	f.call(t, cached, 2)
 	if got := f.n.Total(); got != 0 {
 		t.Errorf("replay of a call this guard completed sent %s; want none", sent(f.n))
@@ -294,7 +291,7 @@ func floorConcurrent(t *testing.T, f *floor) {
 		t.Errorf("%d of %d callers did not get 42, the first: %v", b, floorDuplicates, firstBad.Load())
 	}
 	f.checkRuns(t, 1, fmt.Sprintf("%d concurrent duplicates", floorDuplicates))
-	f.check(t, ConcurrentDuplicates, 2, "those of one call: the claim and the completion")
+	f.check(t, concurrentDuplicates, 2, "those of one call: the claim and the completion")
 }
 
 // floorItem is an item of the batch case.
@@ -327,8 +324,8 @@ func floorBatchCase(t *testing.T, f *floor) {
 	}
 	batch(guard.OutcomeExecuted)
 	f.checkRuns(t, floorBatch, "the first run")
-	f.check(t, BatchFirstRun, 1+2*floorBatch, "the bulk lookup, then a claim and a completion per item")
+	f.check(t, batchFirstRun, 1+2*floorBatch, "the bulk lookup, then a claim and a completion per item")
 	batch(guard.OutcomeReplayed)
 	f.checkRuns(t, floorBatch, "the replay")
-	f.check(t, BatchReplay, 1, "the bulk lookup alone")
+	f.check(t, batchReplay, 1, "the bulk lookup alone")
 }

@@ -24,11 +24,12 @@ import (
 func TestRequestFloor(t *testing.T) {
 	var n *reqcount.Counter
 	client := dynamodbtest.NewClient(t, func(o *dynamodb.Options) { n = dynamodbtest.CountRequests(o) })
-	guardtest.RunRequestFloor(t, func(t *testing.T) store.Store { return dynamodbtest.NewStore(t, client) }, n,
-		guardtest.WithSent(guardtest.FirstCall, "2 round trips: PutItem=1 UpdateItem=1"),
-		guardtest.WithSent(guardtest.Replay, "1 round trip: PutItem=1"),
-		guardtest.WithSent(guardtest.BatchFirstRun, "201 round trips: BatchGetItem=1 PutItem=100 UpdateItem=100"),
-		guardtest.WithSent(guardtest.BatchReplay, "1 round trip: BatchGetItem=1"))
+	guardtest.RunRequestFloor(t, func(t *testing.T) store.Store { return dynamodbtest.NewStore(t, client) }, n, guardtest.Sent{
+		FirstCall:     "2 round trips: PutItem=1 UpdateItem=1",
+		Replay:        "1 round trip: PutItem=1",
+		BatchFirstRun: "201 round trips: BatchGetItem=1 PutItem=100 UpdateItem=100",
+		BatchReplay:   "1 round trip: BatchGetItem=1",
+	})
 }
 
 func TestGuardOversizeResult(t *testing.T) {

@@ -161,9 +161,10 @@ func TestAcquireOneNetworkRoundTrip(t *testing.T) {
 func TestRequestFloor(t *testing.T) {
 	var n *postgrestest.Counter
 	pool := postgrestest.NewPool(t, func(c *pgxpool.Config) { n = postgrestest.CountStatements(c) })
-	guardtest.RunRequestFloor(t, func(t *testing.T) store.Store { return postgrestest.NewStore(t, pool) }, n,
-		guardtest.WithSent(guardtest.FirstCall, "2 round trips: BATCH=2"),
-		guardtest.WithSent(guardtest.Replay, "1 round trip: BATCH=1"),
-		guardtest.WithSent(guardtest.BatchFirstRun, "201 round trips: BATCH=200 SELECT=1"),
-		guardtest.WithSent(guardtest.BatchReplay, "1 round trip: SELECT=1"))
+	guardtest.RunRequestFloor(t, func(t *testing.T) store.Store { return postgrestest.NewStore(t, pool) }, n, guardtest.Sent{
+		FirstCall:     "2 round trips: BATCH=2",
+		Replay:        "1 round trip: BATCH=1",
+		BatchFirstRun: "201 round trips: BATCH=200 SELECT=1",
+		BatchReplay:   "1 round trip: SELECT=1",
+	})
 }

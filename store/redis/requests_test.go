@@ -77,9 +77,10 @@ func TestRequestCounts(t *testing.T) {
 func TestRequestFloor(t *testing.T) {
 	client := redistest.NewClient(t)
 	n := redistest.CountRequests(client)
-	guardtest.RunRequestFloor(t, func(t *testing.T) store.Store { return redistest.NewStore(t, client) }, n,
-		guardtest.WithSent(guardtest.FirstCall, "2 round trips: evalsha=2"),
-		guardtest.WithSent(guardtest.Replay, "1 round trip: evalsha=1"),
-		guardtest.WithSent(guardtest.BatchFirstRun, "201 round trips: evalsha=200 hgetall=100"),
-		guardtest.WithSent(guardtest.BatchReplay, "1 round trip: hgetall=100"))
+	guardtest.RunRequestFloor(t, func(t *testing.T) store.Store { return redistest.NewStore(t, client) }, n, guardtest.Sent{
+		FirstCall:     "2 round trips: evalsha=2",
+		Replay:        "1 round trip: evalsha=1",
+		BatchFirstRun: "201 round trips: evalsha=200 hgetall=100",
+		BatchReplay:   "1 round trip: hgetall=100",
+	})
 }
