@@ -16,11 +16,9 @@ import (
 // loses. It is safe for concurrent use.
 type Delay struct {
 	target string
-	ln     net.Listener
-	delay  atomic.Int64 // nanoseconds
+	tcp
+	delay atomic.Int64 // nanoseconds
 
-	wg    sync.WaitGroup
-	conns conns
 }
 
 // NewDelay starts a delaying proxy on 127.0.0.1 (a free port) in front of
@@ -32,47 +30,14 @@ func NewDelay(target string, d time.Duration) (*Delay, error) {
 	p := &Delay{target: target}
 	p.delay.Store(int64(d))
 	var err error
-	if p.ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+	if err = p.listen(p.serve); err != nil {
 		return nil, err
 	}
-	p.wg.Add(1)
-	go p.accept()
 	return p, nil
 }
 
-// Addr returns the proxy's address, 127.0.0.1:port.
-func (p *Delay) Addr() string { return p.ln.Addr().String() }
-
 // SetDelay changes the delay of the bytes read from now on.
 func (p *Delay) SetDelay(d time.Duration) { p.delay.Store(int64(d)) }
-
-// Close stops the proxy and cuts every connection through it, dropping
-// the bytes still held back.
-func (p *Delay) Close() error {
-	err := p.ln.Close()
-	p.conns.closeAll(true)
-	p.wg.Wait()
-	return err
-}
-
-func (p *Delay) accept() {
-	defer p.wg.Done()
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		if !p.conns.track(c) {
-			return
-		}
-		p.wg.Add(1)
-		go func() {
-			defer p.wg.Done()
-			defer p.conns.untrack(c)
-			p.serve(c)
-		}()
-	}
-}
 
 func (p *Delay) serve(client net.Conn) {
 	server, err := net.DialTimeout("tcp", p.target, 5*time.Second)

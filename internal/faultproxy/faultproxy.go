@@ -244,6 +244,56 @@ func (c Counts) String() string {
 	return b.String()
 }
 
+// tcp is what the TCP proxies share: the listener on 127.0.0.1, the
+// goroutine that accepts connections and hands each to serve, and the
+// connections open through the proxy.
+type tcp struct {
+	ln    net.Listener
+	wg    sync.WaitGroup
+	conns conns
+}
+
+// listen starts accepting connections on a free loopback port, serving
+// each with serve in a goroutine of its own.
+func (t *tcp) listen(serve func(net.Conn)) error {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	t.ln = ln
+	t.wg.Add(1)
+	go func() {
+		defer t.wg.Done()
+		for {
+			c, err := t.ln.Accept()
+			if err != nil {
+				return
+			}
+			if !t.conns.track(c) {
+				return
+			}
+			t.wg.Add(1)
+			go func() {
+				defer t.wg.Done()
+				defer t.conns.untrack(c)
+				serve(c)
+			}()
+		}
+	}()
+	return nil
+}
+
+// Addr returns the proxy's address, 127.0.0.1:port.
+func (t *tcp) Addr() string { return t.ln.Addr().String() }
+
+// Close stops the proxy and closes every connection through it.
+func (t *tcp) Close() error {
+	err := t.ln.Close()
+	t.conns.closeAll(true)
+	t.wg.Wait()
+	return err
+}
+
 // conns tracks a proxy's open connections, both sides, so that Close and a
 // retarget can end them. The zero value is ready to use.
 type conns struct {

@@ -33,11 +33,9 @@ var PostgresFaults = []Fault{Reset, ResetAfter, ConnCloseAfter, Latency}
 // declines TLS. It is safe for concurrent use.
 type Postgres struct {
 	*picker
-	ln net.Listener
+	tcp
 
 	requests atomic.Int64
-	wg       sync.WaitGroup
-	conns    conns
 
 	mu     sync.Mutex
 	target string // protected by mu
@@ -54,16 +52,11 @@ func NewPostgres(target string, cfg Config) (*Postgres, error) {
 		return nil, err
 	}
 	p := &Postgres{picker: fp, target: target}
-	if p.ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+	if err = p.listen(p.serve); err != nil {
 		return nil, err
 	}
-	p.wg.Add(1)
-	go p.accept()
 	return p, nil
 }
-
-// Addr returns the proxy's address, 127.0.0.1:port.
-func (p *Postgres) Addr() string { return p.ln.Addr().String() }
 
 // Retarget sends the connections opened from now on to the server at
 // target, a loopback host:port, and closes every connection open through
@@ -82,33 +75,6 @@ func (p *Postgres) Retarget(target string) error {
 
 // Requests returns the number of requests the proxy received.
 func (p *Postgres) Requests() int64 { return p.requests.Load() }
-
-// Close stops the proxy and closes every connection through it.
-func (p *Postgres) Close() error {
-	err := p.ln.Close()
-	p.conns.closeAll(true)
-	p.wg.Wait()
-	return err
-}
-
-func (p *Postgres) accept() {
-	defer p.wg.Done()
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		if !p.conns.track(c) {
-			return
-		}
-		p.wg.Add(1)
-		go func() {
-			defer p.wg.Done()
-			defer p.conns.untrack(c)
-			p.serve(c)
-		}()
-	}
-}
 
 // The start-up packets' codes.
 const (

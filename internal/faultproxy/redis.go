@@ -26,11 +26,9 @@ var RedisFaults = []Fault{Reset, ResetAfter, ConnCloseAfter, ErrorReply, Latency
 // [Redis.Addr]. It is safe for concurrent use.
 type Redis struct {
 	*picker
-	ln net.Listener
+	tcp
 
 	commands atomic.Int64
-	wg       sync.WaitGroup
-	conns    conns
 
 	mu     sync.Mutex
 	target string // protected by mu
@@ -47,11 +45,9 @@ func NewRedis(target string, cfg Config) (*Redis, error) {
 		return nil, err
 	}
 	p := &Redis{picker: fp, target: target}
-	if p.ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+	if err = p.listen(p.serve); err != nil {
 		return nil, err
 	}
-	p.wg.Add(1)
-	go p.accept()
 	return p, nil
 }
 
@@ -70,38 +66,8 @@ func (p *Redis) Retarget(target string) error {
 	return nil
 }
 
-// Addr returns the proxy's address, 127.0.0.1:port.
-func (p *Redis) Addr() string { return p.ln.Addr().String() }
-
 // Requests returns the number of commands the proxy received.
 func (p *Redis) Requests() int64 { return p.commands.Load() }
-
-// Close stops the proxy and closes every connection through it.
-func (p *Redis) Close() error {
-	err := p.ln.Close()
-	p.conns.closeAll(true)
-	p.wg.Wait()
-	return err
-}
-
-func (p *Redis) accept() {
-	defer p.wg.Done()
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		if !p.conns.track(c) {
-			return
-		}
-		p.wg.Add(1)
-		go func() {
-			defer p.wg.Done()
-			defer p.conns.untrack(c)
-			p.serve(c)
-		}()
-	}
-}
 
 // pending is what the client is owed for one command, in order: the
 // server's reply, passed on or lost, or an injected reply.
