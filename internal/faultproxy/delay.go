@@ -1,7 +1,6 @@
 package faultproxy
 
 import (
-	"fmt"
 	"io"
 	"net"
 	"sync"
@@ -24,13 +23,10 @@ type Delay struct {
 // NewDelay starts a delaying proxy on 127.0.0.1 (a free port) in front of
 // target, a loopback host:port.
 func NewDelay(target string, d time.Duration) (*Delay, error) {
-	if err := CheckLoopback(target); err != nil {
-		return nil, fmt.Errorf("faultproxy: target: %w", err)
-	}
-	p := &Delay{target: target}
+	p := &Delay{}
 	p.delay.Store(int64(d))
 	var err error
-	if err = p.listen(p.serve); err != nil {
+	if err = p.listen(target, p.serve); err != nil {
 		return nil, err
 	}
 	return p, nil
@@ -40,13 +36,8 @@ func NewDelay(target string, d time.Duration) (*Delay, error) {
 func (p *Delay) SetDelay(d time.Duration) { p.delay.Store(int64(d)) }
 
 func (p *Delay) serve(client net.Conn) {
-	server, err := net.DialTimeout("tcp", p.target, 5*time.Second)
-	if err != nil {
-		client.Close()
-		return
-	}
-	if !p.conns.track(server) {
-		client.Close()
+	server, ok := p.dial(client)
+	if !ok {
 		return
 	}
 	defer p.conns.untrack(server)

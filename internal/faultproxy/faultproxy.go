@@ -245,17 +245,25 @@ func (c Counts) String() string {
 }
 
 // tcp is what the TCP proxies share: the listener on 127.0.0.1, the
-// goroutine that accepts connections and hands each to serve, and the
-// connections open through the proxy.
+// goroutine that accepts connections and hands each to serve, the server
+// they are sent to, and the connections open through the proxy.
 type tcp struct {
 	ln    net.Listener
 	wg    sync.WaitGroup
 	conns conns
+
+	mu     sync.Mutex
+	target string // protected by mu
 }
 
-// listen starts accepting connections on a free loopback port, serving
-// each with serve in a goroutine of its own.
-func (t *tcp) listen(serve func(net.Conn)) error {
+// listen starts accepting connections on a free loopback port, for the
+// server at target (a loopback host:port), serving each connection with
+// serve in a goroutine of its own.
+func (t *tcp) listen(target string, serve func(net.Conn)) error {
+	if err := CheckLoopback(target); err != nil {
+		return fmt.Errorf("faultproxy: target: %w", err)
+	}
+	t.target = target
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
@@ -285,6 +293,39 @@ func (t *tcp) listen(serve func(net.Conn)) error {
 
 // Addr returns the proxy's address, 127.0.0.1:port.
 func (t *tcp) Addr() string { return t.ln.Addr().String() }
+
+// Retarget sends the connections opened from now on to the server at
+// target, a loopback host:port, and closes every connection open through
+// the proxy: a failover as a client behind a virtual IP sees it, every
+// request in flight losing its answer.
+func (t *tcp) Retarget(target string) error {
+	if err := CheckLoopback(target); err != nil {
+		return fmt.Errorf("faultproxy: target: %w", err)
+	}
+	t.mu.Lock()
+	t.target = target
+	t.mu.Unlock()
+	t.conns.closeAll(false)
+	return nil
+}
+
+// dial connects to the target for client, and tracks the connection; on
+// failure it closes client and reports false. The caller untracks it.
+func (t *tcp) dial(client net.Conn) (net.Conn, bool) {
+	t.mu.Lock()
+	target := t.target
+	t.mu.Unlock()
+	server, err := net.DialTimeout("tcp", target, 5*time.Second)
+	if err != nil {
+		client.Close()
+		return nil, false
+	}
+	if !t.conns.track(server) {
+		client.Close()
+		return nil, false
+	}
+	return server, true
+}
 
 // Close stops the proxy and closes every connection through it.
 func (t *tcp) Close() error {

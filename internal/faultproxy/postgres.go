@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"sync"
@@ -36,41 +35,20 @@ type Postgres struct {
 	tcp
 
 	requests atomic.Int64
-
-	mu     sync.Mutex
-	target string // protected by mu
 }
 
 // NewPostgres starts a fault-injecting proxy on 127.0.0.1 (a free port) in
 // front of the PostgreSQL server at target, a loopback host:port.
 func NewPostgres(target string, cfg Config) (*Postgres, error) {
-	if err := CheckLoopback(target); err != nil {
-		return nil, fmt.Errorf("faultproxy: target: %w", err)
-	}
 	fp, err := newPicker(cfg, PostgresFaults)
 	if err != nil {
 		return nil, err
 	}
-	p := &Postgres{picker: fp, target: target}
-	if err = p.listen(p.serve); err != nil {
+	p := &Postgres{picker: fp}
+	if err = p.listen(target, p.serve); err != nil {
 		return nil, err
 	}
 	return p, nil
-}
-
-// Retarget sends the connections opened from now on to the server at
-// target, a loopback host:port, and closes every connection open through
-// the proxy: a failover as a client behind a virtual IP sees it, every
-// request in flight losing its answer.
-func (p *Postgres) Retarget(target string) error {
-	if err := CheckLoopback(target); err != nil {
-		return fmt.Errorf("faultproxy: target: %w", err)
-	}
-	p.mu.Lock()
-	p.target = target
-	p.mu.Unlock()
-	p.conns.closeAll(false)
-	return nil
 }
 
 // Requests returns the number of requests the proxy received.
@@ -94,16 +72,8 @@ type pgUnit struct {
 
 // serve proxies one client connection.
 func (p *Postgres) serve(client net.Conn) {
-	p.mu.Lock()
-	target := p.target
-	p.mu.Unlock()
-	server, err := net.DialTimeout("tcp", target, 5*time.Second)
-	if err != nil {
-		client.Close()
-		return
-	}
-	if !p.conns.track(server) {
-		client.Close()
+	server, ok := p.dial(client)
+	if !ok {
 		return
 	}
 	defer p.conns.untrack(server)
@@ -194,6 +164,7 @@ func (p *Postgres) serve(client net.Conn) {
 	var (
 		inUnit bool
 		msg    []byte
+		err    error
 	)
 	for {
 		msg, err = readMessage(cr, msg[:0])

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"strconv"
@@ -29,41 +28,20 @@ type Redis struct {
 	tcp
 
 	commands atomic.Int64
-
-	mu     sync.Mutex
-	target string // protected by mu
 }
 
 // NewRedis starts a fault-injecting proxy on 127.0.0.1 (a free port) in
 // front of the Redis server at target, a loopback host:port.
 func NewRedis(target string, cfg Config) (*Redis, error) {
-	if err := CheckLoopback(target); err != nil {
-		return nil, fmt.Errorf("faultproxy: target: %w", err)
-	}
 	fp, err := newPicker(cfg, RedisFaults)
 	if err != nil {
 		return nil, err
 	}
-	p := &Redis{picker: fp, target: target}
-	if err = p.listen(p.serve); err != nil {
+	p := &Redis{picker: fp}
+	if err = p.listen(target, p.serve); err != nil {
 		return nil, err
 	}
 	return p, nil
-}
-
-// Retarget sends the connections opened from now on to the server at
-// target, a loopback host:port, and closes every connection open through
-// the proxy: a failover as a client behind a virtual IP sees it, every
-// command in flight losing its reply.
-func (p *Redis) Retarget(target string) error {
-	if err := CheckLoopback(target); err != nil {
-		return fmt.Errorf("faultproxy: target: %w", err)
-	}
-	p.mu.Lock()
-	p.target = target
-	p.mu.Unlock()
-	p.conns.closeAll(false)
-	return nil
 }
 
 // Requests returns the number of commands the proxy received.
@@ -81,16 +59,8 @@ type pending struct {
 // order, each with the fault pick draws, and replies come back in order,
 // less the ones a fault loses.
 func (p *Redis) serve(client net.Conn) {
-	p.mu.Lock()
-	target := p.target
-	p.mu.Unlock()
-	server, err := net.DialTimeout("tcp", target, 5*time.Second)
-	if err != nil {
-		client.Close()
-		return
-	}
-	if !p.conns.track(server) {
-		client.Close()
+	server, ok := p.dial(client)
+	if !ok {
 		return
 	}
 	defer p.conns.untrack(server)
