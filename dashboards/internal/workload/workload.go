@@ -123,7 +123,10 @@ func (w *Workload) serve(mp metric.MeterProvider, s store.Store, opts ...guard.O
 		rw.WriteHeader(http.StatusCreated)
 		fmt.Fprintf(rw, "{\"charged\": %q}\n", body)
 	})
-	w.httpSrv = httptest.NewServer(otelhttp.NewHandler(httpguard.Middleware(g)(payments), "payments", otelhttp.WithMeterProvider(mp)))
+	// A duplicate of a running request is answered at once (409, Aborted)
+	// rather than after the adapters' default wait, so that the problem
+	// panels have their series.
+	w.httpSrv = httptest.NewServer(otelhttp.NewHandler(httpguard.Middleware(g, httpguard.WithGuardOptions(guard.WithReject()))(payments), "payments", otelhttp.WithMeterProvider(mp)))
 
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -131,7 +134,7 @@ func (w *Workload) serve(mp metric.MeterProvider, s store.Store, opts ...guard.O
 	}
 	w.grpcSrv = grpc.NewServer(
 		grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithMeterProvider(mp))),
-		grpc.UnaryInterceptor(grpcguard.UnaryServerInterceptor(g)),
+		grpc.UnaryInterceptor(grpcguard.UnaryServerInterceptor(g, grpcguard.WithGuardOptions(guard.WithReject()))),
 	)
 	w.grpcSrv.RegisterService(&paymentsDesc, &grpcPayments{gate: w.gate})
 	go w.grpcSrv.Serve(lis)
