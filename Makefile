@@ -98,8 +98,9 @@ fmt:
 #             operations against the harness's servers; prints the figures
 #             and a JSON line, fails on a duplicate effect or a stuck record.
 #             Pass flags with CHAOSFLAGS, e.g. CHAOSFLAGS='-workflows 200',
-#             or CHAOSFLAGS='-store postgres' / '-store redis' for the other
-#             stores. Then the long linearizability run (chaos/cmd/linz):
+#             or CHAOSFLAGS='-store postgres' / '-store redis' /
+#             '-store dynamodb-tx' for the other stores and DynamoDB's
+#             transactions. Then the long linearizability run (chaos/cmd/linz):
 #             every store's histories through its fault proxy, checked with
 #             Porcupine; flags in LINZFLAGS, e.g. LINZFLAGS='-rounds 20'.
 .PHONY: chaos
