@@ -105,16 +105,24 @@ var baselines = map[string]string{
 	TxGuarded:             TxRaw,
 	TxReplayGuarded:       ReplayRaw,
 	TxReplayCachedGuarded: ReplayRaw,
-	PgMissGuarded:         PgMissRaw,
-	PgReplayGuarded:       PgReplayRaw,
-	PgReplayCachedGuarded: PgReplayRaw,
+	// PostgreSQL and Redis: against the hand-written baselines (hand.go),
+	// the store's own commands sent by hand included.
+	PgMissRaw:             PgMissHand,
+	PgMissGuarded:         PgMissHand,
+	PgReplayRaw:           PgReplayHand,
+	PgReplayGuarded:       PgReplayHand,
+	PgReplayCachedGuarded: PgReplayHand,
 	PgTxGuarded:           PgTxRaw,
 
-	RedisMissStore:           RedisMissRaw,
-	RedisMissGuarded:         RedisMissRaw,
-	RedisReplayStore:         RedisReplayRaw,
-	RedisReplayGuarded:       RedisReplayRaw,
-	RedisReplayCachedGuarded: RedisReplayRaw,
+	RedisMissRaw:             RedisMissHand,
+	RedisMissStore:           RedisMissHand,
+	RedisMissGuarded:         RedisMissHand,
+	RedisReplayRaw:           RedisReplayHand,
+	RedisReplayStore:         RedisReplayHand,
+	RedisReplayGuarded:       RedisReplayHand,
+	RedisReplayCachedGuarded: RedisReplayHand,
+	RedisHTTPGuardedFirst:    RedisHTTPHandFirst,
+	RedisHTTPGuardedReplay:   RedisHTTPHandReplay,
 }
 
 // Order is the input of the guarded function: what a payment job receives.
@@ -255,7 +263,7 @@ func newBench(ctx context.Context, cfg Config) (*bench, error) {
 			return nil, errors.New("the redis_ scenarios need a Redis address (-redis)")
 		}
 		var err error
-		if b.rd, err = newRedisBench(ctx, cfg, b.runID, body); err != nil {
+		if b.rd, err = newRedisBench(ctx, cfg, b, body); err != nil {
 			return nil, fmt.Errorf("redis: %w", err)
 		}
 	}
@@ -359,9 +367,22 @@ func (b *bench) populate(ctx context.Context) error {
 		if err := b.pg.populate(ctx, n, "pg-replay-"+b.runID, keyer); err != nil {
 			return err
 		}
+		for i, in := range b.pg.replayIn {
+			if err := b.pg.handMiss(ctx, b, scopeReplay, in); err != nil {
+				return fmt.Errorf("completing hand-written replay record %d: %w", i, err)
+			}
+		}
 	}
 	if b.rd != nil {
 		if err := b.rd.populate(ctx, n, "redis-replay-"+b.runID, keyer); err != nil {
+			return err
+		}
+		for i, in := range b.rd.replayIn {
+			if err := b.rd.handMiss(ctx, b, scopeReplay, in); err != nil {
+				return fmt.Errorf("completing hand-written replay record %d: %w", i, err)
+			}
+		}
+		if err := b.rd.http.populate(n, "http-replay-"+b.runID); err != nil {
 			return err
 		}
 	}

@@ -25,8 +25,10 @@ import (
 
 // PostgreSQL scenario names.
 const (
+	PgMissHand            = "pg_miss_hand"
 	PgMissRaw             = "pg_miss_raw"
 	PgMissGuarded         = "pg_miss_guarded"
+	PgReplayHand          = "pg_replay_hand"
 	PgReplayRaw           = "pg_replay_raw"
 	PgReplayGuarded       = "pg_replay_guarded"
 	PgReplayCachedGuarded = "pg_replay_cached_guarded"
@@ -35,7 +37,7 @@ const (
 )
 
 // PgScenarios lists the PostgreSQL scenarios.
-var PgScenarios = []string{PgMissRaw, PgMissGuarded, PgReplayRaw, PgReplayGuarded, PgReplayCachedGuarded, PgTxRaw, PgTxGuarded}
+var PgScenarios = []string{PgMissHand, PgMissRaw, PgMissGuarded, PgReplayHand, PgReplayRaw, PgReplayGuarded, PgReplayCachedGuarded, PgTxRaw, PgTxGuarded}
 
 func isPg(name string) bool { return slices.Contains(PgScenarios, name) }
 
@@ -49,6 +51,8 @@ type pgBench struct {
 	table   string // the idempotency table
 	effects string // the business table of the transactional scenarios
 	sql     pgStatements
+	handT   string // the hand-written baseline's table
+	hand    handStatements
 
 	txFn func(context.Context, Order) (Receipt, error) // postgres.WrapTx
 }
@@ -84,7 +88,7 @@ func newPgBench(ctx context.Context, cfg Config, runID string, body func(context
 	if err != nil {
 		return nil, err
 	}
-	p := &pgBench{table: "bench_" + runID + "_idempotency", effects: "bench_" + runID + "_effects"}
+	p := &pgBench{table: "bench_" + runID + "_idempotency", effects: "bench_" + runID + "_effects", handT: "bench_" + runID + "_hand"}
 	p.counter = postgrestest.CountStatements(pc)
 	// A connection per caller, and as many for the lease keepers and the
 	// transactional scenario's claims while the callers hold transactions.
@@ -101,7 +105,12 @@ func newPgBench(ctx context.Context, cfg Config, runID string, body func(context
 		p.close()
 		return nil, err
 	}
+	if _, err := p.pool.Exec(ctx, fmt.Sprintf(handTable, pgx.Identifier{p.handT}.Sanitize())); err != nil {
+		p.close()
+		return nil, err
+	}
 	p.sql = newPgStatements(p.table, p.effects)
+	p.hand = newHandStatements(p.handT)
 	s, err := postgres.New(p.pool, postgres.WithTable(p.table))
 	if err != nil {
 		p.close()
@@ -124,7 +133,8 @@ func (p *pgBench) close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	defer p.pool.Close()
-	_, err := p.pool.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{p.table}.Sanitize()+", "+pgx.Identifier{p.effects}.Sanitize())
+	_, err := p.pool.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{p.table}.Sanitize()+", "+pgx.Identifier{p.effects}.Sanitize()+
+		", "+pgx.Identifier{p.handT}.Sanitize())
 	return err
 }
 

@@ -31,9 +31,11 @@ import (
 // guarded scenarios, they tell the store's share of the overhead from the
 // guard's.
 const (
+	RedisMissHand            = "redis_miss_hand"
 	RedisMissRaw             = "redis_miss_raw"
 	RedisMissStore           = "redis_miss_store"
 	RedisMissGuarded         = "redis_miss_guarded"
+	RedisReplayHand          = "redis_replay_hand"
 	RedisReplayRaw           = "redis_replay_raw"
 	RedisReplayStore         = "redis_replay_store"
 	RedisReplayGuarded       = "redis_replay_guarded"
@@ -41,7 +43,9 @@ const (
 )
 
 // RedisScenarios lists the Redis scenarios.
-var RedisScenarios = []string{RedisMissRaw, RedisMissStore, RedisMissGuarded, RedisReplayRaw, RedisReplayStore, RedisReplayGuarded, RedisReplayCachedGuarded}
+var RedisScenarios = []string{RedisMissHand, RedisMissRaw, RedisMissStore, RedisMissGuarded,
+	RedisReplayHand, RedisReplayRaw, RedisReplayStore, RedisReplayGuarded, RedisReplayCachedGuarded,
+	RedisHTTPHandFirst, RedisHTTPGuardedFirst, RedisHTTPHandReplay, RedisHTTPGuardedReplay}
 
 func isRedis(name string) bool { return slices.Contains(RedisScenarios, name) }
 
@@ -57,10 +61,13 @@ type redisBench struct {
 	// raw baseline sends with EVALSHA (loaded once, before the clock).
 	acquireSHA, completeSHA string
 	grace                   int64 // the store's default expiry grace, ms
+
+	http *httpSide // the HTTP scenarios
 }
 
 // newRedisBench connects, loads the scripts and builds the guards.
-func newRedisBench(ctx context.Context, cfg Config, runID string, body func(context.Context, Order) (Receipt, error)) (*redisBench, error) {
+func newRedisBench(ctx context.Context, cfg Config, b *bench, body func(context.Context, Order) (Receipt, error)) (*redisBench, error) {
+	runID := b.runID
 	r := &redisBench{
 		prefix: "idemguard-bench:" + runID + ":",
 		grace:  idemredis.DefaultExpiryGrace.Milliseconds(),
@@ -85,6 +92,10 @@ func newRedisBench(ctx context.Context, cfg Config, runID string, body func(cont
 		return nil, err
 	}
 	if r.guardedSet, _, err = newGuardedSet(r.store, cfg.ReplayKeys, body); err != nil {
+		r.client.Close()
+		return nil, err
+	}
+	if r.http, err = newHTTPSide(r, b); err != nil {
 		r.client.Close()
 		return nil, err
 	}

@@ -421,9 +421,15 @@ type operation func(ctx context.Context, i, w, n int) error
 // prepare returns the operation of a miss or replay scenario with ops
 // operations, with its inputs made before the clock starts.
 func (b *bench) prepare(name string, ops int) (operation, error) {
+	workers := min(b.cfg.Concurrency, ops)
+	if isHTTP(name) {
+		return b.rd.http.prepare(name, ops, workers, func() string {
+			return fmt.Sprintf("http-first-%s-%d", b.runID, b.seq.Add(1))
+		}), nil
+	}
 	switch name {
-	case MissGuarded, MissRaw, PgMissGuarded, PgMissRaw, PgTxGuarded, PgTxRaw,
-		RedisMissGuarded, RedisMissStore, RedisMissRaw, TxGuarded, TxRaw, TxProtocolRaw:
+	case MissGuarded, MissRaw, PgMissGuarded, PgMissRaw, PgMissHand, PgTxGuarded, PgTxRaw,
+		RedisMissGuarded, RedisMissStore, RedisMissRaw, RedisMissHand, TxGuarded, TxRaw, TxProtocolRaw:
 		in := make([]Order, ops)
 		keys := make([]string, ops)
 		for i := range in {
@@ -452,6 +458,10 @@ func (b *bench) prepare(name string, ops int) (operation, error) {
 			return guarded(b.rd.missFn), nil
 		case RedisMissRaw:
 			return func(ctx context.Context, i, _, _ int) error { return b.rd.rawMiss(ctx, b, keys[i], in[i]) }, nil
+		case RedisMissHand:
+			return func(ctx context.Context, i, _, _ int) error { return b.rd.handMiss(ctx, b, scopeMiss, in[i]) }, nil
+		case PgMissHand:
+			return func(ctx context.Context, i, _, _ int) error { return b.pg.handMiss(ctx, b, scopeMiss, in[i]) }, nil
 		case RedisMissStore:
 			return func(ctx context.Context, i, _, _ int) error { return b.rd.storeMiss(ctx, b, keys[i], in[i]) }, nil
 		case MissRaw:
@@ -461,8 +471,8 @@ func (b *bench) prepare(name string, ops int) (operation, error) {
 		default:
 			return func(ctx context.Context, i, _, _ int) error { return b.pg.rawTx(ctx, b, in[i]) }, nil
 		}
-	case ReplayGuarded, ReplayCachedGuarded, ReplayRaw, PgReplayGuarded, PgReplayCachedGuarded, PgReplayRaw,
-		RedisReplayGuarded, RedisReplayCachedGuarded, RedisReplayStore, RedisReplayRaw, TxReplayGuarded, TxReplayCachedGuarded:
+	case ReplayGuarded, ReplayCachedGuarded, ReplayRaw, PgReplayGuarded, PgReplayCachedGuarded, PgReplayRaw, PgReplayHand,
+		RedisReplayGuarded, RedisReplayCachedGuarded, RedisReplayStore, RedisReplayRaw, RedisReplayHand, TxReplayGuarded, TxReplayCachedGuarded:
 		ins, keys, fn, cached, raw := b.replayIn, b.replayKey, b.replayFn, b.cachedFn, b.rawReplay
 		switch {
 		case isPg(name):
@@ -475,7 +485,6 @@ func (b *bench) prepare(name string, ops int) (operation, error) {
 		// Worker w replays keys w, w+W, w+2W, … (W workers), one at a
 		// time, so that no two calls in flight share a key: concurrent
 		// calls with one key would share one request in the guard.
-		workers := min(b.cfg.Concurrency, ops)
 		per := max(len(ins)/workers, 1)
 		off := mathrand.IntN(per)
 		idx := func(w, n int) int { return (w + workers*((off+n)%per)) % len(ins) }
@@ -486,6 +495,10 @@ func (b *bench) prepare(name string, ops int) (operation, error) {
 			return func(ctx context.Context, _, w, n int) error { _, err := cached(ctx, ins[idx(w, n)]); return err }, nil
 		case RedisReplayStore:
 			return func(ctx context.Context, _, w, n int) error { return b.rd.storeReplay(ctx, keys[idx(w, n)]) }, nil
+		case RedisReplayHand:
+			return func(ctx context.Context, _, w, n int) error { return b.rd.handReplay(ctx, scopeReplay, ins[idx(w, n)]) }, nil
+		case PgReplayHand:
+			return func(ctx context.Context, _, w, n int) error { return b.pg.handReplay(ctx, scopeReplay, ins[idx(w, n)]) }, nil
 		default:
 			return func(ctx context.Context, _, w, n int) error { return raw(ctx, keys[idx(w, n)]) }, nil
 		}
