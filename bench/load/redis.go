@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -126,19 +128,16 @@ func (r *redisBench) close() error {
 }
 
 // rawClaim sends the claim script for key under token, with the arguments
-// store/redis sends: now (the guard's clock less its skew) in seconds and
-// milliseconds, the key's PEXPIREAT, and the in-progress record's fields
-// (times as int64s, which go-redis writes as decimal text).
-// It returns the script's reply: 1 when it claimed, the record it met
-// (HGETALL, flattened) otherwise.
+// store/redis sends: now (the guard's clock less its skew) in milliseconds,
+// the key's PEXPIREAT, the in-progress record's expiration and token, and
+// its lease as a field, value pair (times as int64s, which go-redis writes
+// as decimal text). It returns the script's reply: 1 when it claimed, the
+// record it met otherwise, packed in one string.
 func (r *redisBench) rawClaim(ctx context.Context, key, token string, now time.Time) (any, error) {
 	seen := now.Add(-guard.DefaultClockSkew)
 	exp := epoch.CeilSeconds(now.Add(max(rawTTL, rawLease)))
 	return r.client.EvalSha(ctx, r.acquireSHA, []string{r.prefix + key},
-		epoch.FloorSeconds(seen), epoch.FloorMillis(seen), exp*1000+r.grace,
-		idemredis.FieldStatus, "INPROGRESS",
-		idemredis.FieldExpiry, exp,
-		idemredis.FieldToken, token,
+		epoch.FloorMillis(seen), exp*1000+r.grace, exp, token,
 		idemredis.FieldLease, epoch.CeilMillis(now.Add(rawLease)),
 	).Result()
 }
@@ -161,12 +160,7 @@ func (r *redisBench) rawMiss(ctx context.Context, b *bench, key string, in Order
 	}
 	exp := epoch.CeilSeconds(time.Now().Add(rawTTL))
 	v, err = r.client.EvalSha(ctx, r.completeSHA, []string{r.prefix + key},
-		token, exp*1000+r.grace,
-		idemredis.FieldStatus, "COMPLETED",
-		idemredis.FieldExpiry, exp,
-		idemredis.FieldToken, token,
-		idemredis.FieldData, data,
-	).Result()
+		token, exp*1000+r.grace, exp, idemredis.FieldData, data).Result()
 	if err != nil {
 		return err
 	}
@@ -183,24 +177,50 @@ func (r *redisBench) rawReplay(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
-	h, ok := v.([]any)
-	if !ok {
+	packed, ok := v.(string)
+	if !ok || !strings.HasPrefix(packed, "R") {
 		return fmt.Errorf("replay of %s: the claim succeeded; the record was missing", key)
 	}
-	var status, data string
-	for i := 0; i+1 < len(h); i += 2 {
-		switch h[i] {
-		case idemredis.FieldStatus:
-			status, _ = h[i+1].(string)
-		case idemredis.FieldData:
-			data, _ = h[i+1].(string)
-		}
+	f, err := unpack(packed[1:])
+	if err != nil {
+		return fmt.Errorf("replay of %s: %w", key, err)
 	}
-	if status != "COMPLETED" || data == "" {
+	if f[idemredis.FieldStatus] != "COMPLETED" || f[idemredis.FieldData] == "" {
 		return errors.New("replay of " + key + ": the record is not a completed one with a result")
 	}
 	var rc Receipt
-	return json.Unmarshal([]byte(data), &rc)
+	return json.Unmarshal([]byte(f[idemredis.FieldData]), &rc)
+}
+
+// packed are the fields of the record the claim script returns, in order
+// (store/redis's scripts.go).
+var packed = [...]string{idemredis.FieldStatus, idemredis.FieldExpiry, idemredis.FieldLease, idemredis.FieldToken,
+	idemredis.FieldValidation, idemredis.FieldResultKind, idemredis.FieldEncoding, idemredis.FieldData}
+
+// unpack reads the fields of a record the claim script returns, after its
+// "R": each "-" when absent, or its length, ":" and its value. It returns
+// them by field name.
+func unpack(s string) (map[string]string, error) {
+	f := make(map[string]string, 4)
+	for _, name := range packed {
+		switch {
+		case s == "":
+			return nil, errors.New("a truncated record")
+		case s[0] == '-':
+			s = s[1:]
+			continue
+		}
+		i := strings.IndexByte(s, ':')
+		if i < 0 {
+			return nil, errors.New("a malformed record")
+		}
+		n, err := strconv.Atoi(s[:i])
+		if err != nil || n > len(s)-i-1 {
+			return nil, errors.New("a malformed record")
+		}
+		f[name], s = s[i+1:i+1+n], s[i+1+n:]
+	}
+	return f, nil
 }
 
 // storeMiss is rawMiss through the store, without a guard: Acquire of an

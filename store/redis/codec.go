@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/idemguard/idemguard/internal/compress"
@@ -42,33 +43,26 @@ const (
 	kindUnavailable = "unavailable"
 )
 
-// Status values as script arguments, boxed once: converting a string
+// Values of the hash as script arguments, boxed once: converting a string
 // that is not a constant to an interface allocates.
 var (
-	argInProgress any = store.StatusInProgress.String()
-	argCompleted  any = store.StatusCompleted.String()
-	argError      any = kindError
-	argUnavail    any = kindUnavailable
-	argGzip       any = compress.Encoding
+	argError   any = kindError
+	argUnavail any = kindUnavailable
+	argGzip    any = compress.Encoding
 )
 
-// encode appends rec's hash fields, as field, value pairs for HSET, to a
-// new argument list that starts with header (the script's own arguments),
-// allocated once at its final length. status replaces rec.Status. Times are
-// int64s, which go-redis writes as decimal text, without a string of their
-// own. It refuses times it could not store, and results over the store's
-// limit with an error matching [store.ErrTooLarge]. expiry is the record's
-// FieldExpiry, epoch seconds.
-func (s *Store) encode(rec *store.Record, status store.Status, header ...any) (args []any, expiry int64, err error) {
-	var st, kind any
-	switch status {
-	case store.StatusInProgress:
-		st = argInProgress
-	case store.StatusCompleted:
-		st = argCompleted
-	default:
-		return nil, 0, fmt.Errorf("redis: record %q has an invalid status %v", rec.Key, status)
-	}
+// encode returns the argument list of script sc on rec's record (see
+// scriptArgs), allocated once at its final length: header (the script's own
+// arguments), rec's expiration (FieldExpiry, epoch seconds, which it also
+// returns), its token if withToken, and then, as field, value pairs for
+// HSET, the fields a record has only sometimes: lease, payload hash, result
+// kind, encoding and result. The script writes the status, and the
+// expiration and token from their positions. Times are int64s, which
+// go-redis writes as decimal text, without a string of their own. encode
+// refuses times it could not store, and results over the store's limit
+// with an error matching [store.ErrTooLarge].
+func (s *Store) encode(sc *script, rec *store.Record, withToken bool, header ...any) (args []any, expiry int64, err error) {
+	var kind any
 	switch rec.ResultKind {
 	case store.ResultValue:
 	case store.ResultError:
@@ -101,19 +95,22 @@ func (s *Store) encode(rec *store.Record, status store.Status, header ...any) (a
 		}
 	}
 
-	n := 3 // status, expiry, token
+	n := len(header) + 1 // the expiration
+	if withToken {
+		n++
+	}
 	for _, b := range []bool{hasLease, rec.PayloadHash != "", kind != nil, zipped, data != nil} {
 		if b {
-			n++
+			n += 2
 		}
 	}
 	expiry = epoch.CeilSeconds(rec.ExpiresAt)
-	args = make([]any, 0, len(header)+2*n)
+	args = s.scriptArgs(sc, rec.Key, n)
 	args = append(args, header...)
-	args = append(args,
-		FieldStatus, st,
-		FieldExpiry, expiry,
-		FieldToken, rec.Token)
+	args = append(args, expiry)
+	if withToken {
+		args = append(args, rec.Token)
+	}
 	if hasLease {
 		args = append(args, FieldLease, epoch.CeilMillis(rec.LeaseExpiresAt))
 	}
@@ -194,21 +191,33 @@ func (s *Store) decodeMap(key string, h map[string]string) (*store.Record, error
 	return s.decode(key, &f)
 }
 
-// decodeFlat reads the hash of the record key as a script returns it
-// (HGETALL's field, value, field, value, …), without building a map.
-func (s *Store) decodeFlat(key string, v []any) (*store.Record, error) {
-	if len(v)%2 != 0 {
-		return nil, fmt.Errorf("redis: a script returned %d elements for a hash", len(v))
-	}
+// decodePacked reads the record key as the claim script returns it: "R",
+// then each of packedFields as "-" when absent or as its length, ":" and
+// its value. The token and payload hash are copied out of v, which holds
+// the result too, so that a record kept does not keep v.
+func (s *Store) decodePacked(key, v string) (*store.Record, error) {
 	var f fields
-	for i := 0; i < len(v); i += 2 {
-		name, ok1 := v[i].(string)
-		value, ok2 := v[i+1].(string)
-		if !ok1 || !ok2 {
-			return nil, fmt.Errorf("redis: a script returned a hash element of type %T", v[i+1])
+	rest := v[1:]
+	for _, name := range packedFields {
+		if rest == "" {
+			return nil, errors.New("redis: the claim script returned a truncated record")
 		}
-		f.set(name, value)
+		if rest[0] == '-' {
+			rest = rest[1:]
+			continue
+		}
+		i := strings.IndexByte(rest, ':')
+		n, err := strconv.Atoi(rest[:max(i, 0)])
+		if i < 0 || err != nil || n < 0 || n > len(rest)-i-1 {
+			return nil, errors.New("redis: the claim script returned a malformed record")
+		}
+		f.set(name, rest[i+1:i+1+n])
+		rest = rest[i+1+n:]
 	}
+	if rest != "" {
+		return nil, errors.New("redis: the claim script returned a malformed record")
+	}
+	f.token, f.validation = strings.Clone(f.token), strings.Clone(f.validation)
 	return s.decode(key, &f)
 }
 
