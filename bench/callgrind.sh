@@ -66,8 +66,8 @@ done
 # The baselines, as bench/load compares them.
 base() {
 	case $1 in
-	pg_miss_raw | pg_miss_guarded) echo pg_miss_hand ;;
-	pg_replay_raw | pg_replay_guarded) echo pg_replay_hand ;;
+	pg_miss_raw | pg_miss_store | pg_miss_guarded) echo pg_miss_hand ;;
+	pg_replay_raw | pg_replay_store | pg_replay_guarded) echo pg_replay_hand ;;
 	redis_miss_raw | redis_miss_store | redis_miss_guarded) echo redis_miss_hand ;;
 	redis_replay_raw | redis_replay_store | redis_replay_guarded) echo redis_replay_hand ;;
 	redis_http_guarded_first) echo redis_http_hand_first ;;

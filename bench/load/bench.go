@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -108,8 +109,10 @@ var baselines = map[string]string{
 	// PostgreSQL and Redis: against the hand-written baselines (hand.go),
 	// the store's own commands sent by hand included.
 	PgMissRaw:             PgMissHand,
+	PgMissStore:           PgMissHand,
 	PgMissGuarded:         PgMissHand,
 	PgReplayRaw:           PgReplayHand,
+	PgReplayStore:         PgReplayHand,
 	PgReplayGuarded:       PgReplayHand,
 	PgReplayCachedGuarded: PgReplayHand,
 	PgTxGuarded:           PgTxRaw,
@@ -419,4 +422,41 @@ func (b *bench) populate(ctx context.Context) error {
 		}
 	}
 	return b.populateTx(ctx)
+}
+
+// storeMiss is a first call through store s, without a guard: Acquire of an
+// in-progress record built by hand, the function, Complete.
+func storeMiss(ctx context.Context, b *bench, s store.Store, key string, in Order) error {
+	now := time.Now()
+	claim := &store.Record{Key: key, Status: store.StatusInProgress, Token: newToken(),
+		ExpiresAt: now.Add(max(rawTTL, rawLease)), LeaseExpiresAt: now.Add(rawLease)}
+	if _, err := s.Acquire(ctx, claim, now.Add(-guard.DefaultClockSkew)); err != nil {
+		return err
+	}
+	b.bodyRuns.Add(1)
+	data, err := json.Marshal(charge(in))
+	if err != nil {
+		return err
+	}
+	return s.Complete(ctx, &store.Record{Key: key, Status: store.StatusCompleted, Token: claim.Token,
+		Result: data, ExpiresAt: time.Now().Add(rawTTL)})
+}
+
+// storeReplay is a replay through store s, without a guard.
+func storeReplay(ctx context.Context, s store.Store, key string) error {
+	now := time.Now()
+	claim := &store.Record{Key: key, Status: store.StatusInProgress, Token: newToken(),
+		ExpiresAt: now.Add(max(rawTTL, rawLease)), LeaseExpiresAt: now.Add(rawLease)}
+	old, err := s.Acquire(ctx, claim, now.Add(-guard.DefaultClockSkew))
+	if !errors.Is(err, store.ErrConflict) {
+		if err == nil {
+			return fmt.Errorf("replay of %s: the claim succeeded; the record was missing", key)
+		}
+		return err
+	}
+	if old.Status != store.StatusCompleted || old.Result == nil {
+		return errors.New("replay of " + key + ": the record is not a completed one with a result")
+	}
+	var rc Receipt
+	return json.Unmarshal(old.Result, &rc)
 }

@@ -54,9 +54,11 @@ var wantRequestsPerOp = map[string]float64{
 	// PostgreSQL: round trips (a statement, or a pipelined batch).
 	PgMissHand:            2, // the claim's statement, the completion's UPDATE
 	PgMissRaw:             2, // the claim's batch, the completion's batch
+	PgMissStore:           2,
 	PgMissGuarded:         2,
 	PgReplayHand:          1, // the claim's statement, returning the result
 	PgReplayRaw:           1, // the claim's batch, returning the completed row
+	PgReplayStore:         1,
 	PgReplayGuarded:       1,
 	PgReplayCachedGuarded: 0,
 	PgTxRaw:               3, // BEGIN, the business INSERT, COMMIT
@@ -79,7 +81,7 @@ var wantRequestsPerOp = map[string]float64{
 
 // runsEveryOp are the scenarios whose every operation runs the function.
 var runsEveryOp = map[string]bool{MissRaw: true, MissGuarded: true, TxRaw: true, TxProtocolRaw: true, TxGuarded: true,
-	PgMissHand: true, PgMissRaw: true, PgMissGuarded: true, PgTxRaw: true, PgTxGuarded: true,
+	PgMissHand: true, PgMissRaw: true, PgMissStore: true, PgMissGuarded: true, PgTxRaw: true, PgTxGuarded: true,
 	RedisMissHand: true, RedisMissRaw: true, RedisMissStore: true, RedisMissGuarded: true, RedisHTTPHandFirst: true, RedisHTTPGuardedFirst: true}
 
 // Problem is a target a result missed.

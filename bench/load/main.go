@@ -37,10 +37,12 @@
 // the same rounds, on one pgx pool whose tracer counts round trips:
 //
 //	pg_miss_hand             hand-written: the key from encoding/json and SHA-256, one claim-or-read statement, a fenced UPDATE
-//	pg_miss_raw              the claim's pipeline and the completion's, as store/postgres sends them
+//	pg_miss_raw              the claim's statement and the completion's UPDATE, as store/postgres sends them
+//	pg_miss_store            the same through store/postgres's Acquire and Complete, records built by hand, no guard
 //	pg_miss_guarded          a guarded call with a fresh key
 //	pg_replay_hand           hand-written: the key, the claim-or-read statement returning the stored result
-//	pg_replay_raw            the claim's pipeline on a completed key, the result decoded from its row
+//	pg_replay_raw            the claim's statement on a completed key, the result decoded from its row
+//	pg_replay_store          the same through store/postgres's Acquire, no guard
 //	pg_replay_guarded        a guarded call whose key is completed
 //	pg_replay_cached_guarded the same with guard.WithCache
 //	pg_tx_raw                a plain transaction at READ COMMITTED: BEGIN, the business INSERT, COMMIT

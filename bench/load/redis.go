@@ -16,7 +16,6 @@ import (
 	"github.com/idemguard/idemguard/internal/epoch"
 	"github.com/idemguard/idemguard/internal/redistest"
 	"github.com/idemguard/idemguard/internal/reqcount"
-	"github.com/idemguard/idemguard/store"
 	idemredis "github.com/idemguard/idemguard/store/redis"
 )
 
@@ -221,41 +220,4 @@ func unpack(s string) (map[string]string, error) {
 		f[name], s = s[i+1:i+1+n], s[i+1+n:]
 	}
 	return f, nil
-}
-
-// storeMiss is rawMiss through the store, without a guard: Acquire of an
-// in-progress record built by hand, the function, Complete.
-func (r *redisBench) storeMiss(ctx context.Context, b *bench, key string, in Order) error {
-	now := time.Now()
-	claim := &store.Record{Key: key, Status: store.StatusInProgress, Token: newToken(),
-		ExpiresAt: now.Add(max(rawTTL, rawLease)), LeaseExpiresAt: now.Add(rawLease)}
-	if _, err := r.store.Acquire(ctx, claim, now.Add(-guard.DefaultClockSkew)); err != nil {
-		return err
-	}
-	b.bodyRuns.Add(1)
-	data, err := json.Marshal(charge(in))
-	if err != nil {
-		return err
-	}
-	return r.store.Complete(ctx, &store.Record{Key: key, Status: store.StatusCompleted, Token: claim.Token,
-		Result: data, ExpiresAt: time.Now().Add(rawTTL)})
-}
-
-// storeReplay is rawReplay through the store, without a guard.
-func (r *redisBench) storeReplay(ctx context.Context, key string) error {
-	now := time.Now()
-	claim := &store.Record{Key: key, Status: store.StatusInProgress, Token: newToken(),
-		ExpiresAt: now.Add(max(rawTTL, rawLease)), LeaseExpiresAt: now.Add(rawLease)}
-	old, err := r.store.Acquire(ctx, claim, now.Add(-guard.DefaultClockSkew))
-	if !errors.Is(err, store.ErrConflict) {
-		if err == nil {
-			return fmt.Errorf("replay of %s: the claim succeeded; the record was missing", key)
-		}
-		return err
-	}
-	if old.Status != store.StatusCompleted || old.Result == nil {
-		return errors.New("replay of " + key + ": the record is not a completed one with a result")
-	}
-	var rc Receipt
-	return json.Unmarshal(old.Result, &rc)
 }

@@ -428,7 +428,7 @@ func (b *bench) prepare(name string, ops int) (operation, error) {
 		}), nil
 	}
 	switch name {
-	case MissGuarded, MissRaw, PgMissGuarded, PgMissRaw, PgMissHand, PgTxGuarded, PgTxRaw,
+	case MissGuarded, MissRaw, PgMissGuarded, PgMissRaw, PgMissStore, PgMissHand, PgTxGuarded, PgTxRaw,
 		RedisMissGuarded, RedisMissStore, RedisMissRaw, RedisMissHand, TxGuarded, TxRaw, TxProtocolRaw:
 		in := make([]Order, ops)
 		keys := make([]string, ops)
@@ -463,7 +463,9 @@ func (b *bench) prepare(name string, ops int) (operation, error) {
 		case PgMissHand:
 			return func(ctx context.Context, i, _, _ int) error { return b.pg.handMiss(ctx, b, scopeMiss, in[i]) }, nil
 		case RedisMissStore:
-			return func(ctx context.Context, i, _, _ int) error { return b.rd.storeMiss(ctx, b, keys[i], in[i]) }, nil
+			return func(ctx context.Context, i, _, _ int) error { return storeMiss(ctx, b, b.rd.store, keys[i], in[i]) }, nil
+		case PgMissStore:
+			return func(ctx context.Context, i, _, _ int) error { return storeMiss(ctx, b, b.pg.store, keys[i], in[i]) }, nil
 		case MissRaw:
 			return func(ctx context.Context, i, _, _ int) error { return b.rawMiss(ctx, keys[i], in[i]) }, nil
 		case PgMissRaw:
@@ -471,7 +473,7 @@ func (b *bench) prepare(name string, ops int) (operation, error) {
 		default:
 			return func(ctx context.Context, i, _, _ int) error { return b.pg.rawTx(ctx, b, in[i]) }, nil
 		}
-	case ReplayGuarded, ReplayCachedGuarded, ReplayRaw, PgReplayGuarded, PgReplayCachedGuarded, PgReplayRaw, PgReplayHand,
+	case ReplayGuarded, ReplayCachedGuarded, ReplayRaw, PgReplayGuarded, PgReplayCachedGuarded, PgReplayRaw, PgReplayStore, PgReplayHand,
 		RedisReplayGuarded, RedisReplayCachedGuarded, RedisReplayStore, RedisReplayRaw, RedisReplayHand, TxReplayGuarded, TxReplayCachedGuarded:
 		ins, keys, fn, cached, raw := b.replayIn, b.replayKey, b.replayFn, b.cachedFn, b.rawReplay
 		switch {
@@ -494,7 +496,9 @@ func (b *bench) prepare(name string, ops int) (operation, error) {
 		case ReplayCachedGuarded, PgReplayCachedGuarded, RedisReplayCachedGuarded, TxReplayCachedGuarded:
 			return func(ctx context.Context, _, w, n int) error { _, err := cached(ctx, ins[idx(w, n)]); return err }, nil
 		case RedisReplayStore:
-			return func(ctx context.Context, _, w, n int) error { return b.rd.storeReplay(ctx, keys[idx(w, n)]) }, nil
+			return func(ctx context.Context, _, w, n int) error { return storeReplay(ctx, b.rd.store, keys[idx(w, n)]) }, nil
+		case PgReplayStore:
+			return func(ctx context.Context, _, w, n int) error { return storeReplay(ctx, b.pg.store, keys[idx(w, n)]) }, nil
 		case RedisReplayHand:
 			return func(ctx context.Context, _, w, n int) error { return b.rd.handReplay(ctx, scopeReplay, ins[idx(w, n)]) }, nil
 		case PgReplayHand:

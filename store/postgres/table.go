@@ -92,6 +92,7 @@ const columns = "key, status, token, payload_hash, result_kind, result, expires_
 
 // statements are the SQL the store sends, built once for its table.
 type statements struct {
+	claim    string // Acquire's one statement: the upsert, and the live row it lost to
 	acquire  string // the conditional upsert; RETURNING a row iff it wrote
 	get      string
 	complete string
@@ -106,18 +107,33 @@ type statements struct {
 func newStatements(id pgx.Identifier) statements {
 	t := id.Sanitize()
 	r := strings.NewReplacer("$T", t, "$C", columns)
-	return statements{
-		// The row is replaced only if it is not live at $7: expired, or
-		// in progress under a lapsed lease. ON CONFLICT DO UPDATE locks the
-		// conflicting row whether or not the WHERE holds, so the SELECT
-		// that follows in the same transaction reads that very row.
-		acquire: r.Replace(`INSERT INTO $T AS t (key, status, token, payload_hash, result_kind, result, expires_at, lease_expires_at)
+	const upsert = `INSERT INTO $T AS t (key, status, token, payload_hash, result_kind, result, expires_at, lease_expires_at)
 VALUES ($1, 'INPROGRESS', $2, $3, 0, NULL, $4, $5)
 ON CONFLICT (key) DO UPDATE SET status = 'INPROGRESS', token = excluded.token, payload_hash = excluded.payload_hash,
     result_kind = 0, result = NULL, expires_at = excluded.expires_at, lease_expires_at = excluded.lease_expires_at
 WHERE t.expires_at <= $6 OR (t.status = 'INPROGRESS' AND t.lease_expires_at <= $6)
-RETURNING true`),
-		get: r.Replace(`SELECT $C FROM $T WHERE key = $1`),
+RETURNING true`
+	return statements{
+		// The upsert, and the row as the statement's snapshot has it if it
+		// is live at $6 and the upsert did not write: the record's columns
+		// and won, false; or one row of empty columns and won, true; or no
+		// row when the upsert met a row the snapshot has not, or has in an
+		// older version that was not live (see Acquire). Won comes last, so
+		// that the columns keep their indexes in columns.
+		claim: r.Replace(`WITH claim AS (
+` + upsert + `)
+SELECT '', '', '', '', 0::smallint, NULL::bytea, NULL::timestamptz, NULL::timestamptz, true FROM claim
+UNION ALL
+SELECT $C, false FROM $T
+WHERE key = $1 AND expires_at > $6 AND (status <> 'INPROGRESS' OR lease_expires_at IS NULL OR lease_expires_at > $6)
+    AND NOT EXISTS (SELECT FROM claim)`),
+		// The row is replaced only if it is not live at $6: expired, or
+		// in progress under a lapsed lease. ON CONFLICT DO UPDATE locks the
+		// conflicting row whether or not the WHERE holds, so the SELECT
+		// that follows in the same transaction reads that very row
+		// (Acquire's pipeline, when its one statement cannot answer).
+		acquire: r.Replace(upsert),
+		get:     r.Replace(`SELECT $C FROM $T WHERE key = $1`),
 		complete: r.Replace(`UPDATE $T SET status = 'COMPLETED', payload_hash = $3, result_kind = $4, result = $5,
     expires_at = $6, lease_expires_at = $7
 WHERE key = $1 AND token = $2`),
