@@ -128,17 +128,14 @@ func (r *redisBench) close() error {
 
 // rawClaim sends the claim script for key under token, with the arguments
 // store/redis sends: now (the guard's clock less its skew) in milliseconds,
-// the key's PEXPIREAT, the in-progress record's expiration and token, and
-// its lease as a field, value pair (times as int64s, which go-redis writes
-// as decimal text). It returns the script's reply: 1 when it claimed, the
+// the key's PEXPIREAT, the in-progress record's expiration, token and lease
+// end (times as int64s, which go-redis writes as decimal text). It returns the script's reply: 1 when it claimed, the
 // record it met otherwise, packed in one string.
 func (r *redisBench) rawClaim(ctx context.Context, key, token string, now time.Time) (any, error) {
 	seen := now.Add(-guard.DefaultClockSkew)
 	exp := epoch.CeilSeconds(now.Add(max(rawTTL, rawLease)))
 	return r.client.EvalSha(ctx, r.acquireSHA, []string{r.prefix + key},
-		epoch.FloorMillis(seen), exp*1000+r.grace, exp, token,
-		idemredis.FieldLease, epoch.CeilMillis(now.Add(rawLease)),
-	).Result()
+		epoch.FloorMillis(seen), exp*1000+r.grace, exp, token, epoch.CeilMillis(now.Add(rawLease))).Result()
 }
 
 // rawMiss claims key, runs the function and completes the claim with its

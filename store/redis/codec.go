@@ -54,14 +54,15 @@ var (
 // encode returns the argument list of script sc on rec's record (see
 // scriptArgs), allocated once at its final length: header (the script's own
 // arguments), rec's expiration (FieldExpiry, epoch seconds, which it also
-// returns), its token if withToken, and then, as field, value pairs for
-// HSET, the fields a record has only sometimes: lease, payload hash, result
-// kind, encoding and result. The script writes the status, and the
-// expiration and token from their positions. Times are int64s, which
+// returns), for a claim its token and its lease end (epoch ms, or "" for
+// none), and then, as field, value pairs for HSET, the fields a record has
+// only sometimes: the lease end of a completed record, payload hash, result
+// kind, encoding and result. The script writes the status, and the fields
+// given by position. Times are int64s, which
 // go-redis writes as decimal text, without a string of their own. encode
 // refuses times it could not store, and results over the store's limit
 // with an error matching [store.ErrTooLarge].
-func (s *Store) encode(sc *script, rec *store.Record, withToken bool, header ...any) (args []any, expiry int64, err error) {
+func (s *Store) encode(sc *script, rec *store.Record, claim bool, header ...any) (args []any, expiry int64, err error) {
 	var kind any
 	switch rec.ResultKind {
 	case store.ResultValue:
@@ -96,10 +97,10 @@ func (s *Store) encode(sc *script, rec *store.Record, withToken bool, header ...
 	}
 
 	n := len(header) + 1 // the expiration
-	if withToken {
-		n++
+	if claim {
+		n += 2 // the token and the lease
 	}
-	for _, b := range []bool{hasLease, rec.PayloadHash != "", kind != nil, zipped, data != nil} {
+	for _, b := range []bool{hasLease && !claim, rec.PayloadHash != "", kind != nil, zipped, data != nil} {
 		if b {
 			n += 2
 		}
@@ -108,10 +109,12 @@ func (s *Store) encode(sc *script, rec *store.Record, withToken bool, header ...
 	args = s.scriptArgs(sc, rec.Key, n)
 	args = append(args, header...)
 	args = append(args, expiry)
-	if withToken {
-		args = append(args, rec.Token)
-	}
-	if hasLease {
+	switch {
+	case claim && hasLease:
+		args = append(args, rec.Token, epoch.CeilMillis(rec.LeaseExpiresAt))
+	case claim:
+		args = append(args, rec.Token, "")
+	case hasLease:
 		args = append(args, FieldLease, epoch.CeilMillis(rec.LeaseExpiresAt))
 	}
 	if rec.PayloadHash != "" {
@@ -198,7 +201,7 @@ func (s *Store) decodeMap(key string, h map[string]string) (*store.Record, error
 func (s *Store) decodePacked(key, v string) (*store.Record, error) {
 	var f fields
 	rest := v[1:]
-	for _, name := range packedFields {
+	for i := range len(packedFields) {
 		if rest == "" {
 			return nil, errors.New("redis: the claim script returned a truncated record")
 		}
@@ -206,18 +209,37 @@ func (s *Store) decodePacked(key, v string) (*store.Record, error) {
 			rest = rest[1:]
 			continue
 		}
-		i := strings.IndexByte(rest, ':')
-		n, err := strconv.Atoi(rest[:max(i, 0)])
-		if i < 0 || err != nil || n < 0 || n > len(rest)-i-1 {
+		n, j := 0, 0
+		for ; j < len(rest) && j < 10 && '0' <= rest[j] && rest[j] <= '9'; j++ {
+			n = n*10 + int(rest[j]-'0')
+		}
+		if j == 0 || j == len(rest) || rest[j] != ':' || n > len(rest)-j-1 {
 			return nil, errors.New("redis: the claim script returned a malformed record")
 		}
-		f.set(name, rest[i+1:i+1+n])
-		rest = rest[i+1+n:]
+		value := rest[j+1 : j+1+n]
+		rest = rest[j+1+n:]
+		switch i { // the order of packedFields
+		case 0:
+			f.status, f.has = value, f.has|hasStatus
+		case 1:
+			f.expiry, f.has = value, f.has|hasExpiry
+		case 2:
+			f.lease, f.has = value, f.has|hasLease
+		case 3:
+			f.token = strings.Clone(value)
+		case 4:
+			f.validation = strings.Clone(value)
+		case 5:
+			f.kind = value
+		case 6:
+			f.encoding, f.has = value, f.has|hasEncoding
+		case 7:
+			f.data, f.has = value, f.has|hasData
+		}
 	}
 	if rest != "" {
 		return nil, errors.New("redis: the claim script returned a malformed record")
 	}
-	f.token, f.validation = strings.Clone(f.token), strings.Clone(f.validation)
 	return s.decode(key, &f)
 }
 

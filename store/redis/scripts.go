@@ -20,7 +20,9 @@ import (
 //	ARGV[2]     when the server deletes the key (PEXPIREAT), epoch ms
 //	ARGV[3]     the new record's expiration, epoch seconds
 //	ARGV[4]     the new record's token
-//	ARGV[5...]  the new record's other fields, as field, value pairs
+//	ARGV[5]     the new record's lease end (in_progress_expiration), epoch
+//	            ms, or "" for none
+//	ARGV[6...]  the new record's other fields, as field, value pairs
 //
 // The record it writes has the status INPROGRESS.
 //
@@ -71,7 +73,10 @@ if t ~= 'none' then
   end
   redis.call('DEL', KEYS[1])
 end
-redis.call('HSET', KEYS[1], 'status', 'INPROGRESS', 'expiration', ARGV[3], 'token', ARGV[4], unpack(ARGV, 5))
+redis.call('HSET', KEYS[1], 'status', 'INPROGRESS', 'expiration', ARGV[3], 'token', ARGV[4], unpack(ARGV, 6))
+if ARGV[5] ~= '' then
+  redis.call('HSET', KEYS[1], 'in_progress_expiration', ARGV[5])
+end
 redis.call('PEXPIREAT', KEYS[1], ARGV[2])
 return 1
 `
