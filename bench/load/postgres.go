@@ -84,8 +84,8 @@ UNION ALL
 SELECT ` + cols + `, false FROM ` + t + `
 WHERE key = $1 AND expires_at > $6 AND (status <> 'INPROGRESS' OR lease_expires_at IS NULL OR lease_expires_at > $6)
     AND NOT EXISTS (SELECT FROM claim)`,
-		complete: `UPDATE ` + t + ` SET status = 'COMPLETED', payload_hash = $3, result_kind = $4, result = $5,
-    expires_at = $6, lease_expires_at = $7
+		complete: `UPDATE ` + t + ` SET status = 'COMPLETED', payload_hash = '', result_kind = 0, result = $3,
+    expires_at = $4, lease_expires_at = NULL
 WHERE key = $1 AND token = $2`,
 		insertEffect: `INSERT INTO ` + pgx.Identifier{effects}.Sanitize() + ` (order_id, amount) VALUES ($1, $2)`,
 	}
@@ -192,7 +192,7 @@ func (p *pgBench) rawMiss(ctx context.Context, b *bench, key string, in Order) e
 	if err != nil {
 		return err
 	}
-	tag, err := p.pool.Exec(ctx, p.sql.complete, key, token, "", int16(0), data, ceilMicro(time.Now().Add(rawTTL)), nil)
+	tag, err := p.pool.Exec(ctx, p.sql.complete, key, token, data, ceilMicro(time.Now().Add(rawTTL)))
 	if err == nil && tag.RowsAffected() != 1 {
 		err = fmt.Errorf("completion of %s matched %d rows", key, tag.RowsAffected())
 	}

@@ -290,8 +290,16 @@ func (s *Store) complete(ctx context.Context, op string, rec *store.Record, exec
 	if rec.ResultKind > store.ResultUnavailable {
 		return s.wrap(op, rec.Key, fmt.Errorf("unknown result kind %v", rec.ResultKind))
 	}
-	n, err := exec(ctx, s.sql.complete, rec.Key, rec.Token, rec.PayloadHash, int16(rec.ResultKind), rec.Result,
-		ceilMicro(rec.ExpiresAt), leaseParam(rec.LeaseExpiresAt))
+	var (
+		n   int64
+		err error
+	)
+	if rec.PayloadHash == "" && rec.ResultKind == store.ResultValue && rec.LeaseExpiresAt.IsZero() {
+		n, err = exec(ctx, s.sql.completeValue, rec.Key, rec.Token, rec.Result, ceilMicro(rec.ExpiresAt))
+	} else {
+		n, err = exec(ctx, s.sql.complete, rec.Key, rec.Token, rec.PayloadHash, int16(rec.ResultKind), rec.Result,
+			ceilMicro(rec.ExpiresAt), leaseParam(rec.LeaseExpiresAt))
+	}
 	if err != nil {
 		return s.wrap(op, rec.Key, err)
 	}

@@ -96,12 +96,15 @@ type statements struct {
 	acquire  string // the conditional upsert; RETURNING a row iff it wrote
 	get      string
 	complete string
-	extend   string
-	release  string
-	getMany  string
-	delete   string
-	purge    string
-	list     string // the head of List's query, completed per query
+	// completeValue is complete for the usual record: no payload hash,
+	// a value, no lease; three parameters fewer to encode and send.
+	completeValue string
+	extend        string
+	release       string
+	getMany       string
+	delete        string
+	purge         string
+	list          string // the head of List's query, completed per query
 }
 
 func newStatements(id pgx.Identifier) statements {
@@ -136,6 +139,9 @@ WHERE key = $1 AND expires_at > $6 AND (status <> 'INPROGRESS' OR lease_expires_
 		get:     r.Replace(`SELECT $C FROM $T WHERE key = $1`),
 		complete: r.Replace(`UPDATE $T SET status = 'COMPLETED', payload_hash = $3, result_kind = $4, result = $5,
     expires_at = $6, lease_expires_at = $7
+WHERE key = $1 AND token = $2`),
+		completeValue: r.Replace(`UPDATE $T SET status = 'COMPLETED', payload_hash = '', result_kind = 0, result = $3,
+    expires_at = $4, lease_expires_at = NULL
 WHERE key = $1 AND token = $2`),
 		extend: r.Replace(`UPDATE $T SET lease_expires_at = $3, expires_at = $4
 WHERE key = $1 AND token = $2 AND status = 'INPROGRESS'`),
