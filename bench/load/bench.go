@@ -30,6 +30,9 @@ type Config struct {
 	// PostgresURL is a PostgreSQL database for the pg_ scenarios; empty
 	// leaves them out.
 	PostgresURL string
+	// HandIndex gives the hand-written PostgreSQL baseline's table the
+	// index on (expires_at, key) that store/postgres keeps for Purge.
+	HandIndex bool
 	// RedisAddr is a Redis server's host:port for the redis_ scenarios;
 	// empty leaves them out.
 	RedisAddr string

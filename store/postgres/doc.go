@@ -12,9 +12,10 @@
 //
 // Each record is one row of one table (see [CreateTable] and [DDL] for its
 // columns; [WithTable] names it). Every step is one round trip, one
-// statement sent on its own: Acquire's conditional upsert and the read of
-// the live record it lost to, in one statement, which returns that record
-// on a conflict; Complete, Extend and Release are single statements
+// statement sent on its own: Acquire reads a live record, which it
+// returns on a conflict without locking its row, or writes its claim with a
+// conditional upsert when there is none, in one statement; Complete,
+// Extend and Release are single statements
 // conditional on the fencing token (Extend and Release also on the
 // in-progress status: a completed record is never released). Correctness
 // under concurrent claims rests on READ COMMITTED: a claim that loses to a

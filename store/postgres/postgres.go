@@ -71,21 +71,23 @@ func (s *Store) conn(ctx context.Context, op, key string) (*pgxpool.Conn, error)
 // Acquire implements [store.Store] in one round trip: one statement,
 // sent on its own (autocommit),
 //
-//	WITH claim AS (INSERT … ON CONFLICT (key) DO UPDATE … WHERE <the row is not live> RETURNING true)
-//	SELECT <no record>, true FROM claim
-//	UNION ALL
-//	SELECT <the row>, false … WHERE key = $1 AND <the row is live> AND NOT EXISTS (SELECT FROM claim)
+//	WITH live AS (SELECT <the row>, false … WHERE key = $1 AND <the row is live>),
+//	claim AS (INSERT … SELECT … WHERE NOT EXISTS (SELECT FROM live)
+//	          ON CONFLICT (key) DO UPDATE … WHERE <the row is not live> RETURNING true)
+//	SELECT * FROM live UNION ALL SELECT <no record>, true FROM claim
 //
-// The upsert decides: it waits for a concurrent inserter of the key to
-// finish, then checks liveness against the newest row version and replaces
-// it only if it is not live, as at READ COMMITTED. When it did not write,
-// the SELECT reads the row as the statement's snapshot has it; if that
-// version is live, it is what an Acquire at the moment of the snapshot
-// would have met, and it is returned. The SELECT cannot see a row another
-// transaction committed after the snapshot (the claim race on a fresh or an
-// expired key: the snapshot has no row, or the expired one), and returns
-// nothing then; Acquire then sends the pipeline below, a second round trip
-// that only the losers of such races pay.
+// A row the statement's snapshot has and that is live is what an Acquire
+// at the moment of the snapshot would have met: it is returned as it is,
+// without the upsert, which would lock it (a replay then writes nothing,
+// as a read does). Otherwise the upsert decides: it waits for a concurrent
+// inserter of the key to finish, then checks liveness against the newest
+// row version and replaces it only if it is not live, as at READ
+// COMMITTED. When the upsert does not write, it met a row the snapshot has
+// not, or has in an older version that was not live (the claim race on a
+// fresh or an expired key, lost to a rival that committed after the
+// snapshot), and the statement returns no row; Acquire then sends the
+// pipeline below, a second round trip that only the losers of such races
+// pay.
 //
 // A server whose sessions default to REPEATABLE READ or SERIALIZABLE runs
 // the statement at that level, where the upsert fails with a serialization

@@ -117,19 +117,26 @@ ON CONFLICT (key) DO UPDATE SET status = 'INPROGRESS', token = excluded.token, p
 WHERE t.expires_at <= $6 OR (t.status = 'INPROGRESS' AND t.lease_expires_at <= $6)
 RETURNING true`
 	return statements{
-		// The upsert, and the row as the statement's snapshot has it if it
-		// is live at $6 and the upsert did not write: the record's columns
-		// and won, false; or one row of empty columns and won, true; or no
-		// row when the upsert met a row the snapshot has not, or has in an
-		// older version that was not live (see Acquire). Won comes last, so
-		// that the columns keep their indexes in columns.
-		claim: r.Replace(`WITH claim AS (
-` + upsert + `)
-SELECT '', '', '', '', 0::smallint, NULL::bytea, NULL::timestamptz, NULL::timestamptz, true FROM claim
-UNION ALL
+		// The row as the statement's snapshot has it, if it is live at $6:
+		// the record's columns and won, false; otherwise the upsert, and
+		// one row of empty columns and won, true, if it wrote; no row if
+		// it did not (it met a row the snapshot has not, or has in an
+		// older version that was not live; see Acquire). A live row is
+		// returned without the upsert, which would lock it. Won comes
+		// last, so that the columns keep their indexes in columns.
+		claim: r.Replace(`WITH live AS (
 SELECT $C, false FROM $T
 WHERE key = $1 AND expires_at > $6 AND (status <> 'INPROGRESS' OR lease_expires_at IS NULL OR lease_expires_at > $6)
-    AND NOT EXISTS (SELECT FROM claim)`),
+), claim AS (
+INSERT INTO $T AS t (key, status, token, payload_hash, result_kind, result, expires_at, lease_expires_at)
+SELECT $1, 'INPROGRESS', $2::text, $3::text, 0, NULL, $4::timestamptz, $5::timestamptz WHERE NOT EXISTS (SELECT FROM live)
+ON CONFLICT (key) DO UPDATE SET status = 'INPROGRESS', token = excluded.token, payload_hash = excluded.payload_hash,
+    result_kind = 0, result = NULL, expires_at = excluded.expires_at, lease_expires_at = excluded.lease_expires_at
+WHERE t.expires_at <= $6 OR (t.status = 'INPROGRESS' AND t.lease_expires_at <= $6)
+RETURNING true)
+SELECT * FROM live
+UNION ALL
+SELECT '', '', '', '', 0::smallint, NULL::bytea, NULL::timestamptz, NULL::timestamptz, true FROM claim`),
 		// The row is replaced only if it is not live at $6: expired, or
 		// in progress under a lapsed lease. ON CONFLICT DO UPDATE locks the
 		// conflicting row whether or not the WHERE holds, so the SELECT
