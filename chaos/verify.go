@@ -340,7 +340,11 @@ func (ev *evidence) verify() *Report {
 			recorded, hasDone := doneAt[effectOf(rs)]
 			live := rs[:0:0]
 			for _, x := range rs {
-				if hasDone && recorded.Before(x.e.At) {
+				// Done times are milliseconds: a run is after the
+				// recording only if it is after that whole millisecond (a
+				// ledger that keeps nanoseconds puts the recorded run
+				// itself within it).
+				if hasDone && !x.e.At.Before(recorded.Add(time.Millisecond)) {
 					if why := explain(id, x.e); why == "pause" || why == "window" {
 						continue
 					}

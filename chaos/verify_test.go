@@ -137,6 +137,21 @@ func TestVerifyKeyedZombieAfterRecord(t *testing.T) {
 	}
 }
 
+// A keyed body whose result is recorded within the millisecond of its
+// effect: done files keep milliseconds, and a ledger may keep nanoseconds
+// (Redis's, as JSON), so the recording's time, cut to its millisecond,
+// reads as before the effect it records. That is one run, not a run after
+// the recording.
+func TestVerifyKeyedRecordedInTheSameMillisecond(t *testing.T) {
+	s := newScenario(t)
+	s.t0 = time.UnixMilli(s.t0.UnixMilli()).Add(174 * time.Microsecond)
+	s.happy()
+	s.ev.done = []doneLine{{kind: "done", op: s.keyed.ID, effect: "ek", pid: 1, at: time.UnixMilli(s.t0.Add(500 * time.Microsecond).UnixMilli())}}
+	if r := s.ev.verify(); !r.OK() || r.RerunsUnexplained != 0 {
+		t.Fatalf("report %+v", r)
+	}
+}
+
 func TestVerifyFindsViolations(t *testing.T) {
 	for _, tc := range []struct {
 		name  string

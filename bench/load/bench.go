@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -29,6 +30,9 @@ type Config struct {
 	// PostgresURL is a PostgreSQL database for the pg_ scenarios; empty
 	// leaves them out.
 	PostgresURL string
+	// HandIndex gives the hand-written PostgreSQL baseline's table the
+	// index on (expires_at, key) that store/postgres keeps for Purge.
+	HandIndex bool
 	// RedisAddr is a Redis server's host:port for the redis_ scenarios;
 	// empty leaves them out.
 	RedisAddr string
@@ -105,16 +109,26 @@ var baselines = map[string]string{
 	TxGuarded:             TxRaw,
 	TxReplayGuarded:       ReplayRaw,
 	TxReplayCachedGuarded: ReplayRaw,
-	PgMissGuarded:         PgMissRaw,
-	PgReplayGuarded:       PgReplayRaw,
-	PgReplayCachedGuarded: PgReplayRaw,
+	// PostgreSQL and Redis: against the hand-written baselines (hand.go),
+	// the store's own commands sent by hand included.
+	PgMissRaw:             PgMissHand,
+	PgMissStore:           PgMissHand,
+	PgMissGuarded:         PgMissHand,
+	PgReplayRaw:           PgReplayHand,
+	PgReplayStore:         PgReplayHand,
+	PgReplayGuarded:       PgReplayHand,
+	PgReplayCachedGuarded: PgReplayHand,
 	PgTxGuarded:           PgTxRaw,
 
-	RedisMissStore:           RedisMissRaw,
-	RedisMissGuarded:         RedisMissRaw,
-	RedisReplayStore:         RedisReplayRaw,
-	RedisReplayGuarded:       RedisReplayRaw,
-	RedisReplayCachedGuarded: RedisReplayRaw,
+	RedisMissRaw:             RedisMissHand,
+	RedisMissStore:           RedisMissHand,
+	RedisMissGuarded:         RedisMissHand,
+	RedisReplayRaw:           RedisReplayHand,
+	RedisReplayStore:         RedisReplayHand,
+	RedisReplayGuarded:       RedisReplayHand,
+	RedisReplayCachedGuarded: RedisReplayHand,
+	RedisHTTPGuardedFirst:    RedisHTTPHandFirst,
+	RedisHTTPGuardedReplay:   RedisHTTPHandReplay,
 }
 
 // Order is the input of the guarded function: what a payment job receives.
@@ -255,7 +269,7 @@ func newBench(ctx context.Context, cfg Config) (*bench, error) {
 			return nil, errors.New("the redis_ scenarios need a Redis address (-redis)")
 		}
 		var err error
-		if b.rd, err = newRedisBench(ctx, cfg, b.runID, body); err != nil {
+		if b.rd, err = newRedisBench(ctx, cfg, b, body); err != nil {
 			return nil, fmt.Errorf("redis: %w", err)
 		}
 	}
@@ -359,9 +373,22 @@ func (b *bench) populate(ctx context.Context) error {
 		if err := b.pg.populate(ctx, n, "pg-replay-"+b.runID, keyer); err != nil {
 			return err
 		}
+		for i, in := range b.pg.replayIn {
+			if err := b.pg.handMiss(ctx, b, scopeReplay, in); err != nil {
+				return fmt.Errorf("completing hand-written replay record %d: %w", i, err)
+			}
+		}
 	}
 	if b.rd != nil {
 		if err := b.rd.populate(ctx, n, "redis-replay-"+b.runID, keyer); err != nil {
+			return err
+		}
+		for i, in := range b.rd.replayIn {
+			if err := b.rd.handMiss(ctx, b, scopeReplay, in); err != nil {
+				return fmt.Errorf("completing hand-written replay record %d: %w", i, err)
+			}
+		}
+		if err := b.rd.http.populate(n, "http-replay-"+b.runID); err != nil {
 			return err
 		}
 	}
@@ -398,4 +425,41 @@ func (b *bench) populate(ctx context.Context) error {
 		}
 	}
 	return b.populateTx(ctx)
+}
+
+// storeMiss is a first call through store s, without a guard: Acquire of an
+// in-progress record built by hand, the function, Complete.
+func storeMiss(ctx context.Context, b *bench, s store.Store, key string, in Order) error {
+	now := time.Now()
+	claim := &store.Record{Key: key, Status: store.StatusInProgress, Token: newToken(),
+		ExpiresAt: now.Add(max(rawTTL, rawLease)), LeaseExpiresAt: now.Add(rawLease)}
+	if _, err := s.Acquire(ctx, claim, now.Add(-guard.DefaultClockSkew)); err != nil {
+		return err
+	}
+	b.bodyRuns.Add(1)
+	data, err := json.Marshal(charge(in))
+	if err != nil {
+		return err
+	}
+	return s.Complete(ctx, &store.Record{Key: key, Status: store.StatusCompleted, Token: claim.Token,
+		Result: data, ExpiresAt: time.Now().Add(rawTTL)})
+}
+
+// storeReplay is a replay through store s, without a guard.
+func storeReplay(ctx context.Context, s store.Store, key string) error {
+	now := time.Now()
+	claim := &store.Record{Key: key, Status: store.StatusInProgress, Token: newToken(),
+		ExpiresAt: now.Add(max(rawTTL, rawLease)), LeaseExpiresAt: now.Add(rawLease)}
+	old, err := s.Acquire(ctx, claim, now.Add(-guard.DefaultClockSkew))
+	if !errors.Is(err, store.ErrConflict) {
+		if err == nil {
+			return fmt.Errorf("replay of %s: the claim succeeded; the record was missing", key)
+		}
+		return err
+	}
+	if old.Status != store.StatusCompleted || old.Result == nil {
+		return errors.New("replay of " + key + ": the record is not a completed one with a result")
+	}
+	var rc Receipt
+	return json.Unmarshal(old.Result, &rc)
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -339,6 +340,8 @@ func (h *evalHook) take(sha map[string]string) []string {
 					parts = append(parts, strings.ToLower(v))
 				case i == 1:
 					parts = append(parts, "sha="+sha[v])
+				case i == 2:
+					parts = append(parts, "keys="+v)
 				case literal[v]:
 					parts = append(parts, v)
 				default:
@@ -346,6 +349,8 @@ func (h *evalHook) take(sha map[string]string) []string {
 				}
 			case []byte:
 				parts = append(parts, "bytes="+string(v))
+			case int:
+				parts = append(parts, "keys="+strconv.Itoa(v)) // go-redis's EvalSha writes the number of keys as an int
 			default:
 				parts = append(parts, fmt.Sprintf("%T/%d", v, len(fmt.Sprint(v))))
 			}

@@ -1,7 +1,8 @@
 // Command load measures what a guard costs against DynamoDB, next to the raw
 // SDK doing the same requests, against PostgreSQL, next to raw pgx sending
-// the same statements, and against Redis, next to raw go-redis sending the
-// same scripts, in one process and one run.
+// the same statements and to a hand-written pgx client, and against Redis,
+// next to raw go-redis sending the same scripts and to a hand-written
+// go-redis client, in one process and one run.
 //
 //	IDEMGUARD_SERVICES="dynamodb postgres redis" scripts/harness.sh run go run ./bench/load
 //	go run ./bench/load -endpoint http://127.0.0.1:8000 -ops 4000 -concurrency 32
@@ -35,9 +36,13 @@
 // With a PostgreSQL URL (-postgres, default $IDEMGUARD_POSTGRES_URL), in
 // the same rounds, on one pgx pool whose tracer counts round trips:
 //
-//	pg_miss_raw              the claim's pipeline and the completion's, as store/postgres sends them
+//	pg_miss_hand             hand-written: the key from encoding/json and SHA-256, one claim-or-read statement, a fenced UPDATE
+//	pg_miss_raw              the claim's statement and the completion's UPDATE, as store/postgres sends them
+//	pg_miss_store            the same through store/postgres's Acquire and Complete, records built by hand, no guard
 //	pg_miss_guarded          a guarded call with a fresh key
-//	pg_replay_raw            the claim's pipeline on a completed key, the result decoded from its row
+//	pg_replay_hand           hand-written: the key, the claim-or-read statement returning the stored result
+//	pg_replay_raw            the claim's statement on a completed key, the result decoded from its row
+//	pg_replay_store          the same through store/postgres's Acquire, no guard
 //	pg_replay_guarded        a guarded call whose key is completed
 //	pg_replay_cached_guarded the same with guard.WithCache
 //	pg_tx_raw                a plain transaction at READ COMMITTED: BEGIN, the business INSERT, COMMIT
@@ -46,13 +51,22 @@
 // With a Redis address (-redis, default $IDEMGUARD_REDIS_ADDR), in the same
 // rounds, on one go-redis client whose hook counts round trips:
 //
+//	redis_miss_hand             hand-written: the key from encoding/json and SHA-256, SET NX GET PX, the function, SET PX
 //	redis_miss_raw              EVALSHA of the store's claim script, the function, EVALSHA of its completion script
 //	redis_miss_store            the same through store/redis's Acquire and Complete, records built by hand, no guard
 //	redis_miss_guarded          a guarded call with a fresh key
+//	redis_replay_hand           hand-written: the key, SET NX GET PX returning the stored result
 //	redis_replay_raw            the claim script on a completed key, the result decoded from the record it returns
 //	redis_replay_store          the same through store/redis's Acquire, no guard
 //	redis_replay_guarded        a guarded call whose key is completed
 //	redis_replay_cached_guarded the same with guard.WithCache
+//	redis_http_hand_first       an HTTP request through a hand-written SET NX GET idempotency handler, fresh key
+//	redis_http_guarded_first    the same through httpguard's middleware on store/redis
+//	redis_http_hand_replay      the hand-written handler, a completed key: the stored response
+//	redis_http_guarded_replay   httpguard's middleware, a completed key
+//
+// PostgreSQL's and Redis's guarded scenarios are compared with the
+// hand-written ones, and so are the raw and store scenarios.
 //
 // Every DynamoDB scenario uses the same SDK client (one HTTP client, one
 // retryer, one request-counting middleware); every PostgreSQL scenario the
@@ -87,6 +101,7 @@ func main() {
 	cfg := DefaultConfig()
 	flag.StringVar(&cfg.Endpoint, "endpoint", os.Getenv(dynamodbtest.EndpointEnv), "DynamoDB endpoint URL (default $"+dynamodbtest.EndpointEnv+")")
 	flag.StringVar(&cfg.PostgresURL, "postgres", os.Getenv(postgrestest.URLEnv), "PostgreSQL URL for the pg_ scenarios (default $"+postgrestest.URLEnv+"; empty: none)")
+	flag.BoolVar(&cfg.HandIndex, "hand-index", false, "give the hand-written PostgreSQL baseline's table the store's index on (expires_at, key), which its expired rows' deletion would need")
 	flag.StringVar(&cfg.RedisAddr, "redis", os.Getenv(redistest.AddrEnv), "Redis host:port for the redis_ scenarios (default $"+redistest.AddrEnv+"; empty: none)")
 	flag.IntVar(&cfg.Concurrency, "concurrency", cfg.Concurrency, "concurrent callers in the miss and replay scenarios")
 	flag.IntVar(&cfg.Ops, "ops", cfg.Ops, "operations per miss and replay scenario, over all rounds")

@@ -3,12 +3,12 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemguard/idemguard/guard"
@@ -25,9 +25,13 @@ import (
 
 // PostgreSQL scenario names.
 const (
+	PgMissHand            = "pg_miss_hand"
 	PgMissRaw             = "pg_miss_raw"
+	PgMissStore           = "pg_miss_store"
 	PgMissGuarded         = "pg_miss_guarded"
+	PgReplayHand          = "pg_replay_hand"
 	PgReplayRaw           = "pg_replay_raw"
+	PgReplayStore         = "pg_replay_store"
 	PgReplayGuarded       = "pg_replay_guarded"
 	PgReplayCachedGuarded = "pg_replay_cached_guarded"
 	PgTxRaw               = "pg_tx_raw"
@@ -35,7 +39,8 @@ const (
 )
 
 // PgScenarios lists the PostgreSQL scenarios.
-var PgScenarios = []string{PgMissRaw, PgMissGuarded, PgReplayRaw, PgReplayGuarded, PgReplayCachedGuarded, PgTxRaw, PgTxGuarded}
+var PgScenarios = []string{PgMissHand, PgMissRaw, PgMissStore, PgMissGuarded, PgReplayHand, PgReplayRaw, PgReplayStore, PgReplayGuarded,
+	PgReplayCachedGuarded, PgTxRaw, PgTxGuarded}
 
 func isPg(name string) bool { return slices.Contains(PgScenarios, name) }
 
@@ -46,9 +51,12 @@ type pgBench struct {
 	guardedSet
 	pool    *pgxpool.Pool
 	counter *postgrestest.Counter
+	store   *postgres.Store
 	table   string // the idempotency table
 	effects string // the business table of the transactional scenarios
 	sql     pgStatements
+	handT   string // the hand-written baseline's table
+	hand    handStatements
 
 	txFn func(context.Context, Order) (Receipt, error) // postgres.WrapTx
 }
@@ -57,22 +65,28 @@ type pgBench struct {
 // hand for the raw baseline (TestPgRawSendsTheStoresStatements holds them
 // to the store's).
 type pgStatements struct {
-	acquire, get, complete, insertEffect string
+	claim, complete, insertEffect string
 }
 
 func newPgStatements(table, effects string) pgStatements {
 	t := pgx.Identifier{table}.Sanitize()
 	const cols = "key, status, token, payload_hash, result_kind, result, expires_at, lease_expires_at"
 	return pgStatements{
-		acquire: `INSERT INTO ` + t + ` AS t (` + cols + `)
-VALUES ($1, 'INPROGRESS', $2, $3, 0, NULL, $4, $5)
+		claim: `WITH live AS (
+SELECT ` + cols + `, false FROM ` + t + `
+WHERE key = $1 AND expires_at > $6 AND (status <> 'INPROGRESS' OR lease_expires_at IS NULL OR lease_expires_at > $6)
+), claim AS (
+INSERT INTO ` + t + ` AS t (` + cols + `)
+SELECT $1, 'INPROGRESS', $2::text, $3::text, 0, NULL, $4::timestamptz, $5::timestamptz WHERE NOT EXISTS (SELECT FROM live)
 ON CONFLICT (key) DO UPDATE SET status = 'INPROGRESS', token = excluded.token, payload_hash = excluded.payload_hash,
     result_kind = 0, result = NULL, expires_at = excluded.expires_at, lease_expires_at = excluded.lease_expires_at
 WHERE t.expires_at <= $6 OR (t.status = 'INPROGRESS' AND t.lease_expires_at <= $6)
-RETURNING true`,
-		get: `SELECT ` + cols + ` FROM ` + t + ` WHERE key = $1`,
-		complete: `UPDATE ` + t + ` SET status = 'COMPLETED', payload_hash = $3, result_kind = $4, result = $5,
-    expires_at = $6, lease_expires_at = $7
+RETURNING true)
+SELECT * FROM live
+UNION ALL
+SELECT '', '', '', '', 0::smallint, NULL::bytea, NULL::timestamptz, NULL::timestamptz, true FROM claim`,
+		complete: `UPDATE ` + t + ` SET status = 'COMPLETED', payload_hash = '', result_kind = 0, result = $3,
+    expires_at = $4, lease_expires_at = NULL
 WHERE key = $1 AND token = $2`,
 		insertEffect: `INSERT INTO ` + pgx.Identifier{effects}.Sanitize() + ` (order_id, amount) VALUES ($1, $2)`,
 	}
@@ -84,7 +98,7 @@ func newPgBench(ctx context.Context, cfg Config, runID string, body func(context
 	if err != nil {
 		return nil, err
 	}
-	p := &pgBench{table: "bench_" + runID + "_idempotency", effects: "bench_" + runID + "_effects"}
+	p := &pgBench{table: "bench_" + runID + "_idempotency", effects: "bench_" + runID + "_effects", handT: "bench_" + runID + "_hand"}
 	p.counter = postgrestest.CountStatements(pc)
 	// A connection per caller, and as many for the lease keepers and the
 	// transactional scenario's claims while the callers hold transactions.
@@ -101,14 +115,26 @@ func newPgBench(ctx context.Context, cfg Config, runID string, body func(context
 		p.close()
 		return nil, err
 	}
+	if _, err := p.pool.Exec(ctx, fmt.Sprintf(handTable, pgx.Identifier{p.handT}.Sanitize())); err != nil {
+		p.close()
+		return nil, err
+	}
+	if cfg.HandIndex {
+		// The index store/postgres keeps for Purge, which the hand-written
+		// table then pays for too.
+		if _, err := p.pool.Exec(ctx, `CREATE INDEX ON `+pgx.Identifier{p.handT}.Sanitize()+` (expires_at, key)`); err != nil {
+			p.close()
+			return nil, err
+		}
+	}
 	p.sql = newPgStatements(p.table, p.effects)
-	s, err := postgres.New(p.pool, postgres.WithTable(p.table))
-	if err != nil {
+	p.hand = newHandStatements(p.handT)
+	if p.store, err = postgres.New(p.pool, postgres.WithTable(p.table)); err != nil {
 		p.close()
 		return nil, err
 	}
 	var g *guard.Guard
-	if p.guardedSet, g, err = newGuardedSet(s, cfg.ReplayKeys, body); err != nil {
+	if p.guardedSet, g, err = newGuardedSet(p.store, cfg.ReplayKeys, body); err != nil {
 		return nil, err
 	}
 	p.txFn, err = guard.WrapTx(g, scopeTx, func(ctx context.Context, tx pgx.Tx, o Order) (Receipt, error) {
@@ -124,7 +150,8 @@ func (p *pgBench) close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	defer p.pool.Close()
-	_, err := p.pool.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{p.table}.Sanitize()+", "+pgx.Identifier{p.effects}.Sanitize())
+	_, err := p.pool.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{p.table}.Sanitize()+", "+pgx.Identifier{p.effects}.Sanitize()+
+		", "+pgx.Identifier{p.handT}.Sanitize())
 	return err
 }
 
@@ -137,42 +164,19 @@ func ceilMicro(t time.Time) time.Time {
 	return u
 }
 
-// rawClaim sends the claim's pipeline (BEGIN, the conditional upsert, the
-// SELECT of the row it met, COMMIT) as the store does, and returns whether
-// it won and the completed result it met otherwise.
+// rawClaim sends the claim's statement as the store does, and returns
+// whether it won and the completed result it met otherwise. The store's
+// second round trip, when its statement returns no row, is for claim races,
+// which the scenarios do not run.
 func (p *pgBench) rawClaim(ctx context.Context, key, token string, now time.Time) (won bool, result []byte, err error) {
-	c, err := p.pool.Acquire(ctx)
-	if err != nil {
-		return false, nil, err
-	}
-	defer c.Release()
-	var b pgx.Batch
-	b.Queue("BEGIN ISOLATION LEVEL READ COMMITTED")
-	b.Queue(p.sql.acquire, key, token, "", ceilMicro(now.Add(max(rawTTL, rawLease))), ceilMicro(now.Add(rawLease)), now.Add(-guard.DefaultClockSkew))
-	b.Queue(p.sql.get, key)
-	b.Queue("COMMIT")
-	br := c.SendBatch(ctx, &b)
-	defer func() {
-		if cerr := br.Close(); err == nil {
-			err = cerr
-		}
-	}()
-	if _, err := br.Exec(); err != nil {
-		return false, nil, err
-	}
-	if err := br.QueryRow().Scan(&won); err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return false, nil, err
-	}
 	var (
 		k, status, tok, ph string
 		kind               int16
-		exp                time.Time
-		lease              *time.Time
+		exp, lease         pgtype.Timestamptz
 	)
-	if err := br.QueryRow().Scan(&k, &status, &tok, &ph, &kind, &result, &exp, &lease); err != nil {
-		return false, nil, err
-	}
-	if _, err := br.Exec(); err != nil {
+	err = p.pool.QueryRow(ctx, p.sql.claim, key, token, "", ceilMicro(now.Add(max(rawTTL, rawLease))), ceilMicro(now.Add(rawLease)),
+		now.Add(-guard.DefaultClockSkew)).Scan(&k, &status, &tok, &ph, &kind, &result, &exp, &lease, &won)
+	if err != nil {
 		return false, nil, err
 	}
 	if !won && status != "COMPLETED" {
@@ -182,7 +186,7 @@ func (p *pgBench) rawClaim(ctx context.Context, key, token string, now time.Time
 }
 
 // rawMiss claims key, runs the function and completes the claim with its
-// JSON result in the store's pipeline (BEGIN, the fenced UPDATE, COMMIT).
+// JSON result in the store's fenced UPDATE.
 func (p *pgBench) rawMiss(ctx context.Context, b *bench, key string, in Order) error {
 	token := newToken()
 	won, _, err := p.rawClaim(ctx, key, token, time.Now())
@@ -197,28 +201,9 @@ func (p *pgBench) rawMiss(ctx context.Context, b *bench, key string, in Order) e
 	if err != nil {
 		return err
 	}
-	var bt pgx.Batch
-	bt.Queue("BEGIN ISOLATION LEVEL READ COMMITTED")
-	bt.Queue(p.sql.complete, key, token, "", int16(0), data, ceilMicro(time.Now().Add(rawTTL)), nil)
-	bt.Queue("COMMIT")
-	c, err := p.pool.Acquire(ctx)
-	if err != nil {
-		return err
-	}
-	defer c.Release()
-	br := c.SendBatch(ctx, &bt)
-	_, err = br.Exec()
-	if err == nil {
-		tag, e := br.Exec()
-		if err = e; err == nil && tag.RowsAffected() != 1 {
-			err = fmt.Errorf("completion of %s matched %d rows", key, tag.RowsAffected())
-		}
-	}
-	if err == nil {
-		_, err = br.Exec()
-	}
-	if cerr := br.Close(); err == nil {
-		err = cerr
+	tag, err := p.pool.Exec(ctx, p.sql.complete, key, token, data, ceilMicro(time.Now().Add(rawTTL)))
+	if err == nil && tag.RowsAffected() != 1 {
+		err = fmt.Errorf("completion of %s matched %d rows", key, tag.RowsAffected())
 	}
 	return err
 }

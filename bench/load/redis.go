@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -14,7 +16,6 @@ import (
 	"github.com/idemguard/idemguard/internal/epoch"
 	"github.com/idemguard/idemguard/internal/redistest"
 	"github.com/idemguard/idemguard/internal/reqcount"
-	"github.com/idemguard/idemguard/store"
 	idemredis "github.com/idemguard/idemguard/store/redis"
 )
 
@@ -31,9 +32,11 @@ import (
 // guarded scenarios, they tell the store's share of the overhead from the
 // guard's.
 const (
+	RedisMissHand            = "redis_miss_hand"
 	RedisMissRaw             = "redis_miss_raw"
 	RedisMissStore           = "redis_miss_store"
 	RedisMissGuarded         = "redis_miss_guarded"
+	RedisReplayHand          = "redis_replay_hand"
 	RedisReplayRaw           = "redis_replay_raw"
 	RedisReplayStore         = "redis_replay_store"
 	RedisReplayGuarded       = "redis_replay_guarded"
@@ -41,7 +44,9 @@ const (
 )
 
 // RedisScenarios lists the Redis scenarios.
-var RedisScenarios = []string{RedisMissRaw, RedisMissStore, RedisMissGuarded, RedisReplayRaw, RedisReplayStore, RedisReplayGuarded, RedisReplayCachedGuarded}
+var RedisScenarios = []string{RedisMissHand, RedisMissRaw, RedisMissStore, RedisMissGuarded,
+	RedisReplayHand, RedisReplayRaw, RedisReplayStore, RedisReplayGuarded, RedisReplayCachedGuarded,
+	RedisHTTPHandFirst, RedisHTTPGuardedFirst, RedisHTTPHandReplay, RedisHTTPGuardedReplay}
 
 func isRedis(name string) bool { return slices.Contains(RedisScenarios, name) }
 
@@ -57,10 +62,13 @@ type redisBench struct {
 	// raw baseline sends with EVALSHA (loaded once, before the clock).
 	acquireSHA, completeSHA string
 	grace                   int64 // the store's default expiry grace, ms
+
+	http *httpSide // the HTTP scenarios
 }
 
 // newRedisBench connects, loads the scripts and builds the guards.
-func newRedisBench(ctx context.Context, cfg Config, runID string, body func(context.Context, Order) (Receipt, error)) (*redisBench, error) {
+func newRedisBench(ctx context.Context, cfg Config, b *bench, body func(context.Context, Order) (Receipt, error)) (*redisBench, error) {
+	runID := b.runID
 	r := &redisBench{
 		prefix: "idemguard-bench:" + runID + ":",
 		grace:  idemredis.DefaultExpiryGrace.Milliseconds(),
@@ -85,6 +93,10 @@ func newRedisBench(ctx context.Context, cfg Config, runID string, body func(cont
 		return nil, err
 	}
 	if r.guardedSet, _, err = newGuardedSet(r.store, cfg.ReplayKeys, body); err != nil {
+		r.client.Close()
+		return nil, err
+	}
+	if r.http, err = newHTTPSide(r, b); err != nil {
 		r.client.Close()
 		return nil, err
 	}
@@ -115,21 +127,15 @@ func (r *redisBench) close() error {
 }
 
 // rawClaim sends the claim script for key under token, with the arguments
-// store/redis sends: now (the guard's clock less its skew) in seconds and
-// milliseconds, the key's PEXPIREAT, and the in-progress record's fields
-// (times as int64s, which go-redis writes as decimal text).
-// It returns the script's reply: 1 when it claimed, the record it met
-// (HGETALL, flattened) otherwise.
+// store/redis sends: now (the guard's clock less its skew) in milliseconds,
+// the key's PEXPIREAT, the in-progress record's expiration, token and lease
+// end (times as int64s, which go-redis writes as decimal text). It returns the script's reply: 1 when it claimed, the
+// record it met otherwise, packed in one string.
 func (r *redisBench) rawClaim(ctx context.Context, key, token string, now time.Time) (any, error) {
 	seen := now.Add(-guard.DefaultClockSkew)
 	exp := epoch.CeilSeconds(now.Add(max(rawTTL, rawLease)))
 	return r.client.EvalSha(ctx, r.acquireSHA, []string{r.prefix + key},
-		epoch.FloorSeconds(seen), epoch.FloorMillis(seen), exp*1000+r.grace,
-		idemredis.FieldStatus, "INPROGRESS",
-		idemredis.FieldExpiry, exp,
-		idemredis.FieldToken, token,
-		idemredis.FieldLease, epoch.CeilMillis(now.Add(rawLease)),
-	).Result()
+		epoch.FloorMillis(seen), exp*1000+r.grace, exp, token, epoch.CeilMillis(now.Add(rawLease))).Result()
 }
 
 // rawMiss claims key, runs the function and completes the claim with its
@@ -150,12 +156,7 @@ func (r *redisBench) rawMiss(ctx context.Context, b *bench, key string, in Order
 	}
 	exp := epoch.CeilSeconds(time.Now().Add(rawTTL))
 	v, err = r.client.EvalSha(ctx, r.completeSHA, []string{r.prefix + key},
-		token, exp*1000+r.grace,
-		idemredis.FieldStatus, "COMPLETED",
-		idemredis.FieldExpiry, exp,
-		idemredis.FieldToken, token,
-		idemredis.FieldData, data,
-	).Result()
+		token, exp*1000+r.grace, exp, idemredis.FieldData, data).Result()
 	if err != nil {
 		return err
 	}
@@ -172,59 +173,48 @@ func (r *redisBench) rawReplay(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
-	h, ok := v.([]any)
-	if !ok {
+	packed, ok := v.(string)
+	if !ok || !strings.HasPrefix(packed, "R") {
 		return fmt.Errorf("replay of %s: the claim succeeded; the record was missing", key)
 	}
-	var status, data string
-	for i := 0; i+1 < len(h); i += 2 {
-		switch h[i] {
-		case idemredis.FieldStatus:
-			status, _ = h[i+1].(string)
-		case idemredis.FieldData:
-			data, _ = h[i+1].(string)
-		}
-	}
-	if status != "COMPLETED" || data == "" {
-		return errors.New("replay of " + key + ": the record is not a completed one with a result")
-	}
-	var rc Receipt
-	return json.Unmarshal([]byte(data), &rc)
-}
-
-// storeMiss is rawMiss through the store, without a guard: Acquire of an
-// in-progress record built by hand, the function, Complete.
-func (r *redisBench) storeMiss(ctx context.Context, b *bench, key string, in Order) error {
-	now := time.Now()
-	claim := &store.Record{Key: key, Status: store.StatusInProgress, Token: newToken(),
-		ExpiresAt: now.Add(max(rawTTL, rawLease)), LeaseExpiresAt: now.Add(rawLease)}
-	if _, err := r.store.Acquire(ctx, claim, now.Add(-guard.DefaultClockSkew)); err != nil {
-		return err
-	}
-	b.bodyRuns.Add(1)
-	data, err := json.Marshal(charge(in))
+	f, err := unpack(packed[1:])
 	if err != nil {
-		return err
+		return fmt.Errorf("replay of %s: %w", key, err)
 	}
-	return r.store.Complete(ctx, &store.Record{Key: key, Status: store.StatusCompleted, Token: claim.Token,
-		Result: data, ExpiresAt: time.Now().Add(rawTTL)})
-}
-
-// storeReplay is rawReplay through the store, without a guard.
-func (r *redisBench) storeReplay(ctx context.Context, key string) error {
-	now := time.Now()
-	claim := &store.Record{Key: key, Status: store.StatusInProgress, Token: newToken(),
-		ExpiresAt: now.Add(max(rawTTL, rawLease)), LeaseExpiresAt: now.Add(rawLease)}
-	old, err := r.store.Acquire(ctx, claim, now.Add(-guard.DefaultClockSkew))
-	if !errors.Is(err, store.ErrConflict) {
-		if err == nil {
-			return fmt.Errorf("replay of %s: the claim succeeded; the record was missing", key)
-		}
-		return err
-	}
-	if old.Status != store.StatusCompleted || old.Result == nil {
+	if f[idemredis.FieldStatus] != "COMPLETED" || f[idemredis.FieldData] == "" {
 		return errors.New("replay of " + key + ": the record is not a completed one with a result")
 	}
 	var rc Receipt
-	return json.Unmarshal(old.Result, &rc)
+	return json.Unmarshal([]byte(f[idemredis.FieldData]), &rc)
+}
+
+// packed are the fields of the record the claim script returns, in order
+// (store/redis's scripts.go).
+var packed = [...]string{idemredis.FieldStatus, idemredis.FieldExpiry, idemredis.FieldLease, idemredis.FieldToken,
+	idemredis.FieldValidation, idemredis.FieldResultKind, idemredis.FieldEncoding, idemredis.FieldData}
+
+// unpack reads the fields of a record the claim script returns, after its
+// "R": each "-" when absent, or its length, ":" and its value. It returns
+// them by field name.
+func unpack(s string) (map[string]string, error) {
+	f := make(map[string]string, 4)
+	for _, name := range packed {
+		switch {
+		case s == "":
+			return nil, errors.New("a truncated record")
+		case s[0] == '-':
+			s = s[1:]
+			continue
+		}
+		i := strings.IndexByte(s, ':')
+		if i < 0 {
+			return nil, errors.New("a malformed record")
+		}
+		n, err := strconv.Atoi(s[:i])
+		if err != nil || n > len(s)-i-1 {
+			return nil, errors.New("a malformed record")
+		}
+		f[name], s = s[i+1:i+1+n], s[i+1+n:]
+	}
+	return f, nil
 }

@@ -146,7 +146,7 @@ type Statement struct {
 type Counter struct {
 	reqcount.Counter
 	// Log keeps each statement for [Counter.Statements]; set it before
-	// the pool is used.
+	// the pool is used. Without it, counting allocates nothing.
 	Log bool
 
 	mu    sync.Mutex
@@ -174,28 +174,37 @@ type traceKey struct{}
 // maxLog bounds the statements a Counter keeps.
 const maxLog = 100_000
 
-// TraceQueryStart implements [pgx.QueryTracer].
+// TraceQueryStart implements [pgx.QueryTracer]. It counts the statement
+// as it starts; without [Counter.Log] it keeps nothing and allocates
+// nothing, so that counting does not weigh on what is counted (the load
+// benchmark counts every statement it sends).
 func (c *Counter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	c.Trip(firstWord(data.SQL))
+	if !c.Log {
+		return ctx
+	}
 	return context.WithValue(ctx, traceKey{}, data.SQL)
 }
 
 // TraceQueryEnd implements [pgx.QueryTracer].
 func (c *Counter) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryEndData) {
-	sql, _ := ctx.Value(traceKey{}).(string)
-	c.add(Statement{Op: firstWord(sql), SQL: sql, RowsAffected: data.CommandTag.RowsAffected(), Err: data.Err})
+	if sql, ok := ctx.Value(traceKey{}).(string); ok {
+		c.log(Statement{Op: firstWord(sql), SQL: sql, RowsAffected: data.CommandTag.RowsAffected(), Err: data.Err})
+	}
 }
 
-// TraceBatchStart implements [pgx.BatchTracer].
+// TraceBatchStart implements [pgx.BatchTracer]. Without [Counter.Log] it
+// keeps nothing and allocates nothing.
 func (c *Counter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceBatchStartData) context.Context {
-	b := &batchTrace{}
-	if c.Log {
-		sqls := make([]string, len(data.Batch.QueuedQueries))
-		for i, q := range data.Batch.QueuedQueries {
-			sqls[i] = q.SQL
-		}
-		b.sql = strings.Join(sqls, "; ")
+	c.Trip("BATCH")
+	if !c.Log {
+		return ctx
 	}
-	return context.WithValue(ctx, traceKey{}, b)
+	sqls := make([]string, len(data.Batch.QueuedQueries))
+	for i, q := range data.Batch.QueuedQueries {
+		sqls[i] = q.SQL
+	}
+	return context.WithValue(ctx, traceKey{}, &batchTrace{sql: strings.Join(sqls, "; ")})
 }
 
 // batchTrace is what a Counter gathers of a batch while it runs.
@@ -213,18 +222,13 @@ func (c *Counter) TraceBatchQuery(ctx context.Context, _ *pgx.Conn, data pgx.Tra
 
 // TraceBatchEnd implements [pgx.BatchTracer].
 func (c *Counter) TraceBatchEnd(ctx context.Context, _ *pgx.Conn, data pgx.TraceBatchEndData) {
-	b, _ := ctx.Value(traceKey{}).(*batchTrace)
-	if b == nil {
-		b = &batchTrace{}
+	if b, ok := ctx.Value(traceKey{}).(*batchTrace); ok {
+		c.log(Statement{Op: "BATCH", SQL: b.sql, RowsAffected: b.rows.Load(), Err: data.Err})
 	}
-	c.add(Statement{Op: "BATCH", SQL: b.sql, RowsAffected: b.rows.Load(), Err: data.Err})
 }
 
-func (c *Counter) add(s Statement) {
-	c.Trip(s.Op)
-	if !c.Log {
-		return
-	}
+// log keeps s, up to maxLog statements.
+func (c *Counter) log(s Statement) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.stmts) < maxLog {
@@ -232,12 +236,24 @@ func (c *Counter) add(s Statement) {
 	}
 }
 
+// ops are the statements' first words, spelt as Counter reports them, so
+// that a statement in lower case is counted without an upper-case copy.
+var ops = []string{"SELECT", "INSERT", "UPDATE", "DELETE", "WITH", "BEGIN", "COMMIT", "ROLLBACK"}
+
+// firstWord returns the first word of sql in upper case, without a
+// trailing semicolon.
 func firstWord(sql string) string {
-	f := strings.Fields(sql)
-	if len(f) == 0 {
-		return ""
+	sql = strings.TrimLeft(sql, " \t\r\n")
+	if i := strings.IndexAny(sql, " \t\r\n"); i >= 0 {
+		sql = sql[:i]
 	}
-	return strings.ToUpper(strings.TrimSuffix(f[0], ";"))
+	sql = strings.TrimSuffix(sql, ";")
+	for _, op := range ops {
+		if strings.EqualFold(sql, op) {
+			return op
+		}
+	}
+	return strings.ToUpper(sql)
 }
 
 // Statements returns the round trips seen since the last [Counter.Reset],

@@ -11,15 +11,20 @@
 //	})
 //
 // Each record is one row of one table (see [CreateTable] and [DDL] for its
-// columns; [WithTable] names it). Every step is one round trip: Acquire is a
-// pipeline of four statements (BEGIN, a conditional upsert, a SELECT,
-// COMMIT) sent together, which returns the live record on a conflict and is
-// correct under concurrent claims at READ COMMITTED; Complete, Extend and
-// Release are single statements conditional on the fencing token (Extend
-// and Release also on the in-progress status: a completed record is never
-// released), each sent
-// between BEGIN ISOLATION LEVEL READ COMMITTED and COMMIT in one pipeline,
-// so the server's default isolation level does not change them.
+// columns; [WithTable] names it). Every step is one round trip, one
+// statement sent on its own: Acquire reads a live record, which it
+// returns on a conflict without locking its row, or writes its claim with a
+// conditional upsert when there is none, in one statement; Complete,
+// Extend and Release are single statements
+// conditional on the fencing token (Extend and Release also on the
+// in-progress status: a completed record is never released). Correctness
+// under concurrent claims rests on READ COMMITTED: a claim that loses to a
+// rival that committed after its statement began, or a statement that
+// fails with a serialization error on a server whose sessions default to a
+// stricter level, is sent again as a pipeline (BEGIN ISOLATION LEVEL READ
+// COMMITTED, the statement, COMMIT; for Acquire with the read of the row
+// in between), a second round trip that only such calls pay, so the
+// server's default isolation level does not change the outcome.
 //
 // Time is the guard's: liveness is checked against the now the guard passes
 // to Acquire, never the database's now(), as in every store. Times are kept

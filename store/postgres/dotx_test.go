@@ -121,7 +121,7 @@ type transfer struct {
 
 // The function's write and the completion commit together; a replay never
 // begins a transaction and returns the stored result. The round trips of
-// the transactional path, counted by the tracer: the claim's batch, BEGIN,
+// the transactional path, counted by the tracer: the claim's statement, BEGIN,
 // the function's statement, the completion's UPDATE and COMMIT.
 func TestDoTxCommitsTogether(t *testing.T) {
 	e := newEffects(t, nil)
@@ -137,9 +137,9 @@ func TestDoTxCommitsTogether(t *testing.T) {
 	if err != nil || v != "receipt-1" {
 		t.Fatalf("DoTx = %q, %v", v, err)
 	}
-	want := map[string]int{"BATCH": 1, "BEGIN": 1, "INSERT": 1, "UPDATE": 1, "COMMIT": 1}
+	want := map[string]int{"WITH": 1, "BEGIN": 1, "INSERT": 1, "UPDATE": 1, "COMMIT": 1}
 	if got := e.n.Snapshot(); !sameCounts(got, want) {
-		t.Errorf("first call sent %s; want BATCH=1 BEGIN=1 INSERT=1 UPDATE=1 COMMIT=1 (5 round trips: 4 + the function's one)", e.n)
+		t.Errorf("first call sent %s; want WITH=1 BEGIN=1 INSERT=1 UPDATE=1 COMMIT=1 (5 round trips: 4 + the function's one)", e.n)
 	}
 	t.Logf("transactional first call: %s", e.n)
 	if got := e.total(t, in.ID); got != 1 {
@@ -156,8 +156,8 @@ func TestDoTxCommitsTogether(t *testing.T) {
 	if err != nil || v != "receipt-1" || runs.Load() != 1 {
 		t.Fatalf("replay = %q, %v after %d runs; want the stored receipt, 1 run", v, err, runs.Load())
 	}
-	if got := e.n.Snapshot(); e.n.Total() != 1 || got["BATCH"] != 1 || got["BEGIN"] != 0 {
-		t.Errorf("replay sent %s; want the claim's BATCH only, no BEGIN", e.n)
+	if got := e.n.Snapshot(); e.n.Total() != 1 || got["WITH"] != 1 || got["BEGIN"] != 0 {
+		t.Errorf("replay sent %s; want the claim's WITH only, no BEGIN", e.n)
 	}
 
 	cached := e.guard(t, nil, guard.WithCache(16, 0))

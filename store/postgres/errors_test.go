@@ -40,7 +40,13 @@ func TestLockTimeoutIsThrottled(t *testing.T) {
 			t.Errorf("%s on a locked row = %v; want an OpError for %s matching ErrThrottled, SQLSTATE 55P03", op, err, op)
 		}
 	}
-	_, err = f.s.Acquire(f.ctx, f.claim(rec.Key), f.t0)
+	// A live record is the answer as it stands: Acquire does not wait for
+	// its row.
+	if old, err := f.s.Acquire(f.ctx, f.claim(rec.Key), f.t0); !errors.Is(err, store.ErrConflict) || old == nil || old.Token != rec.Token {
+		t.Errorf("Acquire of the live locked record = %+v, %v; want it and ErrConflict", old, err)
+	}
+	// One that has expired by now must be replaced, under the row's lock.
+	_, err = f.s.Acquire(f.ctx, f.claim(rec.Key), f.t0.Add(2*time.Hour))
 	check("Acquire", err)
 	check("Complete", f.s.Complete(f.ctx, f.completed(rec, []byte(`1`))))
 	check("Extend", f.s.Extend(f.ctx, rec.Key, rec.Token, f.t0.Add(time.Hour), f.t0.Add(time.Hour)))

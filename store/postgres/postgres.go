@@ -1,9 +1,12 @@
 package postgres
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -65,21 +68,39 @@ func (s *Store) conn(ctx context.Context, op, key string) (*pgxpool.Conn, error)
 	return c, nil
 }
 
-// Acquire implements [store.Store] in one round trip: a pipeline of four
-// statements sent together and answered together,
+// Acquire implements [store.Store] in one round trip: one statement,
+// sent on its own (autocommit),
+//
+//	WITH live AS (SELECT <the row>, false … WHERE key = $1 AND <the row is live>),
+//	claim AS (INSERT … SELECT … WHERE NOT EXISTS (SELECT FROM live)
+//	          ON CONFLICT (key) DO UPDATE … WHERE <the row is not live> RETURNING true)
+//	SELECT * FROM live UNION ALL SELECT <no record>, true FROM claim
+//
+// A row the statement's snapshot has and that is live is what an Acquire
+// at the moment of the snapshot would have met: it is returned as it is,
+// without the upsert, which would lock it (a replay then writes nothing,
+// as a read does). Otherwise the upsert decides: it waits for a concurrent
+// inserter of the key to finish, then checks liveness against the newest
+// row version and replaces it only if it is not live, as at READ
+// COMMITTED. When the upsert does not write, it met a row the snapshot has
+// not, or has in an older version that was not live (the claim race on a
+// fresh or an expired key, lost to a rival that committed after the
+// snapshot), and the statement returns no row; Acquire then sends the
+// pipeline below, a second round trip that only the losers of such races
+// pay.
+//
+// A server whose sessions default to REPEATABLE READ or SERIALIZABLE runs
+// the statement at that level, where the upsert fails with a serialization
+// error (40001) rather than wait and re-check a row changed since the
+// snapshot; Acquire then sends the pipeline too. The pipeline pins READ
+// COMMITTED and reads the row the upsert met in a snapshot of its own,
+// taken after the upsert, under the lock the upsert took, which holds the
+// row as it was until COMMIT:
 //
 //	BEGIN ISOLATION LEVEL READ COMMITTED
 //	INSERT … ON CONFLICT (key) DO UPDATE … WHERE <the row is not live> RETURNING true
 //	SELECT … WHERE key = $1
 //	COMMIT
-//
-// The upsert decides: at READ COMMITTED it waits for a concurrent
-// inserter of the key to finish, then checks liveness against the newest
-// row version and locks that row whether it replaces it or not. The SELECT
-// runs with a snapshot of its own, taken after the upsert, so it sees the
-// row the upsert met — even one another transaction committed after the
-// upsert began, which a read inside the upsert's statement (a CTE) would
-// miss — and the lock keeps that row as it was until COMMIT.
 func (s *Store) Acquire(ctx context.Context, rec *store.Record, now time.Time) (*store.Record, error) {
 	if rec.Status != store.StatusInProgress {
 		return nil, s.wrap("Acquire", rec.Key, fmt.Errorf("record status %v, want INPROGRESS", rec.Status))
@@ -89,9 +110,40 @@ func (s *Store) Acquire(ctx context.Context, rec *store.Record, now time.Time) (
 		return nil, err
 	}
 	defer c.Release()
+	exp, lease := ceilMicro(rec.ExpiresAt), leaseParam(rec.LeaseExpiresAt)
+	var (
+		r        row
+		won, got bool
+	)
+	rows, err := c.Query(ctx, s.sql.claim, rec.Key, rec.Token, rec.PayloadHash, exp, lease, now)
+	if err == nil {
+		if got = rows.Next(); got {
+			won, err = scanClaim(rows, &r)
+		}
+		rows.Close()
+		if err == nil {
+			err = rows.Err()
+		}
+	}
+	switch {
+	case err == nil && won:
+		return nil, nil
+	case err == nil && got:
+		r.key = rec.Key
+		old, err := r.record()
+		if err != nil {
+			return nil, s.wrap("Acquire", rec.Key, err)
+		}
+		return old, store.ErrConflict
+	case err == nil, isSerialization(err):
+		endFailed(ctx, c)
+	default:
+		endFailed(ctx, c)
+		return nil, s.wrap("Acquire", rec.Key, err)
+	}
 	var b pgx.Batch
 	b.Queue(beginRC)
-	b.Queue(s.sql.acquire, rec.Key, rec.Token, rec.PayloadHash, ceilMicro(rec.ExpiresAt), leaseParam(rec.LeaseExpiresAt), now)
+	b.Queue(s.sql.acquire, rec.Key, rec.Token, rec.PayloadHash, exp, lease, now)
 	b.Queue(s.sql.get, rec.Key)
 	b.Queue("COMMIT")
 	won, old, err := s.acquireBatch(ctx, c, &b, rec.Key)
@@ -113,6 +165,88 @@ func (s *Store) Acquire(ctx context.Context, rec *store.Record, now time.Time) (
 		return nil, s.wrap("Acquire", rec.Key, err)
 	}
 	return rec2, store.ErrConflict
+}
+
+// scanClaim reads the claim statement's row into r and returns its won
+// column. It reads the columns' bytes itself when they are in the formats
+// pgx asks for by default (binary for all but text), which is most of what
+// a scan through pgx's type map costs on a replay; otherwise, as with a
+// pool whose connections use the simple protocol, it scans through pgx.
+func scanClaim(rows pgx.Rows, r *row) (won bool, err error) {
+	fds, vals := rows.FieldDescriptions(), rows.RawValues()
+	if len(fds) != len(claimOIDs) || len(vals) != len(claimOIDs) {
+		return false, fmt.Errorf("the claim returned %d columns, want %d", len(vals), len(claimOIDs))
+	}
+	for i, fd := range fds {
+		if fd.DataTypeOID != claimOIDs[i] || (fd.DataTypeOID != pgtype.TextOID && fd.Format != pgtype.BinaryFormatCode) {
+			err := rows.Scan(append(r.dest(), &won)...)
+			return won, err
+		}
+	}
+	if len(vals[8]) != 1 {
+		return false, errors.New("the claim's won column is not a boolean")
+	}
+	if won = vals[8][0] == 1; won {
+		return true, nil
+	}
+	switch st := vals[1]; string(st) {
+	case "INPROGRESS":
+		r.status = "INPROGRESS"
+	case "COMPLETED":
+		r.status = "COMPLETED"
+	default:
+		r.status = string(st)
+	}
+	r.token = string(vals[2])
+	if len(vals[3]) > 0 {
+		r.payloadHash = string(vals[3])
+	}
+	if len(vals[4]) != 2 {
+		return false, corrupt("result_kind", "is not a smallint")
+	}
+	r.kind = int16(binary.BigEndian.Uint16(vals[4]))
+	if vals[5] != nil {
+		r.result = bytes.Clone(vals[5])
+	}
+	if r.expiresAt, err = timestamptz("expires_at", vals[6]); err != nil {
+		return false, err
+	}
+	r.leaseAt, err = timestamptz("lease_expires_at", vals[7])
+	return false, err
+}
+
+// claimOIDs are the types of the claim statement's columns.
+var claimOIDs = [...]uint32{pgtype.TextOID, pgtype.TextOID, pgtype.TextOID, pgtype.TextOID, pgtype.Int2OID,
+	pgtype.ByteaOID, pgtype.TimestamptzOID, pgtype.TimestamptzOID, pgtype.BoolOID}
+
+// timestamptz reads a timestamptz in PostgreSQL's binary format:
+// microseconds since 2000-01-01 UTC, the largest and smallest int64 for
+// infinity and -infinity; nil is NULL. The time is in the local location,
+// as pgx's scan gives it by default.
+func timestamptz(col string, b []byte) (pgtype.Timestamptz, error) {
+	if b == nil {
+		return pgtype.Timestamptz{}, nil
+	}
+	if len(b) != 8 {
+		return pgtype.Timestamptz{}, corrupt(col, "is not a timestamptz")
+	}
+	const y2k = 946_684_800 * 1_000_000 // 2000-01-01 in Unix microseconds
+	switch us := int64(binary.BigEndian.Uint64(b)); us {
+	case math.MaxInt64:
+		return pgtype.Timestamptz{Valid: true, InfinityModifier: pgtype.Infinity}, nil
+	case math.MinInt64:
+		return pgtype.Timestamptz{Valid: true, InfinityModifier: pgtype.NegativeInfinity}, nil
+	default:
+		return pgtype.Timestamptz{Time: time.Unix(y2k/1_000_000+us/1_000_000, (us%1_000_000)*1_000), Valid: true}, nil
+	}
+}
+
+// isSerialization reports whether err is a serialization failure or a
+// deadlock: the statement was rolled back and wrote nothing, and may be
+// sent again at READ COMMITTED.
+func isSerialization(err error) bool {
+	var pg *pgconn.PgError
+	return errors.As(err, &pg) && (pg.Code == "40001" || pg.Code == "40P01")
 }
 
 func (s *Store) acquireBatch(ctx context.Context, c *pgxpool.Conn, b *pgx.Batch, key string) (won bool, old *row, err error) {
@@ -142,8 +276,8 @@ func (s *Store) acquireBatch(ctx context.Context, c *pgxpool.Conn, b *pgx.Batch,
 	return won, old, nil
 }
 
-// Complete implements [store.Store]: one UPDATE conditional on the token,
-// at READ COMMITTED (see execRC).
+// Complete implements [store.Store]: one UPDATE conditional on the token
+// (see execRC).
 func (s *Store) Complete(ctx context.Context, rec *store.Record) error {
 	return s.complete(ctx, "Complete", rec, func(c context.Context, sql string, args ...any) (int64, error) {
 		return s.execRC(c, "Complete", rec.Key, sql, args...)
@@ -158,8 +292,16 @@ func (s *Store) complete(ctx context.Context, op string, rec *store.Record, exec
 	if rec.ResultKind > store.ResultUnavailable {
 		return s.wrap(op, rec.Key, fmt.Errorf("unknown result kind %v", rec.ResultKind))
 	}
-	n, err := exec(ctx, s.sql.complete, rec.Key, rec.Token, rec.PayloadHash, int16(rec.ResultKind), rec.Result,
-		ceilMicro(rec.ExpiresAt), leaseParam(rec.LeaseExpiresAt))
+	var (
+		n   int64
+		err error
+	)
+	if rec.PayloadHash == "" && rec.ResultKind == store.ResultValue && rec.LeaseExpiresAt.IsZero() {
+		n, err = exec(ctx, s.sql.completeValue, rec.Key, rec.Token, rec.Result, ceilMicro(rec.ExpiresAt))
+	} else {
+		n, err = exec(ctx, s.sql.complete, rec.Key, rec.Token, rec.PayloadHash, int16(rec.ResultKind), rec.Result,
+			ceilMicro(rec.ExpiresAt), leaseParam(rec.LeaseExpiresAt))
+	}
 	if err != nil {
 		return s.wrap(op, rec.Key, err)
 	}
@@ -198,21 +340,35 @@ func (s *Store) execFenced(ctx context.Context, op, key, sql string, args ...any
 	return nil
 }
 
-// beginRC begins the transaction of each of the store's writes.
+// beginRC begins the transaction of Acquire's pipeline and of a write
+// sent again after a serialization failure.
 const beginRC = "BEGIN ISOLATION LEVEL READ COMMITTED"
 
-// execRC runs one write at READ COMMITTED, whatever the session's
-// default_transaction_isolation, and returns the rows it affected. The
-// statement travels between BEGIN and COMMIT in one pipeline, so it costs
-// the one round trip it would cost alone. At SERIALIZABLE, writes to
-// different keys of a small table fail with serialization errors that
-// mean nothing here: each write is one row, fenced by its WHERE clause.
+// execRC runs one write, which changes one row fenced by its WHERE clause,
+// and returns the rows it affected. It sends the statement on its own
+// (autocommit), at the session's default isolation level: at READ
+// COMMITTED, the usual default, that is the statement's one round trip.
+// At REPEATABLE READ or SERIALIZABLE the statement fails with a
+// serialization error when the row changed since its snapshot (a lease
+// keeper's Extend on another connection), and writes to different keys of
+// a small table can fail so too, errors that mean nothing here; execRC
+// then sends it again between BEGIN ISOLATION LEVEL READ COMMITTED and
+// COMMIT, in one pipeline, where it waits for the row and re-checks its
+// WHERE against the newest version.
 func (s *Store) execRC(ctx context.Context, op, key, sql string, args ...any) (n int64, err error) {
 	c, err := s.conn(ctx, op, key)
 	if err != nil {
 		return 0, err
 	}
 	defer c.Release()
+	tag, err := c.Exec(ctx, sql, args...)
+	if err == nil {
+		return tag.RowsAffected(), nil
+	}
+	endFailed(ctx, c)
+	if !isSerialization(err) {
+		return 0, s.wrap(op, key, err)
+	}
 	var b pgx.Batch
 	b.Queue(beginRC)
 	b.Queue(sql, args...)
@@ -220,7 +376,6 @@ func (s *Store) execRC(ctx context.Context, op, key, sql string, args ...any) (n
 	br := c.SendBatch(ctx, &b)
 	_, err = br.Exec()
 	if err == nil {
-		var tag pgconn.CommandTag
 		tag, err = br.Exec()
 		n = tag.RowsAffected()
 	}

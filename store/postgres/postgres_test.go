@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemguard/idemguard/internal/postgrestest"
@@ -30,6 +31,18 @@ func TestConformance(t *testing.T) {
 		})
 		storetest.Run(t, func(t *testing.T) store.Store {
 			return postgrestest.NewStore(t, serial)
+		})
+	})
+	// A pool whose connections use the simple protocol, where every column
+	// comes back as text: the claim's row is scanned through pgx rather
+	// than read byte by byte.
+	t.Run("simple-protocol", func(t *testing.T) {
+		simple := postgrestest.NewPool(t, func(c *pgxpool.Config) {
+			c.MaxConns = 40
+			c.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
+		})
+		storetest.Run(t, func(t *testing.T) store.Store {
+			return postgrestest.NewStore(t, simple)
 		})
 	})
 	// A schema-qualified name whose parts need quoting: upper case, a

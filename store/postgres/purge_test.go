@@ -2,7 +2,6 @@ package postgres_test
 
 import (
 	"context"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -74,7 +73,7 @@ SELECT 'scope#old-' || i, 'COMPLETED', 'tok-' || i, $1 FROM generate_series(1, $
 	}
 	var deletes []int64
 	for _, st := range f.n.Statements() {
-		if st.Op == "BATCH" && strings.Contains(st.SQL, "DELETE") {
+		if st.Op == "DELETE" {
 			deletes = append(deletes, st.RowsAffected)
 		}
 	}

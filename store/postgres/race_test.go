@@ -33,8 +33,9 @@ func TestNaiveConformanceHelper(t *testing.T) {
 
 // TestSuiteCatchesSnapshotTrap shows that the conformance suite's claim
 // races would fail a store whose Acquire reads the row it lost to in the
-// same statement as its upsert (postgres.NaiveStore), the trap the store's
-// pipelined Acquire avoids: the suite, run against it in a child process,
+// same statement as its upsert and trusts it (postgres.NaiveStore), the
+// trap that the store's Acquire avoids by sending its pipeline when that
+// read finds no live row: the suite, run against it in a child process,
 // fails, and fails in the claim races with losers that saw no record or
 // the expired one.
 func TestSuiteCatchesSnapshotTrap(t *testing.T) {

@@ -14,9 +14,10 @@ import (
 )
 
 // TestRequestCounts checks the round trips of each store call, counted by
-// a tracer on the pool: one per statement or batch. Every write is a batch
-// (BEGIN ISOLATION LEVEL READ COMMITTED, the statement, COMMIT); reads are
-// plain statements.
+// a tracer on the pool: one per statement or batch. Every call is one
+// statement on a server whose sessions default to READ COMMITTED: Acquire's
+// WITH (the upsert and the read of the row it lost to), and the fenced
+// UPDATE or DELETE of the others.
 func TestRequestCounts(t *testing.T) {
 	f := newFixture(t)
 	step := func(what string, want map[string]int, call func() error) {
@@ -37,24 +38,24 @@ func TestRequestCounts(t *testing.T) {
 		}
 	}
 	rec := f.claim("scope#counts")
-	step("Acquire new", map[string]int{"BATCH": 1}, func() error {
+	step("Acquire new", map[string]int{"WITH": 1}, func() error {
 		_, err := f.s.Acquire(f.ctx, rec, f.t0)
 		return err
 	})
-	step("Acquire conflict (in progress)", map[string]int{"BATCH": 1}, func() error {
+	step("Acquire conflict (in progress)", map[string]int{"WITH": 1}, func() error {
 		old, err := f.s.Acquire(f.ctx, f.claim(rec.Key), f.t0)
 		if !errors.Is(err, store.ErrConflict) || old == nil || old.Token != rec.Token {
 			return fmt.Errorf("got %+v, %v; want a conflict with the holder's record", old, err)
 		}
 		return nil
 	})
-	step("Extend", map[string]int{"BATCH": 1}, func() error {
+	step("Extend", map[string]int{"UPDATE": 1}, func() error {
 		return f.s.Extend(f.ctx, rec.Key, rec.Token, f.t0.Add(2*time.Minute), f.t0.Add(time.Hour))
 	})
-	step("Complete", map[string]int{"BATCH": 1}, func() error {
+	step("Complete", map[string]int{"UPDATE": 1}, func() error {
 		return f.s.Complete(f.ctx, f.completed(rec, []byte(`"ok"`)))
 	})
-	step("Acquire conflict (completed)", map[string]int{"BATCH": 1}, func() error {
+	step("Acquire conflict (completed)", map[string]int{"WITH": 1}, func() error {
 		old, err := f.s.Acquire(f.ctx, f.claim(rec.Key), f.t0)
 		if !errors.Is(err, store.ErrConflict) || old == nil || string(old.Result) != `"ok"` {
 			return fmt.Errorf("got %+v, %v; want a conflict with the completed record", old, err)
@@ -75,7 +76,7 @@ func TestRequestCounts(t *testing.T) {
 	})
 	held := f.claim("scope#counts-release") // Release deletes a claim in progress only
 	f.mustAcquire(t, held)
-	step("Release", map[string]int{"BATCH": 1}, func() error {
+	step("Release", map[string]int{"DELETE": 1}, func() error {
 		return f.s.Release(f.ctx, held.Key, held.Token)
 	})
 	tx := f.claim("scope#counts-tx")
@@ -91,15 +92,14 @@ func TestRequestCounts(t *testing.T) {
 		}
 		return x.Commit(f.ctx)
 	})
-	step("Purge (nothing expired)", map[string]int{"BATCH": 1}, func() error {
+	step("Purge (nothing expired)", map[string]int{"DELETE": 1}, func() error {
 		_, err := f.s.Purge(f.ctx, f.t0)
 		return err
 	})
 }
 
 // TestAcquireOneNetworkRoundTrip counts the exchanges on the wire, below
-// pgx: Acquire's four statements travel together and come back together,
-// and so do a write's BEGIN, statement and COMMIT.
+// pgx: Acquire's statement and a write's are one exchange each.
 // The first time a connection sees the store's statements, pgx's statement
 // cache prepares them in an exchange of its own; after that, each call is
 // one.
@@ -112,7 +112,7 @@ func TestAcquireOneNetworkRoundTrip(t *testing.T) {
 	w.reset()
 	f.mustAcquire(t, f.claim("scope#wire-warm-up"))
 	if got := w.count(); got != 2 {
-		t.Errorf("the first Acquire on a connection took %d exchanges; want 2 (prepare, then the pipeline)", got)
+		t.Errorf("the first Acquire on a connection took %d exchanges; want 2 (prepare, then the statement)", got)
 	}
 	for _, c := range []struct {
 		what string
@@ -156,15 +156,15 @@ func TestAcquireOneNetworkRoundTrip(t *testing.T) {
 
 // TestRequestFloor holds the guard to its round-trip floor
 // (docs/postgres.md), counting round trips with a tracer on the pool, and
-// to what it sends: every write is a batch (the claim, the completion), a
+// to what it sends: the claim's WITH and the completion's UPDATE, a
 // batch's lookup one SELECT.
 func TestRequestFloor(t *testing.T) {
 	var n *postgrestest.Counter
 	pool := postgrestest.NewPool(t, func(c *pgxpool.Config) { n = postgrestest.CountStatements(c) })
 	guardtest.RunRequestFloor(t, func(t *testing.T) store.Store { return postgrestest.NewStore(t, pool) }, n, guardtest.Sent{
-		FirstCall:     "2 round trips: BATCH=2",
-		Replay:        "1 round trip: BATCH=1",
-		BatchFirstRun: "201 round trips: BATCH=200 SELECT=1",
+		FirstCall:     "2 round trips: UPDATE=1 WITH=1",
+		Replay:        "1 round trip: WITH=1",
+		BatchFirstRun: "201 round trips: SELECT=1 UPDATE=100 WITH=100",
 		BatchReplay:   "1 round trip: SELECT=1",
 	})
 }

@@ -92,34 +92,63 @@ const columns = "key, status, token, payload_hash, result_kind, result, expires_
 
 // statements are the SQL the store sends, built once for its table.
 type statements struct {
+	claim    string // Acquire's one statement: the upsert, and the live row it lost to
 	acquire  string // the conditional upsert; RETURNING a row iff it wrote
 	get      string
 	complete string
-	extend   string
-	release  string
-	getMany  string
-	delete   string
-	purge    string
-	list     string // the head of List's query, completed per query
+	// completeValue is complete for the usual record: no payload hash,
+	// a value, no lease; three parameters fewer to encode and send.
+	completeValue string
+	extend        string
+	release       string
+	getMany       string
+	delete        string
+	purge         string
+	list          string // the head of List's query, completed per query
 }
 
 func newStatements(id pgx.Identifier) statements {
 	t := id.Sanitize()
 	r := strings.NewReplacer("$T", t, "$C", columns)
-	return statements{
-		// The row is replaced only if it is not live at $7: expired, or
-		// in progress under a lapsed lease. ON CONFLICT DO UPDATE locks the
-		// conflicting row whether or not the WHERE holds, so the SELECT
-		// that follows in the same transaction reads that very row.
-		acquire: r.Replace(`INSERT INTO $T AS t (key, status, token, payload_hash, result_kind, result, expires_at, lease_expires_at)
+	const upsert = `INSERT INTO $T AS t (key, status, token, payload_hash, result_kind, result, expires_at, lease_expires_at)
 VALUES ($1, 'INPROGRESS', $2, $3, 0, NULL, $4, $5)
 ON CONFLICT (key) DO UPDATE SET status = 'INPROGRESS', token = excluded.token, payload_hash = excluded.payload_hash,
     result_kind = 0, result = NULL, expires_at = excluded.expires_at, lease_expires_at = excluded.lease_expires_at
 WHERE t.expires_at <= $6 OR (t.status = 'INPROGRESS' AND t.lease_expires_at <= $6)
-RETURNING true`),
-		get: r.Replace(`SELECT $C FROM $T WHERE key = $1`),
+RETURNING true`
+	return statements{
+		// The row as the statement's snapshot has it, if it is live at $6:
+		// the record's columns and won, false; otherwise the upsert, and
+		// one row of empty columns and won, true, if it wrote; no row if
+		// it did not (it met a row the snapshot has not, or has in an
+		// older version that was not live; see Acquire). A live row is
+		// returned without the upsert, which would lock it. Won comes
+		// last, so that the columns keep their indexes in columns.
+		claim: r.Replace(`WITH live AS (
+SELECT $C, false FROM $T
+WHERE key = $1 AND expires_at > $6 AND (status <> 'INPROGRESS' OR lease_expires_at IS NULL OR lease_expires_at > $6)
+), claim AS (
+INSERT INTO $T AS t (key, status, token, payload_hash, result_kind, result, expires_at, lease_expires_at)
+SELECT $1, 'INPROGRESS', $2::text, $3::text, 0, NULL, $4::timestamptz, $5::timestamptz WHERE NOT EXISTS (SELECT FROM live)
+ON CONFLICT (key) DO UPDATE SET status = 'INPROGRESS', token = excluded.token, payload_hash = excluded.payload_hash,
+    result_kind = 0, result = NULL, expires_at = excluded.expires_at, lease_expires_at = excluded.lease_expires_at
+WHERE t.expires_at <= $6 OR (t.status = 'INPROGRESS' AND t.lease_expires_at <= $6)
+RETURNING true)
+SELECT * FROM live
+UNION ALL
+SELECT '', '', '', '', 0::smallint, NULL::bytea, NULL::timestamptz, NULL::timestamptz, true FROM claim`),
+		// The row is replaced only if it is not live at $6: expired, or
+		// in progress under a lapsed lease. ON CONFLICT DO UPDATE locks the
+		// conflicting row whether or not the WHERE holds, so the SELECT
+		// that follows in the same transaction reads that very row
+		// (Acquire's pipeline, when its one statement cannot answer).
+		acquire: r.Replace(upsert),
+		get:     r.Replace(`SELECT $C FROM $T WHERE key = $1`),
 		complete: r.Replace(`UPDATE $T SET status = 'COMPLETED', payload_hash = $3, result_kind = $4, result = $5,
     expires_at = $6, lease_expires_at = $7
+WHERE key = $1 AND token = $2`),
+		completeValue: r.Replace(`UPDATE $T SET status = 'COMPLETED', payload_hash = '', result_kind = 0, result = $3,
+    expires_at = $4, lease_expires_at = NULL
 WHERE key = $1 AND token = $2`),
 		extend: r.Replace(`UPDATE $T SET lease_expires_at = $3, expires_at = $4
 WHERE key = $1 AND token = $2 AND status = 'INPROGRESS'`),

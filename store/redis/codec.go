@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/idemguard/idemguard/internal/compress"
@@ -42,33 +43,27 @@ const (
 	kindUnavailable = "unavailable"
 )
 
-// Status values as script arguments, boxed once: converting a string
+// Values of the hash as script arguments, boxed once: converting a string
 // that is not a constant to an interface allocates.
 var (
-	argInProgress any = store.StatusInProgress.String()
-	argCompleted  any = store.StatusCompleted.String()
-	argError      any = kindError
-	argUnavail    any = kindUnavailable
-	argGzip       any = compress.Encoding
+	argError   any = kindError
+	argUnavail any = kindUnavailable
+	argGzip    any = compress.Encoding
 )
 
-// encode appends rec's hash fields, as field, value pairs for HSET, to a
-// new argument list that starts with header (the script's own arguments),
-// allocated once at its final length. status replaces rec.Status. Times are
-// int64s, which go-redis writes as decimal text, without a string of their
-// own. It refuses times it could not store, and results over the store's
-// limit with an error matching [store.ErrTooLarge]. expiry is the record's
-// FieldExpiry, epoch seconds.
-func (s *Store) encode(rec *store.Record, status store.Status, header ...any) (args []any, expiry int64, err error) {
-	var st, kind any
-	switch status {
-	case store.StatusInProgress:
-		st = argInProgress
-	case store.StatusCompleted:
-		st = argCompleted
-	default:
-		return nil, 0, fmt.Errorf("redis: record %q has an invalid status %v", rec.Key, status)
-	}
+// encode returns the argument list of script sc on rec's record (see
+// scriptArgs), allocated once at its final length: header (the script's own
+// arguments), rec's expiration (FieldExpiry, epoch seconds, which it also
+// returns), for a claim its token and its lease end (epoch ms, or "" for
+// none), and then, as field, value pairs for HSET, the fields a record has
+// only sometimes: the lease end of a completed record, payload hash, result
+// kind, encoding and result. The script writes the status, and the fields
+// given by position. Times are int64s, which
+// go-redis writes as decimal text, without a string of their own. encode
+// refuses times it could not store, and results over the store's limit
+// with an error matching [store.ErrTooLarge].
+func (s *Store) encode(sc *script, rec *store.Record, claim bool, header ...any) (args []any, expiry int64, err error) {
+	var kind any
 	switch rec.ResultKind {
 	case store.ResultValue:
 	case store.ResultError:
@@ -101,20 +96,25 @@ func (s *Store) encode(rec *store.Record, status store.Status, header ...any) (a
 		}
 	}
 
-	n := 3 // status, expiry, token
-	for _, b := range []bool{hasLease, rec.PayloadHash != "", kind != nil, zipped, data != nil} {
+	n := len(header) + 1 // the expiration
+	if claim {
+		n += 2 // the token and the lease
+	}
+	for _, b := range []bool{hasLease && !claim, rec.PayloadHash != "", kind != nil, zipped, data != nil} {
 		if b {
-			n++
+			n += 2
 		}
 	}
 	expiry = epoch.CeilSeconds(rec.ExpiresAt)
-	args = make([]any, 0, len(header)+2*n)
+	args = s.scriptArgs(sc, rec.Key, n)
 	args = append(args, header...)
-	args = append(args,
-		FieldStatus, st,
-		FieldExpiry, expiry,
-		FieldToken, rec.Token)
-	if hasLease {
+	args = append(args, expiry)
+	switch {
+	case claim && hasLease:
+		args = append(args, rec.Token, epoch.CeilMillis(rec.LeaseExpiresAt))
+	case claim:
+		args = append(args, rec.Token, "")
+	case hasLease:
 		args = append(args, FieldLease, epoch.CeilMillis(rec.LeaseExpiresAt))
 	}
 	if rec.PayloadHash != "" {
@@ -194,20 +194,51 @@ func (s *Store) decodeMap(key string, h map[string]string) (*store.Record, error
 	return s.decode(key, &f)
 }
 
-// decodeFlat reads the hash of the record key as a script returns it
-// (HGETALL's field, value, field, value, …), without building a map.
-func (s *Store) decodeFlat(key string, v []any) (*store.Record, error) {
-	if len(v)%2 != 0 {
-		return nil, fmt.Errorf("redis: a script returned %d elements for a hash", len(v))
-	}
+// decodePacked reads the record key as the claim script returns it: "R",
+// then each of packedFields as "-" when absent or as its length, ":" and
+// its value. The token and payload hash are copied out of v, which holds
+// the result too, so that a record kept does not keep v.
+func (s *Store) decodePacked(key, v string) (*store.Record, error) {
 	var f fields
-	for i := 0; i < len(v); i += 2 {
-		name, ok1 := v[i].(string)
-		value, ok2 := v[i+1].(string)
-		if !ok1 || !ok2 {
-			return nil, fmt.Errorf("redis: a script returned a hash element of type %T", v[i+1])
+	rest := v[1:]
+	for i := range len(packedFields) {
+		if rest == "" {
+			return nil, errors.New("redis: the claim script returned a truncated record")
 		}
-		f.set(name, value)
+		if rest[0] == '-' {
+			rest = rest[1:]
+			continue
+		}
+		n, j := 0, 0
+		for ; j < len(rest) && j < 10 && '0' <= rest[j] && rest[j] <= '9'; j++ {
+			n = n*10 + int(rest[j]-'0')
+		}
+		if j == 0 || j == len(rest) || rest[j] != ':' || n > len(rest)-j-1 {
+			return nil, errors.New("redis: the claim script returned a malformed record")
+		}
+		value := rest[j+1 : j+1+n]
+		rest = rest[j+1+n:]
+		switch i { // the order of packedFields
+		case 0:
+			f.status, f.has = value, f.has|hasStatus
+		case 1:
+			f.expiry, f.has = value, f.has|hasExpiry
+		case 2:
+			f.lease, f.has = value, f.has|hasLease
+		case 3:
+			f.token = strings.Clone(value)
+		case 4:
+			f.validation = strings.Clone(value)
+		case 5:
+			f.kind = value
+		case 6:
+			f.encoding, f.has = value, f.has|hasEncoding
+		case 7:
+			f.data, f.has = value, f.has|hasData
+		}
+	}
+	if rest != "" {
+		return nil, errors.New("redis: the claim script returned a malformed record")
 	}
 	return s.decode(key, &f)
 }

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -201,31 +203,52 @@ func nodeAddr(c goredis.UniversalClient) string {
 	return fmt.Sprintf("%T", c)
 }
 
-// run runs script sc on the record key with args: EVALSHA, or EVAL if the
-// server lacks the script. With [WithReplicas] it sends WAIT in the same
-// pipeline and returns what WAIT answered.
-func (s *Store) run(ctx context.Context, sc *goredis.Script, key string, args []any) (any, *waitResult, error) {
-	keys := []string{s.prefix + key}
-	if s.replicas == 0 {
-		v, err := sc.Run(ctx, s.client, keys, args...).Result()
-		return v, nil, err
+// scriptArgs returns the argument list of script sc on the record key,
+// with room for n more arguments: EVALSHA, the SHA-1, one key, the key.
+func (s *Store) scriptArgs(sc *script, key string, n int) []any {
+	args := make([]any, 4, 4+n)
+	args[0], args[1], args[2], args[3] = "evalsha", sc.sha, "1", s.prefix+key
+	return args
+}
+
+// scriptCmd returns the command that runs sc with args (from scriptArgs),
+// with EVALSHA, or with EVAL when eval is true. Its reply is read as one
+// string: the scripts return an integer or a string.
+func scriptCmd(ctx context.Context, sc *script, args []any, eval bool) *goredis.StringCmd {
+	if eval {
+		args = slices.Clone(args)
+		args[0], args[1] = "eval", sc.src
+	}
+	cmd := goredis.NewStringCmd(ctx, args...)
+	cmd.SetFirstKeyPos(3)
+	return cmd
+}
+
+// run runs script sc with args (from scriptArgs): EVALSHA, or EVAL if the
+// server lacks the script. With [WithReplicas] and wait it sends WAIT in
+// the same pipeline and returns what WAIT answered.
+func (s *Store) run(ctx context.Context, sc *script, args []any, wait bool) (string, *waitResult, error) {
+	if s.replicas == 0 || !wait {
+		cmd := scriptCmd(ctx, sc, args, false)
+		err := s.client.Process(ctx, cmd)
+		if goredis.HasErrorPrefix(err, "NOSCRIPT") {
+			cmd = scriptCmd(ctx, sc, args, true)
+			err = s.client.Process(ctx, cmd)
+		}
+		return cmd.Val(), nil, err
 	}
 	var node goredis.UniversalClient = s.client
 	if cc, ok := s.client.(*goredis.ClusterClient); ok {
-		n, err := cc.MasterForKey(ctx, keys[0])
+		n, err := cc.MasterForKey(ctx, args[3].(string))
 		if err != nil {
-			return nil, nil, err
+			return "", nil, err
 		}
 		node = n
 	}
 	for _, eval := range []bool{false, true} {
 		pipe := node.Pipeline()
-		var cmd *goredis.Cmd
-		if eval {
-			cmd = sc.Eval(ctx, pipe, keys, args...)
-		} else {
-			cmd = sc.EvalSha(ctx, pipe, keys, args...)
-		}
+		cmd := scriptCmd(ctx, sc, args, eval)
+		_ = pipe.Process(ctx, cmd)
 		wait := pipe.Do(ctx, "wait", s.replicas, s.replicaWait.Milliseconds())
 		_, _ = pipe.Exec(ctx)
 		v, err := cmd.Result()
@@ -253,13 +276,15 @@ func (s *Store) replicated(w *waitResult) error {
 	return &ReplicationError{Want: s.replicas, Acked: int(w.acked), Timeout: s.replicaWait, Err: w.err}
 }
 
-// wrote reports whether a fenced script's reply says it wrote.
-func wrote(v any) (bool, error) {
-	n, ok := v.(int64)
-	if !ok {
-		return false, fmt.Errorf("redis: a script returned %T, want an integer", v)
+// wrote reports whether a fenced script's reply, 1 or 0, says it wrote.
+func wrote(v string) (bool, error) {
+	switch v {
+	case "1":
+		return true, nil
+	case "0":
+		return false, nil
 	}
-	return n == 1, nil
+	return false, fmt.Errorf("redis: a script returned %.40q, want 0 or 1", v)
 }
 
 // Acquire implements [store.Store] with one script (one round trip) that
@@ -273,38 +298,42 @@ func (s *Store) Acquire(ctx context.Context, rec *store.Record, now time.Time) (
 	if err := ctx.Err(); err != nil {
 		return nil, s.opErr(op, rec.Key, err)
 	}
-	// The header's third argument, the key's PEXPIREAT, depends on the
+	if rec.Status != store.StatusInProgress {
+		return nil, s.opErr(op, rec.Key, fmt.Errorf("redis: record %q has the status %v, want INPROGRESS", rec.Key, rec.Status))
+	}
+	// The header's second argument, the key's PEXPIREAT, depends on the
 	// expiry encode computes: it is set afterwards.
-	args, exp, err := s.encode(rec, rec.Status, epoch.FloorSeconds(now), epoch.FloorMillis(now), nil)
+	args, exp, err := s.encode(acquireScript, rec, true, epoch.FloorMillis(now), nil)
 	if err != nil {
 		return nil, s.opErr(op, rec.Key, err)
 	}
-	args[2] = s.pexpireAt(exp)
-	v, w, err := s.run(ctx, acquireScript, rec.Key, args)
+	args[5] = s.pexpireAt(exp)
+	v, w, err := s.run(ctx, acquireScript, args, true)
 	if err != nil {
 		return nil, s.opErr(op, rec.Key, err)
 	}
-	switch v := v.(type) {
-	case int64:
+	switch {
+	case v == "1":
 		if err := s.replicated(w); err != nil {
 			// Not durable: give the key back rather than hold a claim a
 			// failover could forget while this caller does not run.
-			if rerr := releaseScript.Run(ctx, s.client, []string{s.prefix + rec.Key}, rec.Token).Err(); rerr != nil {
+			rargs := append(s.scriptArgs(releaseScript, rec.Key, 1), rec.Token)
+			if _, _, rerr := s.run(ctx, releaseScript, rargs, false); rerr != nil {
 				err = errors.Join(err, fmt.Errorf("releasing the claim: %w", rerr))
 			}
 			return nil, s.opErr(op, rec.Key, err)
 		}
 		return nil, nil
-	case []any:
-		old, err := s.decodeFlat(rec.Key, v)
+	case strings.HasPrefix(v, "R"):
+		old, err := s.decodePacked(rec.Key, v)
 		if err != nil {
 			return nil, s.opErr(op, rec.Key, err)
 		}
 		return old, store.ErrConflict
-	case string:
-		return nil, s.opErr(op, rec.Key, notHash(v))
+	case strings.HasPrefix(v, "T"):
+		return nil, s.opErr(op, rec.Key, notHash(v[1:]))
 	}
-	return nil, s.opErr(op, rec.Key, fmt.Errorf("redis: the claim script returned %T", v))
+	return nil, s.opErr(op, rec.Key, fmt.Errorf("redis: the claim script returned %.40q", v))
 }
 
 // Complete implements [store.Store] with one script that replaces the
@@ -315,11 +344,11 @@ func (s *Store) Complete(ctx context.Context, rec *store.Record) error {
 	if err := ctx.Err(); err != nil {
 		return s.opErr(op, rec.Key, err)
 	}
-	args, exp, err := s.encode(rec, store.StatusCompleted, rec.Token, nil)
+	args, exp, err := s.encode(completeScript, rec, false, rec.Token, nil)
 	if err != nil {
 		return s.opErr(op, rec.Key, err)
 	}
-	args[1] = s.pexpireAt(exp)
+	args[5] = s.pexpireAt(exp)
 	return s.fenced(ctx, op, completeScript, rec.Key, args)
 }
 
@@ -333,15 +362,15 @@ func (s *Store) Extend(ctx context.Context, key, token string, leaseExpiresAt, e
 	if err := epoch.Check("redis", "expiresAt", expiresAt); err != nil {
 		return s.opErr(op, key, err)
 	}
-	lease := ""
+	var lease any = ""
 	if !leaseExpiresAt.IsZero() {
 		if err := epoch.Check("redis", "leaseExpiresAt", leaseExpiresAt); err != nil {
 			return s.opErr(op, key, err)
 		}
-		lease = strconv.FormatInt(epoch.CeilMillis(leaseExpiresAt), 10)
+		lease = epoch.CeilMillis(leaseExpiresAt)
 	}
 	exp := epoch.CeilSeconds(expiresAt)
-	return s.fenced(ctx, op, extendScript, key, []any{token, s.pexpireAt(exp), exp, lease})
+	return s.fenced(ctx, op, extendScript, key, append(s.scriptArgs(extendScript, key, 4), token, s.pexpireAt(exp), exp, lease))
 }
 
 // Release implements [store.Store] with one script that deletes the record
@@ -351,17 +380,20 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 	if err := ctx.Err(); err != nil {
 		return s.opErr(op, key, err)
 	}
-	v, err := releaseScript.Run(ctx, s.client, []string{s.prefix + key}, token).Result()
+	// Without WAIT: a release that a failover forgets leaves a claim that
+	// its lease ends.
+	v, _, err := s.run(ctx, releaseScript, append(s.scriptArgs(releaseScript, key, 1), token), false)
 	return s.fencedResult(op, key, v, nil, err)
 }
 
-// fenced runs one of the token-fenced scripts and maps its reply.
-func (s *Store) fenced(ctx context.Context, op string, sc *goredis.Script, key string, args []any) error {
-	v, w, err := s.run(ctx, sc, key, args)
+// fenced runs one of the token-fenced scripts with args (from scriptArgs)
+// and maps its reply.
+func (s *Store) fenced(ctx context.Context, op string, sc *script, key string, args []any) error {
+	v, w, err := s.run(ctx, sc, args, true)
 	return s.fencedResult(op, key, v, w, err)
 }
 
-func (s *Store) fencedResult(op, key string, v any, w *waitResult, err error) error {
+func (s *Store) fencedResult(op, key string, v string, w *waitResult, err error) error {
 	if err != nil {
 		return s.opErr(op, key, err)
 	}

@@ -1,6 +1,9 @@
 package redis
 
-import goredis "github.com/redis/go-redis/v9"
+import (
+	"crypto/sha1"
+	"encoding/hex"
+)
 
 // The store's Lua scripts. Each touches one key, KEYS[1], so that each runs
 // atomically on the node that owns the key, standalone or in a Cluster. The
@@ -13,48 +16,74 @@ import goredis "github.com/redis/go-redis/v9"
 
 // acquireScript claims KEYS[1] unless a live record holds it.
 //
-//	ARGV[1]     now, epoch seconds, rounded down
-//	ARGV[2]     now, epoch milliseconds, rounded down
-//	ARGV[3]     when the server deletes the key (PEXPIREAT), epoch ms
-//	ARGV[4...]  the new record's field, value pairs
+//	ARGV[1]     now, epoch milliseconds, rounded down
+//	ARGV[2]     when the server deletes the key (PEXPIREAT), epoch ms
+//	ARGV[3]     the new record's expiration, epoch seconds
+//	ARGV[4]     the new record's token
+//	ARGV[5]     the new record's lease end (in_progress_expiration), epoch
+//	            ms, or "" for none
+//	ARGV[6...]  the new record's other fields, as field, value pairs
 //
-// It returns 1 when it wrote the record; the existing hash (HGETALL) when a
-// live record holds the key, or one the script cannot read (missing or
+// The record it writes has the status INPROGRESS.
+//
+// It returns the integer 1 when it wrote the record; "T" and the key's type
+// for a key of another type than a hash; and otherwise the existing record
+// (see packedFields), "R" and each of the record's fields in a fixed order,
+// as "-" when the hash lacks it or as its length in bytes, ":" and its
+// value: a live record, or one the script cannot read (missing or
 // non-numeric expiration, unknown status), which stays in place and which
-// the caller decodes and reports as corrupt; or, for a key of another type,
-// that type's name as a status reply.
+// the caller decodes and reports as corrupt. One string, so that a replay's
+// reply is one value to read, not a list of field names and values.
 //
 // Live is store.Record.Live on the stored numbers: expiration (seconds,
-// rounded up when written) > now, and COMPLETED, or INPROGRESS without a
-// lease, or with a lease (milliseconds, rounded up) > now.
+// rounded up when written) > now (in seconds, rounded down), and
+// COMPLETED, or INPROGRESS without a lease, or with a lease (milliseconds,
+// rounded up) > now.
 const acquireLua = `
+local now = tonumber(ARGV[1])
 local t = redis.call('TYPE', KEYS[1]).ok
 if t ~= 'none' then
   if t ~= 'hash' then
-    return redis.status_reply(t)
+    return 'T' .. t
   end
-  local f = redis.call('HMGET', KEYS[1], 'status', 'expiration', 'in_progress_expiration')
+  local f = redis.call('HMGET', KEYS[1], 'status', 'expiration', 'in_progress_expiration',
+    'token', 'validation', 'result_kind', 'data_encoding', 'data')
   local exp = tonumber(f[2])
-  if exp == nil or (f[1] ~= 'COMPLETED' and f[1] ~= 'INPROGRESS') then
-    return redis.call('HGETALL', KEYS[1])
-  end
-  local live = exp > tonumber(ARGV[1])
-  if live and f[1] == 'INPROGRESS' and f[3] then
-    local lease = tonumber(f[3])
-    if lease == nil then
-      return redis.call('HGETALL', KEYS[1])
+  local live = true
+  if exp ~= nil and (f[1] == 'COMPLETED' or f[1] == 'INPROGRESS') then
+    live = exp > math.floor(now / 1000)
+    if live and f[1] == 'INPROGRESS' and f[3] then
+      local lease = tonumber(f[3])
+      if lease ~= nil then
+        live = lease > now
+      end
     end
-    live = lease > tonumber(ARGV[2])
   end
   if live then
-    return redis.call('HGETALL', KEYS[1])
+    local out = {'R'}
+    for i = 1, 8 do
+      if f[i] then
+        out[#out + 1] = #f[i] .. ':'
+        out[#out + 1] = f[i]
+      else
+        out[#out + 1] = '-'
+      end
+    end
+    return table.concat(out)
   end
   redis.call('DEL', KEYS[1])
 end
-redis.call('HSET', KEYS[1], unpack(ARGV, 4))
-redis.call('PEXPIREAT', KEYS[1], ARGV[3])
+redis.call('HSET', KEYS[1], 'status', 'INPROGRESS', 'expiration', ARGV[3], 'token', ARGV[4], unpack(ARGV, 6))
+if ARGV[5] ~= '' then
+  redis.call('HSET', KEYS[1], 'in_progress_expiration', ARGV[5])
+end
+redis.call('PEXPIREAT', KEYS[1], ARGV[2])
 return 1
 `
+
+// packedFields are the fields of a record as the claim script returns it,
+// in order.
+var packedFields = [...]string{FieldStatus, FieldExpiry, FieldLease, FieldToken, FieldValidation, FieldResultKind, FieldEncoding, FieldData}
 
 // heldPrelude ends a fenced script with 0 unless KEYS[1] is a hash held
 // under the token ARGV[1].
@@ -69,15 +98,18 @@ end
 
 // completeScript replaces the record KEYS[1] if it is held under ARGV[1].
 //
-//	ARGV[1]     the token
+//	ARGV[1]     the token, which the completed record keeps
 //	ARGV[2]     PEXPIREAT, epoch ms
-//	ARGV[3...]  the completed record's field, value pairs
+//	ARGV[3]     the completed record's expiration, epoch seconds
+//	ARGV[4...]  the completed record's other fields, as field, value pairs
+//
+// The record it writes has the status COMPLETED.
 //
 // It returns 1 when it wrote, 0 when the key is absent, not a hash, or held
 // under another token.
 const completeLua = heldPrelude + `
 redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[1], unpack(ARGV, 3))
+redis.call('HSET', KEYS[1], 'status', 'COMPLETED', 'expiration', ARGV[3], 'token', ARGV[1], unpack(ARGV, 4))
 redis.call('PEXPIREAT', KEYS[1], ARGV[2])
 return 1
 `
@@ -115,11 +147,23 @@ redis.call('DEL', KEYS[1])
 return 1
 `
 
+// script is one of the store's scripts: its source and the SHA-1 EVALSHA
+// names it by, boxed once as the argument go-redis writes.
+type script struct {
+	src string
+	sha any
+}
+
+func newScript(src string) *script {
+	sum := sha1.Sum([]byte(src))
+	return &script{src: src, sha: hex.EncodeToString(sum[:])}
+}
+
 var (
-	acquireScript  = goredis.NewScript(acquireLua)
-	completeScript = goredis.NewScript(completeLua)
-	extendScript   = goredis.NewScript(extendLua)
-	releaseScript  = goredis.NewScript(releaseLua)
+	acquireScript  = newScript(acquireLua)
+	completeScript = newScript(completeLua)
+	extendScript   = newScript(extendLua)
+	releaseScript  = newScript(releaseLua)
 
 	// allSources are the scripts' sources, for SCRIPT LOAD.
 	allSources = []string{acquireLua, completeLua, extendLua, releaseLua}
