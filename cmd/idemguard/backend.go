@@ -112,6 +112,9 @@ func parseStoreURL(raw string) (*parsedURL, error) {
 				partition = v
 			default:
 				if opt, ok := ddbAttrParams[k]; ok {
+					if v == "" {
+						return nil, fmt.Errorf("invalid store URL: dynamodb parameter %s is empty; give the attribute's name, or leave the parameter out for its default", k)
+					}
 					p.ddbOpts = append(p.ddbOpts, opt(v))
 					continue
 				}

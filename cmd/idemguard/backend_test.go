@@ -53,7 +53,7 @@ func TestParseStoreURLErrors(t *testing.T) {
 		{"dynamodb://t?regoin=eu-west-1", "unknown dynamodb parameter regoin"},
 		{"dynamodb://t?sort-key=sk", "sort-key and partition-value go together"},
 		{"dynamodb://t?key-attr=a&token-attr=a", "both name attribute"},
-		{"dynamodb://t?status-attr=", "WithStatusAttr"},
+		{"dynamodb://t?status-attr=", "status-attr is empty"},
 		{"dynamodb://t?endpoint=127.0.0.1:8000", "not an http(s) URL"},
 		{"redis://h:6379?prefx=a", "unexpected option: prefx"},
 		{"postgres://u@h/db?table=", `table ""`},
