@@ -174,10 +174,10 @@ func runRouter(t *testing.T, r *message.Router) {
 // eventually polls cond every 10 ms for up to 15 s.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 15 s", what)
+			t.Fatalf("%s: not within 60 s", what)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
