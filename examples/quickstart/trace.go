@@ -81,7 +81,7 @@ func label(s *tracetest.SpanStub) string {
 	l := s.Name
 	attrs := map[string]string{}
 	for _, a := range s.Attributes {
-		attrs[string(a.Key)] = a.Value.Emit()
+		attrs[string(a.Key)] = a.Value.String()
 	}
 	if id, ok := attrs["temporalWorkflowID"]; ok && strings.HasPrefix(s.Name, "RunWorkflow:") {
 		l += "  workflow=" + id

@@ -14,10 +14,8 @@ import (
 // replica, whose lag decides how many acknowledged writes a failover
 // loses. It is safe for concurrent use.
 type Delay struct {
-	target string
 	tcp
 	delay atomic.Int64 // nanoseconds
-
 }
 
 // NewDelay starts a delaying proxy on 127.0.0.1 (a free port) in front of

@@ -77,7 +77,7 @@ func CheckNested(t testing.TB, server, execute tracetest.SpanStub, outcome strin
 func attr(attrs []attribute.KeyValue, key attribute.Key) string {
 	for _, a := range attrs {
 		if a.Key == key {
-			return a.Value.Emit()
+			return a.Value.String()
 		}
 	}
 	return ""

@@ -40,12 +40,11 @@ const pgUser = "idemguard-pg"
 // does: the newest installed server binaries, run as pgUser when the test
 // runs as root.
 type pgCluster struct {
-	t    *testing.T
-	bin  string
-	dir  string
-	uid  int // -1 when not switching users
-	gid  int
-	name string
+	t   *testing.T
+	bin string
+	dir string
+	uid int // -1 when not switching users
+	gid int
 }
 
 func newPgCluster(t *testing.T) *pgCluster {

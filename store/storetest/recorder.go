@@ -288,7 +288,7 @@ func (c *client) claim(ctx context.Context, key string) bool {
 	}
 	// Hold the claim (or, after a lost answer, act as if) while the
 	// guarded function runs.
-	lease, exp := rec.lease, rec.exp
+	lease := rec.lease
 	if c.chance(0.5) {
 		time.Sleep(time.Duration(c.rng.Int64N(int64(2 * time.Millisecond))))
 	}
@@ -300,7 +300,7 @@ func (c *client) claim(ctx context.Context, key string) bool {
 		if lease != 0 || c.chance(0.2) {
 			lease = t + c.ticks(5, 40)
 		}
-		exp = max(lease, t) + c.ticks(1, 60)
+		exp := max(lease, t) + c.ticks(1, 60)
 		if !c.fenced(ctx, input{kind: opExtend, key: key, token: tok, lease: lease, exp: exp}) {
 			return false
 		}
