@@ -79,7 +79,7 @@ dashboard-png:
 #             a Redis replica and a PostgreSQL streaming standby of the
 #             tests' own, fed through a link 50 ms late, promoted while
 #             clients claim and complete keys; with and without WAIT
-#             (WithReplicas) and synchronous replication. About 30 s.
+#             (WithReplicas) and synchronous replication. About 90 s.
 .PHONY: failover
 failover:
 	IDEMGUARD_SERVICES="redis postgres" scripts/harness.sh run $(GO) test -count=1 -v -run '^(TestFailover|TestStandbyFailover)$$' ./store/redis/ ./store/postgres/ -failover

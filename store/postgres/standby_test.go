@@ -2,7 +2,6 @@ package postgres_test
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"net"
@@ -10,12 +9,9 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -23,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemguard/idemguard/internal/failovertest"
 	"github.com/idemguard/idemguard/internal/faultproxy"
 	"github.com/idemguard/idemguard/internal/testenv"
 	"github.com/idemguard/idemguard/store"
@@ -337,31 +334,11 @@ func (r *standbyRig) failover(t *testing.T) {
 	}
 }
 
-// standbyFigures is what one failover run measured.
-type standbyFigures struct {
-	claims, completions         int
-	lostClaims, lostCompletions int
-	lostWindow                  time.Duration
-	p50, p99                    time.Duration
-	afterOK, afterFailed        int
-	history                     *storetest.CheckResult
-}
-
-func (f standbyFigures) String() string {
-	verdict := "not checked"
-	if f.history != nil {
-		verdict = f.history.String()
-	}
-	return fmt.Sprintf("%d claims and %d completions acknowledged by the primary before the failover; lost: %d claims, %d completions (acknowledged up to %v before it); claim latency p50 %v, p99 %v; after the failover %d writes succeeded and %d failed; hot-key history: %s",
-		f.claims, f.completions, f.lostClaims, f.lostCompletions, f.lostWindow.Round(time.Millisecond),
-		f.p50.Round(10*time.Microsecond), f.p99.Round(10*time.Microsecond), f.afterOK, f.afterFailed, verdict)
-}
-
 // runStandbyFailover drives a store through the rig's front for before,
 // fails over, goes on for after, and measures what the promoted standby
 // lost of the writes the primary acknowledged, as the Redis failover test
 // does.
-func runStandbyFailover(t *testing.T, r *standbyRig, before, after time.Duration) standbyFigures {
+func runStandbyFailover(t *testing.T, r *standbyRig, before, after time.Duration) failovertest.Figures {
 	t.Helper()
 	ctx := context.Background()
 	u := strings.Replace(r.primary.url(), r.primary.addr(), r.front.Addr(), 1)
@@ -379,138 +356,22 @@ func runStandbyFailover(t *testing.T, r *standbyRig, before, after time.Duration
 	if err != nil {
 		t.Fatal(err)
 	}
-	base := time.Now().Add(24 * time.Hour)
-	type ack struct {
-		key, token string
-		at         time.Time
-	}
-	var (
-		mu          sync.Mutex
-		claims      []ack
-		completions []ack
-		latencies   []time.Duration
-		failedAt    atomic.Pointer[time.Time]
-		afterOK     atomic.Int64
-		afterFailed atomic.Int64
-		seq         atomic.Int64
-	)
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for w := range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				n := seq.Add(1)
-				rec := &store.Record{Key: fmt.Sprintf("loss#%d", n), Status: store.StatusInProgress,
-					Token: fmt.Sprintf("w%d.%d", w, n), ExpiresAt: base.Add(time.Hour), LeaseExpiresAt: base.Add(time.Minute)}
-				octx, cancel := context.WithTimeout(ctx, 2*time.Second)
-				t0 := time.Now()
-				_, err := s.Acquire(octx, rec, base)
-				lat := time.Since(t0)
-				post := failedAt.Load() != nil
-				switch {
-				case err != nil && post:
-					afterFailed.Add(1)
-				case err == nil && post:
-					afterOK.Add(1)
-				case err == nil:
-					mu.Lock()
-					claims = append(claims, ack{rec.Key, rec.Token, time.Now()})
-					latencies = append(latencies, lat)
-					mu.Unlock()
-				}
-				if err == nil {
-					done := *rec
-					done.Status, done.Result = store.StatusCompleted, []byte(`"ok"`)
-					err = s.Complete(octx, &done)
-					post := failedAt.Load() != nil
-					switch {
-					case err != nil && post:
-						afterFailed.Add(1)
-					case err == nil && post:
-						afterOK.Add(1)
-					case err == nil:
-						mu.Lock()
-						completions = append(completions, ack{rec.Key, rec.Token, time.Now()})
-						mu.Unlock()
-					}
-				}
-				cancel()
+	return failovertest.Run(t, s, failovertest.Config{
+		Before: before, After: after, Failover: r.failover,
+		Promoted: func(t *testing.T) store.Store {
+			direct, err := pgxpool.New(ctx, r.standby.url())
+			if err != nil {
+				t.Fatal(err)
 			}
-		}()
-	}
-	var h *storetest.History
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		var err error
-		h, err = storetest.RecordHistory(ctx, s, storetest.HistoryConfig{Ops: 1 << 30, Duration: before + after, Prefix: "hot#", OpTimeout: 2 * time.Second})
-		if err != nil {
-			t.Error(err)
-		}
-	}()
-	time.Sleep(before)
-	at := time.Now()
-	r.failover(t)
-	failedAt.Store(&at)
-	time.Sleep(after)
-	close(stop)
-	wg.Wait()
-
-	direct, err := pgxpool.New(ctx, r.standby.url())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer direct.Close()
-	promoted, err := postgres.New(direct, postgres.WithTable(r.table))
-	if err != nil {
-		t.Fatal(err)
-	}
-	fig := standbyFigures{afterOK: int(afterOK.Load()), afterFailed: int(afterFailed.Load())}
-	lost := func(acks []ack, want store.Status) (n int) {
-		for _, a := range acks {
-			got, err := promoted.Get(ctx, a.key)
-			switch {
-			case errors.Is(err, store.ErrNotFound):
-			case err != nil:
-				t.Fatalf("Get(%s) on the promoted standby: %v", a.key, err)
-			case got.Token == a.token && (got.Status == want || want == store.StatusInProgress):
-				continue
+			t.Cleanup(direct.Close)
+			promoted, err := postgres.New(direct, postgres.WithTable(r.table))
+			if err != nil {
+				t.Fatal(err)
 			}
-			n++
-			fig.lostWindow = max(fig.lostWindow, at.Sub(a.at))
-		}
-		return n
-	}
-	var pre []ack
-	for _, a := range claims {
-		if !a.at.After(at) {
-			pre = append(pre, a)
-		}
-	}
-	fig.claims, fig.lostClaims = len(pre), lost(pre, store.StatusInProgress)
-	pre = pre[:0]
-	for _, a := range completions {
-		if !a.at.After(at) {
-			pre = append(pre, a)
-		}
-	}
-	fig.completions, fig.lostCompletions = len(pre), lost(pre, store.StatusCompleted)
-	slices.Sort(latencies)
-	if n := len(latencies); n > 0 {
-		fig.p50, fig.p99 = latencies[n/2], latencies[n*99/100]
-	}
-	if h != nil {
-		fig.history = h.Check(storetest.Precision{Expiry: time.Microsecond, Lease: time.Microsecond},
-			storetest.CheckOptions{Name: t.Name(), Dir: t.TempDir(), ShrinkTimeout: 30 * time.Second})
-	}
-	return fig
+			return promoted
+		},
+		Precision: storetest.Precision{Expiry: time.Microsecond, Lease: time.Microsecond},
+	})
 }
 
 // standbyLag is the lag of the replication link in the failover runs.
@@ -535,10 +396,7 @@ func TestStandbyFailover(t *testing.T) {
 		r := newStandbyRig(t, standbyLag, false)
 		fig := runStandbyFailover(t, r, 2*time.Second, time.Second)
 		t.Logf("asynchronous standby: %s", fig)
-		if fig.history != nil && !fig.history.Linearizable {
-			t.Logf("the hot keys' history across the failover: %s", fig.history.Report())
-		}
-		if fig.lostClaims+fig.lostCompletions == 0 {
+		if fig.LostClaims+fig.LostCompletions == 0 {
 			t.Errorf("no acknowledged commit was lost behind a %v replication lag; the failover did not land in the lag (%s)", standbyLag, fig)
 		}
 	})
@@ -546,13 +404,10 @@ func TestStandbyFailover(t *testing.T) {
 		r := newStandbyRig(t, standbyLag, true)
 		fig := runStandbyFailover(t, r, 2*time.Second, time.Second)
 		t.Logf("synchronous standby: %s", fig)
-		if fig.history != nil && !fig.history.Linearizable {
-			t.Logf("the hot keys' history across the failover: %s", fig.history.Report())
+		if fig.LostClaims+fig.LostCompletions != 0 {
+			t.Errorf("with a synchronous standby, %d claims and %d completions the store acknowledged are not on the promoted standby", fig.LostClaims, fig.LostCompletions)
 		}
-		if fig.lostClaims+fig.lostCompletions != 0 {
-			t.Errorf("with a synchronous standby, %d claims and %d completions the store acknowledged are not on the promoted standby", fig.lostClaims, fig.lostCompletions)
-		}
-		if fig.claims == 0 {
+		if fig.Claims == 0 {
 			t.Errorf("no claim was acknowledged before the failover")
 		}
 	})
