@@ -171,7 +171,7 @@ func runRouter(t *testing.T, r *message.Router) {
 	}
 }
 
-// eventually polls cond every 10 ms for up to 15 s.
+// eventually polls cond every 10 ms for up to 60 s.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
