@@ -212,6 +212,15 @@ func (c *counts) counting(h message.HandlerFunc) message.HandlerFunc {
 	}
 }
 
+// returned is middleware that counts the deliveries of each message whose
+// handling by the middleware and handler inside it has returned.
+func (c *counts) returned(h message.HandlerFunc) message.HandlerFunc {
+	return func(msg *message.Message) ([]*message.Message, error) {
+		defer c.add(msg.UUID)
+		return h(msg)
+	}
+}
+
 // keepOpen is pub for a router, which closes its handlers' publisher when
 // it stops, while middleware (a poison queue) may still publish with it:
 // the broker's publisher stays open until the test ends.
