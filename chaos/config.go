@@ -77,7 +77,9 @@ type Config struct {
 	PauseMin, PauseMax time.Duration
 	// MinKills is the least number of kills a run makes: the first
 	// MinKills moments are kills, not pauses, and the last InFlight
-	// workflows are not started before they have happened.
+	// workflows are not started before they have happened (with
+	// transactional bodies, one of them in the window), except one at a
+	// time whenever nothing is in flight.
 	MinKills int
 
 	// Activity options. The guard's lease is the heartbeat timeout, so a

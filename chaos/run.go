@@ -263,21 +263,28 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	var completed, failed atomic.Int64
 	sem := make(chan struct{}, cfg.InFlight)
 	var wg sync.WaitGroup
+	// windowKills counts the kills timed into a transactional body's
+	// window (txMode).
+	var windowKills atomic.Int64
+	killsDone := func() bool {
+		return ws.killCount() >= cfg.MinKills && (!txMode || cfg.MinKills == 0 || windowKills.Load() > 0)
+	}
 	loadStart := time.Now()
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		for i, pw := range plan {
-			if i == max(len(plan)-cfg.InFlight, 0) {
-				// Hold the last workflows back until MinKills kills have
-				// happened, so that they happen while work is in flight.
-				for n := 0; ws.killCount() < cfg.MinKills; n++ {
-					if n == 0 {
-						logf("holding the last %d workflows until %d kills have happened", cfg.InFlight, cfg.MinKills)
-					}
-					if !sleepCtx(loadCtx, 100*time.Millisecond) {
-						return
-					}
+			// Hold the last workflows back until MinKills kills have
+			// happened (one of them in a transactional body's window), so
+			// that they happen while work is in flight; whenever nothing
+			// is in flight meanwhile, one more goes, so that there is work
+			// for a kill to land in.
+			for n := 0; i >= max(len(plan)-cfg.InFlight, 0) && !killsDone() && len(sem) > 0; n++ {
+				if n == 0 && i == max(len(plan)-cfg.InFlight, 0) {
+					logf("holding the last %d workflows until %d kills have happened", cfg.InFlight, cfg.MinKills)
+				}
+				if !sleepCtx(loadCtx, 100*time.Millisecond) {
+					return
 				}
 			}
 			select {
@@ -318,11 +325,18 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 			slot := live[rng.IntN(len(live))]
 			inWindow := false
 			if txMode {
-				// Time the kill or pause: wait until the worker has written
+				// Time the kill or pause: wait until a worker has written
 				// a row and not committed it (a "window" line in its done
-				// file), so that it lands in the crash window.
-				if pid, ok := ws.pid(slot); ok {
-					inWindow = awaitWindow(loadCtx, doneDir, pid, 3*time.Second)
+				// file), so that it lands in the crash window; the first
+				// worker to do so is the one.
+				pids := map[int]int{}
+				for _, sl := range live {
+					if pid, ok := ws.pid(sl); ok {
+						pids[sl] = pid
+					}
+				}
+				if sl, ok := awaitWindow(loadCtx, doneDir, pids, 3*time.Second); ok {
+					slot, inWindow = sl, true
 				}
 			}
 			if cfg.PauseRatio > 0 && ws.killCount() >= cfg.MinKills && rng.Float64() < cfg.PauseRatio {
@@ -332,6 +346,9 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 				continue
 			}
 			if k, ok := ws.kill(slot); ok {
+				if inWindow {
+					windowKills.Add(1)
+				}
 				logf("killed worker slot %d pid %d%s", k.Slot, k.PID, map[bool]string{true: " in the window"}[inWindow])
 			}
 			sleepCtx(context.WithoutCancel(loadCtx), uniform(rng, cfg.RestartMin, cfg.RestartMax))
@@ -592,26 +609,34 @@ func storeName(s string) string {
 	return s
 }
 
-// awaitWindow waits until the worker pid writes a "window" line to its done
-// file (a transactional body wrote its row and lingers before the commit),
-// for at most d.
-func awaitWindow(ctx context.Context, doneDir string, pid int, d time.Duration) bool {
-	name := filepath.Join(doneDir, fmt.Sprintf("done-%d.log", pid))
-	var from int64
-	if fi, err := os.Stat(name); err == nil {
-		from = fi.Size()
+// doneFile is the file in which the worker pid notes what it did.
+func doneFile(doneDir string, pid int) string {
+	return filepath.Join(doneDir, fmt.Sprintf("done-%d.log", pid))
+}
+
+// awaitWindow waits until one of the workers pids (by slot) writes a
+// "window" line to its done file (a transactional body wrote its row and
+// lingers before the commit), for at most d, and returns its slot.
+func awaitWindow(ctx context.Context, doneDir string, pids map[int]int, d time.Duration) (int, bool) {
+	from := map[int]int64{}
+	for slot, pid := range pids {
+		if fi, err := os.Stat(doneFile(doneDir, pid)); err == nil {
+			from[slot] = fi.Size()
+		}
 	}
 	deadline := time.Now().Add(d)
 	buf := make([]byte, 64<<10)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
-		if f, err := os.Open(name); err == nil {
-			n, _ := f.ReadAt(buf, from)
-			f.Close()
-			if strings.Contains(string(buf[:n]), "window ") {
-				return true
+		for slot, pid := range pids {
+			if f, err := os.Open(doneFile(doneDir, pid)); err == nil {
+				n, _ := f.ReadAt(buf, from[slot])
+				f.Close()
+				if strings.Contains(string(buf[:n]), "window ") {
+					return slot, true
+				}
 			}
 		}
 		time.Sleep(time.Millisecond)
 	}
-	return false
+	return 0, false
 }

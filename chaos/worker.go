@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"sync"
 	"time"
 
@@ -122,7 +121,7 @@ func runWorker(cfg workerConfig) error {
 	}
 	defer c.Close()
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	done, err := os.OpenFile(filepath.Join(cfg.DoneDir, fmt.Sprintf("done-%d.log", os.Getpid())), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	done, err := os.OpenFile(doneFile(cfg.DoneDir, os.Getpid()), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 	if err != nil {
 		return err
 	}
