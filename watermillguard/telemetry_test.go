@@ -114,7 +114,7 @@ func TestTelemetry(t *testing.T) {
 			}
 			attrs := map[string]string{}
 			for _, a := range s.Attributes {
-				attrs[string(a.Key)] = a.Value.Emit()
+				attrs[string(a.Key)] = a.Value.String()
 			}
 			if attrs[string(watermillguard.MessageIDKey)] != msg.UUID || attrs[string(telemetry.ScopeKey)] != "ship" {
 				t.Errorf("%s attributes %v: want the message UUID and the handler's name as scope", s.Name, attrs)
