@@ -314,8 +314,12 @@ func TestInvalidOptionsPanic(t *testing.T) {
 		"NewInterceptor": func() {
 			activity.NewInterceptor(g, activity.Policy{Activity: "Charge", Options: []activity.Option{activity.WithGuardOptions(guard.WithKeyPath("["))}})
 		},
-		"NewInterceptor no name":  func() { activity.NewInterceptor(g, activity.Policy{}) },
-		"NewInterceptor same one": func() { activity.NewInterceptor(g, activity.Policy{Activity: "A"}, activity.Policy{Activity: "A"}) },
+		// Both name one call: every call of the activity would share one
+		// key, or take over each other's claims.
+		"Guard with an explicit key": func() { activity.Wrap(g, charge, activity.WithGuardOptions(guard.WithKey("k"))) },
+		"Guard with a claim token":   func() { activity.Wrap(g, charge, activity.WithGuardOptions(guard.WithClaimToken("t"))) },
+		"NewInterceptor no name":     func() { activity.NewInterceptor(g, activity.Policy{}) },
+		"NewInterceptor same one":    func() { activity.NewInterceptor(g, activity.Policy{Activity: "A"}, activity.Policy{Activity: "A"}) },
 	} {
 		func() {
 			defer func() {

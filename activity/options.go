@@ -84,7 +84,9 @@ func WithMaxRetryDelay(d time.Duration) Option {
 // the defaults given to guard.New, which override the activity package's
 // own (a lease of the heartbeat timeout); guard.WithCodec and
 // guard.WithErrorCodec given here replace the Temporal encodings of
-// results and errors.
+// results and errors. guard.WithKey and guard.WithClaimToken name one call
+// and are refused (a workflow gives an activity its key with
+// workflow.ContextWithKey).
 func WithGuardOptions(opts ...guard.CallOption) Option {
 	return optionFunc(func(c *config) { c.guardOpts = append(c.guardOpts, opts...) })
 }

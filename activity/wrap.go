@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"reflect"
 	"runtime"
+	"slices"
 	"strings"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -110,9 +111,11 @@ func newRunner(g *guard.Guard, fn any, opts []Option) *runner {
 	return &runner{g: g, cfg: cfg, name: Name(fn)}
 }
 
-// validate reports invalid options, as the guard would on every call.
+// validate reports invalid options, as the guard would on every call, and
+// a key or a claim token, which name one call: given for every call of the
+// activity they would give every call one key, or one claimant.
 func (c *config) validate(g *guard.Guard) error {
-	_, err := g.Settings(c.guardOpts...)
+	_, err := g.Settings(append(slices.Clip(c.guardOpts), guard.Fixed(guard.WithKey("probe"), guard.WithClaimToken("probe")))...)
 	return err
 }
 

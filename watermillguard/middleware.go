@@ -44,18 +44,16 @@ func NewMiddleware(g *guard.Guard, opts ...Option) (message.HandlerMiddleware, e
 	}
 	m := &middleware{g: g, c: c}
 	// The middleware's defaults give way to the guard's and to the user's;
-	// its codec and (unless the key is the payload) its key are its own: a
-	// user's option for them is refused.
+	// its codec and its key are its own: a user's option for them is
+	// refused. So is a claim token, which names one claimant: every
+	// delivery would take the others' claims over.
 	m.call = append(m.call, guard.WithDefaults(
 		guard.WithTTL(DefaultTTL),
 		guard.WithRequireKey(true),
 	))
 	m.call = append(m.call, c.call...)
 	m.call = append(m.call, guard.Fixed(guard.WithCodec(codec{})))
-	check := m.call
-	if c.key != keyPayload {
-		check = append(slices.Clip(check), guard.Fixed(guard.WithKey("probe")))
-	}
+	check := append(slices.Clip(m.call), guard.Fixed(guard.WithKey("probe"), guard.WithClaimToken("probe")))
 	if _, err := g.Settings(check...); err != nil {
 		return nil, err
 	}

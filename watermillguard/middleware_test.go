@@ -472,6 +472,8 @@ func TestInvalidOptions(t *testing.T) {
 		"nil codec (guard's)": {watermillguard.WithGuardOptions(guard.WithCodec(nil))},
 		"a codec":             {watermillguard.WithGuardOptions(guard.WithCodec(guard.JSON))},
 		"an explicit key":     {watermillguard.WithGuardOptions(guard.WithKey("k"))},
+		"an explicit key, the key from the payload": {watermillguard.WithKeyFromPayload(), watermillguard.WithGuardOptions(guard.WithKey("k"))},
+		"a claim token": {watermillguard.WithGuardOptions(guard.WithClaimToken("t"))},
 	} {
 		if _, err := watermillguard.NewMiddleware(g, opts...); err == nil {
 			t.Errorf("%s: no error", name)

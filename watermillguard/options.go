@@ -106,9 +106,10 @@ func WithKeyFromPayload() Option {
 // guard.WithPayloadValidation (over the payload read as JSON),
 // guard.WithKeyPath (with [WithKeyFromPayload]), guard.WithDefiniteErrors,
 // and the rest. They override the guard's defaults and the middleware's
-// ([DefaultTTL], a required key). guard.WithKey and guard.WithCodec are
-// refused (guard.ErrInvalidOption): the middleware sets the key from the
-// message and stores the produced messages in a format of its own.
+// ([DefaultTTL], a required key). guard.WithKey, guard.WithClaimToken and
+// guard.WithCodec are refused (guard.ErrInvalidOption): the middleware
+// sets the key from the message, each delivery claims for itself, and the
+// produced messages are stored in a format of its own.
 func WithGuardOptions(opts ...guard.CallOption) Option {
 	return optionFunc(func(c *config) { c.call = append(c.call, opts...) })
 }

@@ -67,6 +67,8 @@ func newConfig(opts []Option) *config {
 // ([DefaultLease]; waiting for the holder on workflow timers, from a second
 // up to a minute apart, for as long as it holds the key), and they apply to
 // every step of the claim: claiming, extending, completing and replaying.
+// guard.WithKey and guard.WithClaimToken name one call and are refused
+// (the caller gives a run its key with [ContextWithKey]).
 func WithGuardOptions(opts ...guard.CallOption) Option {
 	return optionFunc(func(c *config) { c.guardOpts = append(c.guardOpts, opts...) })
 }

@@ -400,3 +400,27 @@ func TestGuardOptionsOnEveryStep(t *testing.T) {
 		t.Errorf("the outcome hook saw %v, want [executed replayed]", hooked)
 	}
 }
+
+// guard.WithKey and guard.WithClaimToken name one call: given to every run
+// of a workflow they would give every run one key, or one claimant. Wrap
+// refuses them, as it refuses any invalid option, by panicking.
+func TestWrapRefusesOneCallOptions(t *testing.T) {
+	g, err := guard.New(memory.New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	wf := func(ctx tworkflow.Context, in string) (string, error) { return in, nil }
+	for name, opt := range map[string]guard.CallOption{
+		"an explicit key": guard.WithKey("k"),
+		"a claim token":   guard.WithClaimToken("t"),
+	} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("Wrap with %s did not panic", name)
+				}
+			}()
+			workflow.Wrap(g, wf, workflow.WithGuardOptions(opt))
+		}()
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	commonpb "go.temporal.io/api/common/v1"
@@ -80,7 +81,10 @@ func Wrap[In, Out any](g *guard.Guard, wf func(tworkflow.Context, In) (Out, erro
 		guard.WithWait(forever),
 		guard.WithWaitBackoff(defaultPollInitial, defaultPollMax),
 	)}, c.guardOpts...)
-	s, err := g.Settings(base...)
+	// A key and a claim token name one call: given for every run they would
+	// give every run one key, or one claimant. The workflow's keys and
+	// tokens are its own, and a user's are refused.
+	s, err := g.Settings(append(slices.Clip(base), guard.Fixed(guard.WithKey("probe"), guard.WithClaimToken("probe")))...)
 	if err != nil {
 		panic(fmt.Sprintf("idemguard/workflow: guarding %s: %v", activity.Name(wf), err))
 	}
