@@ -99,13 +99,15 @@ func DoBatch[In, Out any](ctx context.Context, g *guard.Guard, items []In, fn fu
 		bopts = append(bopts, o)
 	}
 	bopts = append(bopts, guard.WithResume(p.mark), guard.WithStopOnError(), guard.WithItemDone(p.itemDone))
-	stop := p.keepAlive()
 	// Each item runs as a guarded call: a guarded function it calls is a
-	// call of its own, not a claim of the item's key.
-	res := guard.DoBatch(ctx, g, cl.scope, items, func(ctx context.Context, in In) (Out, error) {
-		return fn(withCall(ctx, false), in)
-	}, bopts...)
-	stop()
+	// call of its own, not a claim of the item's key. The heartbeats stop
+	// when DoBatch returns, or re-panics an item's panic.
+	res := func() []guard.ItemResult[Out] {
+		defer p.keepAlive()()
+		return guard.DoBatch(ctx, g, cl.scope, items, func(ctx context.Context, in In) (Out, error) {
+			return fn(withCall(ctx, false), in)
+		}, bopts...)
+	}()
 
 	var failed, stopped int
 	first := -1
