@@ -67,10 +67,10 @@
 //	result_kind             S  "error" or "unavailable"; absent for a value (idemguard only)
 //	data_encoding           S  "gzip" when data is compressed; absent otherwise (idemguard only)
 //
-// Every name can be changed with an option ([WithKeyAttr], [WithExpiryAttr],
-// …). In sort-key mode ([WithSortKey]) the partition key holds a fixed value
-// and the idempotency key goes in the sort key, so that one table with a
-// composite primary key can hold several applications' records.
+// Every name can be changed with [WithAttributes]. In sort-key mode
+// ([WithSortKey]) the partition key holds a fixed value and the
+// idempotency key goes in the sort key, so that one table with a composite
+// primary key can hold several applications' records.
 //
 // Results larger than [DefaultCompressAbove] bytes (see [WithCompressAbove])
 // are gzip-compressed when that makes them smaller. An item that would

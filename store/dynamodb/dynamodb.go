@@ -45,7 +45,7 @@ var _ store.Store = (*Store)(nil)
 
 // New returns a store for table, sending its requests through client. The
 // table must exist with the key schema the options describe (partition key
-// "id" of type S by default; see [WithKeyAttr] and [WithSortKey]) and
+// "id" of type S by default; see [WithAttributes] and [WithSortKey]) and
 // should have TTL enabled on the expiry attribute; [CreateTable] makes one.
 // New checks the options, not the table; it returns an error if client is
 // nil, table is empty, or an option is invalid.

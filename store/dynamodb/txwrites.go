@@ -409,14 +409,14 @@ func (w *TxWrites) addCompletion(rec string, a types.TransactWriteItem, size int
 }
 
 // seal ends the transaction and returns its actions, the function's then
-// the completions, and the key of the first record it completes; or the
-// transaction's failure.
+// the completions, and the key of the last record it completes (the call's
+// own, after its steps'); or the transaction's failure.
 func (w *TxWrites) seal() ([]types.TransactWriteItem, string, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	key := ""
 	if len(w.doneMeta) > 0 {
-		key = w.doneMeta[0].rec
+		key = w.doneMeta[len(w.doneMeta)-1].rec
 	}
 	if w.ended {
 		return nil, key, ErrTxEnded
