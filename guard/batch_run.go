@@ -21,8 +21,8 @@ import (
 )
 
 // How DoBatch runs a batch: bind every key, settle what the cache and one
-// bulk lookup can answer, then claim the rest through execute, the path of
-// a single call, in a bounded pool.
+// bulk lookup can answer, then claim the rest, under the keys bound first,
+// through guarded, the path of a single call, in a bounded pool.
 
 // batchRun is one call of DoBatch.
 type batchRun[In, Out any] struct {
@@ -294,7 +294,7 @@ func (r *batchRun[In, Out]) claimUnit(ctx context.Context, u *batchUnit) {
 			}
 			return
 		}
-		lead := r.execute(ctx, g.lead, r.items[g.lead].c)
+		lead := r.claim(ctx, g.lead)
 		if lead.Outcome != 0 {
 			lead.Outcome = OutcomeShared
 		}
@@ -304,7 +304,21 @@ func (r *batchRun[In, Out]) claimUnit(ctx context.Context, u *batchUnit) {
 	}
 }
 
-// execute runs item i through the single-call path with config c.
+// claim runs keyed item i through the single-call path under the key bind
+// derived for it, not one derived again now: fn may have changed the input
+// since (inputs can share a pointer), and the item must be claimed under
+// the key it was looked up, grouped and reported by, or a rerun of the
+// batch would not find its record.
+func (r *batchRun[In, Out]) claim(ctx context.Context, i int) ItemResult[Out] {
+	in, it := r.inputs[i], &r.items[i]
+	v, out, err := guarded(ctx, r.g, it.c, it.d, nil, r.scope, func(ctx context.Context, _ txn) (Out, error) { return r.fn(ctx, in) }, nil, nil, "")
+	res := ItemResult[Out]{Value: v, Outcome: out, Err: err}
+	r.finish(i, res, true)
+	return res
+}
+
+// execute runs item i through the single-call path with config c, deriving
+// its key: for a disabled guard, and for items bind found no key for.
 func (r *batchRun[In, Out]) execute(ctx context.Context, i int, c *config) ItemResult[Out] {
 	in := r.inputs[i]
 	v, out, err := execute(ctx, r.g, c, r.scope, in, func(ctx context.Context, _ txn) (Out, error) { return r.fn(ctx, in) }, nil)
