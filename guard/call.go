@@ -174,16 +174,30 @@ func guarded[T any](ctx context.Context, g *Guard, c *config, d derived, derr er
 // lands.
 func lead[T any](ctx context.Context, cl *call, fn body[T]) (v T, out Outcome, err error) {
 	g, c, f := cl.g, cl.c, &cl.flight
-	existing, err := g.acquire(ctx, c, &cl.d, f, &cl.claim)
+	// Until the flight lands or the runner takes the call over, a panic (in
+	// the store, a lookup under a previous secret) lands the flight and
+	// gives back a claim made, so that no later call in this process joins
+	// a flight that never lands.
+	var existing *store.Record
+	landed := false
+	defer func() {
+		if !landed {
+			cl.abandon(ctx, existing == nil, recover())
+		}
+	}()
+	existing, err = g.acquire(ctx, c, &cl.d, f, &cl.claim)
 	switch {
 	case err != nil:
+		landed = true
 		g.land(f, landing{err: err})
 		return v, 0, err
 	case existing != nil:
-		g.remember(existing)
-		v, out, err = replay[T](ctx, c, &cl.d, existing, OutcomeReplayed)
+		// Landed before the replay, which runs the outcome hook and the
+		// codec: the followers replay the record themselves.
+		landed = true
 		g.land(f, landing{rec: existing})
-		return v, out, err
+		g.remember(existing)
+		return replay[T](ctx, c, &cl.d, existing, OutcomeReplayed)
 	}
 	g.settle(f, cl.claim.LeaseExpiresAt)
 
@@ -199,6 +213,7 @@ func lead[T any](ctx context.Context, cl *call, fn body[T]) (v T, out Outcome, e
 	cl.ctx = runCtx{Context: cctx, r: &cl.run}
 	cl.keeper.init(ctx, cl, cancel)
 	r := runner[T]{cl: cl, ctx: ctx}
+	landed = true // from here on, by the runner
 	defer r.settleOnPanic(cancel)
 	cl.keeper.start()
 	if cl.begin != nil {
@@ -325,6 +340,24 @@ func (r *runner[T]) settleOnPanic(cancel context.CancelCauseFunc) {
 	}
 }
 
+// abandon settles a call that panicked (with p), or called
+// runtime.Goexit, before it ran its function: it releases the claim if the
+// call may hold one (claimed), lands the flight and lets the panic go on.
+func (cl *call) abandon(ctx context.Context, claimed bool, p any) {
+	perr := error(errAbandoned)
+	if p != nil {
+		perr = &PanicError{Value: p, Stack: debug.Stack()}
+	}
+	if claimed && cl.claim.Token != "" {
+		// Fenced by the token: a no-op unless the claim is still ours.
+		cl.g.release(ctx, &cl.d, &cl.claim)
+	}
+	cl.g.land(&cl.flight, landing{err: perr})
+	if p != nil {
+		panic(p)
+	}
+}
+
 // rollback ends the call's transaction, if it began one, without
 // committing, and releases the claims of the steps it completed inside it.
 // A step leaves its call's transaction to its call.
@@ -338,4 +371,7 @@ func (cl *call) rollback(ctx context.Context) {
 	cl.run.steps.releaseInTx(ctx, cl.g)
 }
 
-var errGoexit = errors.New("idemguard: guarded function called runtime.Goexit")
+var (
+	errGoexit    = errors.New("idemguard: guarded function called runtime.Goexit")
+	errAbandoned = errors.New("idemguard: runtime.Goexit before the guarded function ran")
+)

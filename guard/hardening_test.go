@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/store"
+	"github.com/idemguard/idemguard/store/memory"
 )
 
 // Each test here pins one defect found by a review of the engine: each
@@ -457,5 +459,80 @@ func TestWaitDuplicateRunsAfterFilteredResult(t *testing.T) {
 	close(release)
 	if r := <-resc; r.err != nil || r.v != 201 || r.out != guard.OutcomeExecuted {
 		t.Errorf("duplicate = %d, %v, %v; want it to run the function (201, executed)", r.v, r.out, r.err)
+	}
+}
+
+// panicGetStore panics in Get while armed, as a buggy store would.
+type panicGetStore struct {
+	store.Store
+	armed atomic.Bool
+}
+
+func (s *panicGetStore) Get(ctx context.Context, key string) (*store.Record, error) {
+	if s.armed.CompareAndSwap(true, false) {
+		panic("Get exploded")
+	}
+	return s.Store.Get(ctx, key)
+}
+
+// A panic while the leader replays a completed record (here in the outcome
+// hook) must land its in-process flight: a later call with the same key in
+// this process must not join a flight that never lands.
+func TestPanicInReplayLandsTheFlight(t *testing.T) {
+	m, _ := newMemory()
+	g := mustGuard(t, m)
+	runs := 0
+	fn := func(context.Context) (int, error) { runs++; return 7, nil }
+	if _, err := guard.Do(ctx, g, "charge", "order-1", fn); err != nil {
+		t.Fatal(err)
+	}
+	var panicked atomic.Bool
+	hook := guard.WithOutcomeHook(func(_ context.Context, _ string, _ *store.Record, out guard.Outcome) {
+		if out == guard.OutcomeReplayed && panicked.CompareAndSwap(false, true) {
+			panic("hook exploded")
+		}
+	})
+	if r := recoverPanic(func() { guard.Do(ctx, g, "charge", "order-1", fn, hook) }); r == nil {
+		t.Fatal("the caller did not see the hook's panic")
+	}
+	for _, mode := range []guard.CallOption{guard.WithReject(), guard.WithWait(time.Second)} {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		v, err := guard.Do(cctx, g, "charge", "order-1", fn, mode)
+		cancel()
+		if err != nil || v != 7 {
+			t.Errorf("later call = %d, %v; want the replayed 7", v, err)
+		}
+	}
+	if runs != 1 {
+		t.Errorf("the function ran %d times, want 1", runs)
+	}
+}
+
+// A panic in acquire after the claim was made (here in the lookup under a
+// previous key secret) must land the flight and release the claim, and
+// the panic must reach the caller.
+func TestPanicInAcquireReleasesAndLands(t *testing.T) {
+	s := &panicGetStore{Store: memory.New()}
+	opts := []guard.Option{guard.WithKeySecret([]byte("this-year"), []byte("last-year"))}
+	g := mustGuard(t, s, opts...)
+	other := mustGuard(t, s, opts...)
+	runs := 0
+	fn := func(context.Context) (int, error) { runs++; return 7, nil }
+	s.armed.Store(true)
+	if r := recoverPanic(func() { guard.Do(ctx, g, "charge", "order-1", fn) }); r == nil {
+		t.Fatal("the caller did not see the store's panic")
+	}
+	// The claim is released: another process runs at once.
+	if v, err := guard.Do(ctx, other, "charge", "order-1", fn, guard.WithReject()); err != nil || v != 7 {
+		t.Errorf("call in another process = %d, %v; want it to run (the claim released)", v, err)
+	}
+	// The flight landed: this process replays.
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if v, err := guard.Do(cctx, g, "charge", "order-1", fn, guard.WithReject()); err != nil || v != 7 {
+		t.Errorf("later call in this process = %d, %v; want the replayed 7", v, err)
+	}
+	if runs != 1 {
+		t.Errorf("the function ran %d times, want 1", runs)
 	}
 }
