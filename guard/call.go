@@ -109,10 +109,11 @@ type call struct {
 	g      *Guard
 	c      *config
 	d      derived
-	begin  beginner     // nil unless the call is transactional
-	parent *running     // the enclosing call, when this call is a step
-	claim  store.Record // the claim this call made
-	flight flight       // followers in this process wait on it
+	begin  beginner      // nil unless the call is transactional
+	parent *running      // the enclosing call, when this call is a step
+	claim  store.Record  // the claim this call made
+	done   *store.Record // the claim's completion, once written
+	flight flight        // followers in this process wait on it
 	keeper keeper
 	run    running
 	ctx    runCtx
@@ -319,8 +320,10 @@ func (r *runner[T]) settleOnPanic(cancel context.CancelCauseFunc) {
 	if p != nil {
 		perr = &PanicError{Value: p, Stack: debug.Stack()}
 	}
-	var rec *store.Record
+	rec := cl.done
 	switch {
+	case rec != nil:
+		// The outcome is recorded (a panic in the outcome hook): keep it.
 	case cl.begin != nil || (cl.parent != nil && cl.parent.tx != nil):
 		// The function's writes roll back with the transaction (or
 		// committed with the completion, which Release leaves alone); a

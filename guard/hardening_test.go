@@ -536,3 +536,40 @@ func TestPanicInAcquireReleasesAndLands(t *testing.T) {
 		t.Errorf("the function ran %d times, want 1", runs)
 	}
 }
+
+// An outcome hook that panics after the outcome was recorded must not
+// overwrite the stored result: the record keeps the value, one completion
+// is written, and the panic reaches the caller.
+func TestPanicInOutcomeHookKeepsTheRecord(t *testing.T) {
+	m, cs := newMemory()
+	g := mustGuard(t, cs)
+	hook := guard.WithOutcomeHook(func(_ context.Context, _ string, _ *store.Record, out guard.Outcome) {
+		if out == guard.OutcomeExecuted {
+			panic("hook exploded")
+		}
+	})
+	runs := 0
+	var key string
+	fn := func(ctx context.Context) (int, error) {
+		runs++
+		key, _ = guard.KeyFromContext(ctx)
+		return 7, nil
+	}
+	if r := recoverPanic(func() { guard.Do(ctx, g, "charge", "order-1", fn, hook) }); r == nil {
+		t.Fatal("the caller did not see the hook's panic")
+	}
+	if rec := mustRecordOf(t, m, key); rec.Status != store.StatusCompleted || rec.ResultKind != store.ResultValue {
+		t.Errorf("record after the panic: %v %v, want COMPLETED with the value", rec.Status, rec.ResultKind)
+	}
+	if n := cs.completes.Load(); n != 1 {
+		t.Errorf("%d completions written, want 1", n)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if v, err := guard.Do(cctx, g, "charge", "order-1", fn, guard.WithReject()); err != nil || v != 7 {
+		t.Errorf("later call = %d, %v; want the replayed 7", v, err)
+	}
+	if runs != 1 {
+		t.Errorf("the function ran %d times, want 1", runs)
+	}
+}

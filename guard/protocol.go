@@ -277,6 +277,9 @@ func (g *Guard) record(ctx context.Context, c *config, d *derived, claim *store.
 	if err != nil {
 		return nil, err
 	}
+	if cl != nil {
+		cl.done = done // written: a panic from here on must not rewrite it
+	}
 	if cl != nil && cl.parent != nil {
 		cl.run.steps.add(d, claim, inTx)
 		if inTx {
