@@ -276,7 +276,13 @@ func (r *runner[T]) record(v T, fnErr error, leaseEnd time.Time, lost error) (T,
 		// The caller gets the result; the next call runs again, and so do
 		// the steps this call completed.
 		var err error
-		if tx := cl.run.tx; tx != nil {
+		switch tx := cl.run.tx; {
+		case tx != nil && lost != nil:
+			// The lease was lost (perhaps taken over): a holder that may
+			// be a zombie commits nothing.
+			cl.rollback(ctx)
+			err = fmt.Errorf("%w: the transaction was rolled back", lost)
+		case tx != nil:
 			err = tx.Commit(context.WithoutCancel(ctx))
 			cl.run.tx = nil
 		}

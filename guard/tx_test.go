@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/store"
@@ -20,6 +21,7 @@ type fakeTx struct {
 	s          *memory.Store
 	pending    *store.Record
 	rolledBack bool
+	committed  bool
 }
 
 func (t *fakeTx) Handle() *fakeTx { return t }
@@ -34,6 +36,7 @@ func (t *fakeTx) Complete(ctx context.Context, rec *store.Record) error {
 }
 
 func (t *fakeTx) Commit(ctx context.Context) error {
+	t.committed = true
 	if t.pending == nil {
 		return nil
 	}
@@ -80,5 +83,39 @@ func TestDoTx(t *testing.T) {
 
 	if _, err := guard.DoTx(ctx, mustGuard(t, memory.New()), "move", "t-3", fn); !errors.Is(err, guard.ErrInvalidOption) {
 		t.Errorf("DoTx on a store without transactions = %v, want ErrInvalidOption", err)
+	}
+}
+
+// lostTxStore is a txStore whose lease extensions find the claim taken
+// over.
+type lostTxStore struct{ txStore }
+
+func (lostTxStore) Extend(context.Context, string, string, time.Time, time.Time) error {
+	return store.ErrTokenMismatch
+}
+
+// A DoTx holder that lost its lease must not commit its writes, even when
+// the result filter refuses its result: the transaction rolls back and the
+// caller gets ErrLeaseLost, as when the result is kept.
+func TestDoTxResultFilterAfterLeaseLost(t *testing.T) {
+	clock := newFakeClock()
+	s := lostTxStore{txStore{memory.New()}}
+	g := mustGuard(t, s, guard.WithClock(clock), guard.WithLease(3*time.Second))
+	var txs []*fakeTx
+	fn := func(ctx context.Context, tx *fakeTx) (int, error) {
+		txs = append(txs, tx)
+		for ctx.Err() == nil { // a zombie: it goes on after its context ended
+			clock.Advance(time.Second)
+			time.Sleep(time.Millisecond)
+		}
+		return 7, nil
+	}
+	refuse := guard.WithResultFilter(func(any) bool { return false })
+	_, err := guard.DoTx(ctx, g, "move", "t-1", fn, refuse)
+	if !errors.Is(err, guard.ErrLeaseLost) {
+		t.Errorf("DoTx after the lease was lost = %v, want ErrLeaseLost", err)
+	}
+	if len(txs) != 1 || txs[0].committed || !txs[0].rolledBack {
+		t.Fatalf("%d transactions; want one, rolled back and not committed", len(txs))
 	}
 }
