@@ -267,7 +267,7 @@ func (r *runner[T]) record(v T, fnErr error, leaseEnd time.Time, lost error) (T,
 			break
 		}
 		data, encErr := c.errorCodec.EncodeError(fnErr)
-		rec, cerr := g.record(ctx, c, &cl.d, &cl.claim, leaseEnd, store.ResultError, data, encErr, nil)
+		rec, cerr := g.record(ctx, c, &cl.d, &cl.claim, leaseEnd, store.ResultError, data, encErr, cl)
 		if cerr != nil {
 			fnErr = errors.Join(fnErr, cerr)
 		}

@@ -573,3 +573,30 @@ func TestPanicInOutcomeHookKeepsTheRecord(t *testing.T) {
 		t.Errorf("the function ran %d times, want 1", runs)
 	}
 }
+
+// The same holds for a recorded definite error.
+func TestPanicInOutcomeHookKeepsTheDefiniteError(t *testing.T) {
+	m, cs := newMemory()
+	g := mustGuard(t, cs)
+	hook := guard.WithOutcomeHook(func(_ context.Context, _ string, _ *store.Record, out guard.Outcome) {
+		if out == guard.OutcomeExecuted {
+			panic("hook exploded")
+		}
+	})
+	declined := errors.New("declined")
+	definite := guard.WithDefiniteErrors(func(err error) bool { return errors.Is(err, declined) })
+	var key string
+	fn := func(ctx context.Context) (int, error) {
+		key, _ = guard.KeyFromContext(ctx)
+		return 0, declined
+	}
+	if r := recoverPanic(func() { guard.Do(ctx, g, "charge", "order-1", fn, hook, definite) }); r == nil {
+		t.Fatal("the caller did not see the hook's panic")
+	}
+	if rec := mustRecordOf(t, m, key); rec.Status != store.StatusCompleted || rec.ResultKind != store.ResultError {
+		t.Errorf("record after the panic: %v %v, want COMPLETED with the error", rec.Status, rec.ResultKind)
+	}
+	if n := cs.completes.Load(); n != 1 {
+		t.Errorf("%d completions written, want 1", n)
+	}
+}

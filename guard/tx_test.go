@@ -119,3 +119,57 @@ func TestDoTxResultFilterAfterLeaseLost(t *testing.T) {
 		t.Fatalf("%d transactions; want one, rolled back and not committed", len(txs))
 	}
 }
+
+// A step's definite error is a completion like its value: inside a DoTx it
+// is written in the call's transaction and released if it rolls back, and
+// under a result filter that refuses the call's result it is retired with
+// the call's other steps. Either way the next call runs the step again.
+func TestStepDefiniteErrorFollowsItsCall(t *testing.T) {
+	declined := errors.New("declined")
+	definite := guard.WithDefiniteErrors(func(err error) bool { return errors.Is(err, declined) })
+	stepRuns := 0
+	step := func(ctx context.Context) error {
+		_, err := guard.Step(ctx, "charge", func(context.Context) (int, error) {
+			stepRuns++
+			return 0, declined
+		}, definite)
+		return err
+	}
+
+	t.Run("DoTx rolled back", func(t *testing.T) {
+		stepRuns = 0
+		g := mustGuard(t, txStore{memory.New()})
+		fn := func(ctx context.Context, _ *fakeTx) (int, error) {
+			if err := step(ctx); err == nil || err.Error() != declined.Error() {
+				t.Errorf("step = %v, want the definite error", err)
+			}
+			return 0, errors.New("transient") // rolls the transaction back
+		}
+		for range 2 {
+			if _, err := guard.DoTx(ctx, g, "move", "t-1", fn); err == nil {
+				t.Error("DoTx succeeded, want the function's error")
+			}
+		}
+		if stepRuns != 2 {
+			t.Errorf("the step ran %d times, want 2: its record rolled back with the transaction", stepRuns)
+		}
+	})
+
+	t.Run("result filtered out", func(t *testing.T) {
+		stepRuns = 0
+		g := mustGuard(t, memory.New())
+		fn := func(ctx context.Context) (int, error) {
+			_ = step(ctx) // the call goes on without the step
+			return 7, nil
+		}
+		refuse := guard.WithResultFilter(func(any) bool { return false })
+		for range 2 {
+			if v, err := guard.Do(ctx, g, "move", "t-1", fn, refuse); err != nil || v != 7 {
+				t.Errorf("Do = %d, %v; want 7", v, err)
+			}
+		}
+		if stepRuns != 2 {
+			t.Errorf("the step ran %d times, want 2: it was retired with its call", stepRuns)
+		}
+	})
+}
