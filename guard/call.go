@@ -274,9 +274,15 @@ func (r *runner[T]) record(v T, fnErr error, leaseEnd time.Time, lost error) (T,
 		l = landing{rec: rec, err: fnErr}
 	case c.keepResult != nil && !c.keepResult(v):
 		// The caller gets the result; the next call runs again, and so do
-		// the steps this call completed.
+		// the steps of this call. A step's refusal releases the step
+		// alone (its claim, never completed): the transaction it ran in
+		// and the steps before it are its call's.
 		var err error
-		switch tx := cl.run.tx; {
+		tx := cl.run.tx
+		if cl.parent != nil {
+			tx = nil
+		}
+		switch {
 		case tx != nil && lost != nil:
 			// The lease was lost (perhaps taken over): a holder that may
 			// be a zombie commits nothing.
@@ -287,7 +293,9 @@ func (r *runner[T]) record(v T, fnErr error, leaseEnd time.Time, lost error) (T,
 			cl.run.tx = nil
 		}
 		g.release(ctx, &cl.d, &cl.claim)
-		cl.run.steps.retire(ctx, g)
+		if cl.parent == nil {
+			cl.run.steps.retire(ctx, g)
+		}
 		out = OutcomeReleased
 		l = landing{hasValue: err == nil, err: err, released: true}
 		if l.hasValue && g.followed(&cl.flight) {

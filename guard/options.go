@@ -580,7 +580,9 @@ func WithErrorCodec(ec ErrorCodec) CallOption {
 // WithResultFilter sets a predicate over successful results: a result for
 // which keep returns false is returned to this caller but not stored, and
 // the record is released so the next call runs the function again (like
-// idempotender's validResponseJmespath).
+// idempotender's validResponseJmespath), with every [Step] of the call.
+// Given to a step, it releases that step alone: the call's transaction
+// and its other steps are the call's.
 func WithResultFilter(keep func(result any) bool) CallOption {
 	return opt(setResultFilter, func(c *config) { c.keepResult = keep })
 }

@@ -43,8 +43,11 @@ var ErrNotInCall = errors.New("idemguard: guard.Step called outside a guarded ca
 //     transaction: its record commits with the function's writes, and its
 //     claim is released if they roll back.
 //   - When the enclosing call's result filter refuses its result
-//     ([WithResultFilter]), its steps are released with it, so that the next
-//     call runs them again too.
+//     ([WithResultFilter]), its steps are released with it, those it
+//     replayed from an earlier attempt too, so that the next call runs
+//     them again. A step's own result filter releases the step alone: it
+//     never ends the call's transaction nor releases the call's other
+//     steps.
 //   - Under a rotating key secret ([WithKeySecret]) it is looked up under
 //     the previous secrets as the call is.
 //
