@@ -152,7 +152,11 @@ func guarded[T any](ctx context.Context, g *Guard, c *config, d derived, derr er
 		o.cache = "miss"
 		if rec, ok := g.cached(d.key); ok {
 			o.cache = "hit"
-			return replay[T](ctx, c, &d, rec, OutcomeReplayed)
+			v, out, err = replay[T](ctx, c, &d, rec, OutcomeReplayed)
+			if parent != nil && out != 0 {
+				parent.steps.addReplayed(&d, rec)
+			}
+			return v, out, err
 		}
 	}
 	// Calls share an execution only when their payloads hash the same, so a
@@ -198,7 +202,13 @@ func lead[T any](ctx context.Context, cl *call, fn body[T]) (v T, out Outcome, e
 		landed = true
 		g.land(f, landing{rec: existing})
 		g.remember(existing)
-		return replay[T](ctx, c, &cl.d, existing, OutcomeReplayed)
+		v, out, err = replay[T](ctx, c, &cl.d, existing, OutcomeReplayed)
+		if cl.parent != nil && out != 0 {
+			// A step that replays is one of its call's steps all the same:
+			// released with them if the call's result filter refuses it.
+			cl.parent.steps.addReplayed(&cl.d, existing)
+		}
+		return v, out, err
 	}
 	g.settle(f, cl.claim.LeaseExpiresAt)
 

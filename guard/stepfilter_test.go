@@ -130,6 +130,56 @@ func TestStepFilterKeepsEarlierSteps(t *testing.T) {
 	}
 }
 
+// When the call's own filter refuses its result, every step of the call is
+// released, those it replayed from an earlier attempt too: from the
+// store, the local cache, or under a previous key secret. Before, only the
+// steps completed in the refused attempt were, and the next call replayed
+// the others.
+func TestResultFilterReleasesReplayedSteps(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		first, second []guard.Option // the guards of the first attempt and of the later ones
+	}{
+		{"store", nil, nil},
+		{"cache", []guard.Option{guard.WithCache(16, 0)}, nil},
+		{"previous secret", []guard.Option{guard.WithKeySecret([]byte("old"))}, []guard.Option{guard.WithKeySecret([]byte("new"), []byte("old"))}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, _ := newMemory()
+			first := mustGuard(t, m, tc.first...)
+			later := first
+			if tc.second != nil {
+				later = mustGuard(t, m, tc.second...)
+			}
+			charges := 0
+			fail := true
+			fn := func(ctx context.Context) (int, error) {
+				n, err := guard.Step(ctx, "charge", func(context.Context) (int, error) { charges++; return charges, nil })
+				if err != nil {
+					return 0, err
+				}
+				if fail {
+					fail = false
+					return 0, errors.New("mailer down") // releases the call; the step stays completed
+				}
+				return n, nil
+			}
+			keepEven := guard.WithResultFilter(func(v any) bool { return v.(int)%2 == 0 })
+			if _, out, err := guard.Execute(ctx, first, "pay", "p-1", fn, keepEven); err == nil || out != guard.OutcomeReleased {
+				t.Fatalf("first attempt = %v, %v; want its error, released", out, err)
+			}
+			v, out, err := guard.Execute(ctx, later, "pay", "p-1", fn, keepEven)
+			if err != nil || v != 1 || out != guard.OutcomeReleased || charges != 1 {
+				t.Fatalf("second attempt = %d, %v, %v after %d charges; want the replayed step's 1, refused and released", v, out, err, charges)
+			}
+			v, out, err = guard.Execute(ctx, later, "pay", "p-1", fn, keepEven)
+			if err != nil || v != 2 || out != guard.OutcomeExecuted || charges != 2 {
+				t.Errorf("third attempt = %d, %v, %v after %d charges; want the step run again (2), executed", v, out, err, charges)
+			}
+		})
+	}
+}
+
 // stepRecord returns the record in s of the step called name of the call
 // of input within scope by a guard without a key secret, or nil.
 func stepRecord(t *testing.T, s store.Store, scope string, input any, name string) *store.Record {
