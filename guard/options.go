@@ -406,7 +406,8 @@ func WithClockSkew(d time.Duration) Option {
 // a fresh claim only): a completed record there is replayed (and copied
 // under the new key), a claim in progress there makes the call wait or
 // give way as it would for its own key. Steps ([Step]) are looked up the
-// same way. Roll it out in two steps, so that no two processes ever claim
+// same way, and so are the items a resumed batch ([WithResume]) replays.
+// Roll it out in two steps, so that no two processes ever claim
 // one call under different keys without seeing each other:
 //
 //  1. deploy WithKeySecret(old, new) everywhere: every process still claims
