@@ -143,7 +143,7 @@ func guarded[T any](ctx context.Context, g *Guard, c *config, d derived, derr er
 	case d.key == "" && c.requireKey:
 		return v, 0, fmt.Errorf("%w (scope %s)", ErrKeyMissing, d.scope)
 	case d.key == "":
-		g.log(ctx, slog.LevelInfo, "idemguard: key selection is empty; running unguarded", &d)
+		g.unguardedRun(ctx, &d)
 		ud := d // a copy, so that d stays on the stack of the other paths
 		v, err = unguarded(context.WithValue(ctx, runningKey{}, &running{g: g, c: c, d: &ud}), fn, begin)
 		return v, OutcomeUnguarded, err

@@ -489,7 +489,10 @@ func WithKey(selection any) CallOption {
 }
 
 // WithRequireKey makes a null or empty key selection an error
-// ([ErrKeyMissing]) instead of running the function unguarded.
+// ([ErrKeyMissing]) instead of running the function unguarded. A
+// transactional call ([DoTx], [ExecuteTx], [WrapTx]) requires a key unless
+// the call, or the defaults given to [New], say WithRequireKey(false);
+// other calls run unguarded unless told WithRequireKey(true).
 func WithRequireKey(require bool) CallOption {
 	return opt(setRequireKey, func(c *config) { c.requireKey = require })
 }
