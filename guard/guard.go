@@ -43,7 +43,12 @@ const (
 )
 
 // String returns "executed", "replayed", "shared", "unguarded" or
-// "released".
+// "released", and "none" for the zero Outcome, which a call returns with
+// the error that ended it before it got an outcome. "executed", "replayed"
+// and "unguarded" are also the idemguard.outcome labels of telemetry,
+// which labels a call of the zero Outcome by its error ("error",
+// "in_progress", "payload_mismatch"), a shared one "replayed" and a
+// released one by what the function returned ("executed" or "error").
 func (o Outcome) String() string {
 	switch o {
 	case OutcomeExecuted:
@@ -56,6 +61,8 @@ func (o Outcome) String() string {
 		return "unguarded"
 	case OutcomeReleased:
 		return "released"
+	case 0:
+		return "none"
 	}
 	return "Outcome(" + strconv.Itoa(int(o)) + ")"
 }

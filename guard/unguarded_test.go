@@ -105,3 +105,21 @@ func TestDoTxRequiresAKey(t *testing.T) {
 		t.Errorf("a call's WithRequireKey(true) over the guard's false = %v; want ErrKeyMissing", err)
 	}
 }
+
+// The zero Outcome, which a call returns with an error that ended it
+// before it got an outcome, prints a name; the outcomes that are
+// telemetry's labels too print them.
+func TestOutcomeNames(t *testing.T) {
+	for o, want := range map[guard.Outcome]string{
+		0:                      "none",
+		guard.OutcomeExecuted:  telemetry.OutcomeExecuted,
+		guard.OutcomeReplayed:  telemetry.OutcomeReplayed,
+		guard.OutcomeShared:    "shared",
+		guard.OutcomeUnguarded: telemetry.OutcomeUnguarded,
+		guard.OutcomeReleased:  "released",
+	} {
+		if got := o.String(); got != want {
+			t.Errorf("Outcome(%d).String() = %q, want %q", uint8(o), got, want)
+		}
+	}
+}
