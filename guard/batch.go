@@ -138,8 +138,9 @@ func WithStopOnError() BatchOption {
 // WithResume tells a batch that its first done items completed in an
 // earlier attempt of the same batch, as recorded by the caller (a
 // checkpoint, Temporal heartbeat details). Those items are never run again:
-// their stored outcomes are replayed, even past their TTL, and one whose
-// record is gone (or held by another claim) fails with
+// their stored outcomes are replayed, even past their TTL, and found under
+// the previous key secrets too while the secret rotates ([WithKeySecret]);
+// one whose record is gone (or held by another claim) fails with
 // [ErrResultUnavailable]. A duplicate of such an item later in the batch is
 // treated the same way. Items run unguarded (an empty key selection) keep
 // no record and run again.

@@ -82,7 +82,7 @@ func (r *batchRun[In, Out]) run(ctx context.Context) {
 	var pending []*batchUnit
 	for _, u := range units {
 		if g.cache != nil {
-			if rec, ok := g.cache.get(u.key, now); ok && r.settle(ctx, u, rec, now) {
+			if rec, ok := g.cache.get(u.key, now); ok && r.settle(ctx, u, rec, -1, now) {
 				continue
 			}
 		}
@@ -151,16 +151,20 @@ func (r *batchRun[In, Out]) bind() (units []*batchUnit, tasks []batchTask) {
 // lookup reads the records of pending units with the store's BatchGetter,
 // if it has one, settles the units they answer, and returns the others. If
 // the lookup is throttled (or the context ends) it fails the units it did
-// not answer instead: claims would only add to the store's load.
+// not answer instead: claims would only add to the store's load. A unit
+// resumed past is looked up under the previous key secrets too.
 func (r *batchRun[In, Out]) lookup(ctx context.Context, span trace.Span, pending []*batchUnit) (rest []*batchUnit, lookedUp, found int) {
 	g := r.g
 	bg, ok := g.store.(store.BatchGetter)
 	if !ok || len(pending) == 0 {
 		return pending, 0, 0
 	}
-	keys := make([]string, len(pending))
-	for i, u := range pending {
-		keys[i] = u.key
+	keys := make([]string, 0, len(pending))
+	for _, u := range pending {
+		keys = append(keys, u.key)
+		for _, p := range r.previous(u) {
+			keys = append(keys, p.key)
+		}
 	}
 	start := time.Now()
 	recs, err := bg.GetMany(ctx, keys)
@@ -169,10 +173,11 @@ func (r *batchRun[In, Out]) lookup(ctx context.Context, span trace.Span, pending
 		return pending, 0, 0
 	}
 	now := g.clock.Now()
+	get := func(key string) (*store.Record, error) { return recs[key], nil }
 	if err != nil && (ctx.Err() != nil || isContextError(err) || errors.Is(err, store.ErrThrottled)) {
 		recordError(span, err)
 		for _, u := range pending {
-			if rec := recs[u.key]; rec != nil && r.settle(ctx, u, rec, now) {
+			if rec, prev, _ := r.found(u, get); r.answered(u, rec) && r.settle(ctx, u, rec, prev, now) {
 				continue
 			}
 			uerr := ctx.Err()
@@ -192,12 +197,50 @@ func (r *batchRun[In, Out]) lookup(ctx context.Context, span trace.Span, pending
 	}
 	for _, u := range pending {
 		// Without an error, an absent record means there is none.
-		if rec := recs[u.key]; (rec != nil || err == nil) && r.settle(ctx, u, rec, now) {
+		if rec, prev, _ := r.found(u, get); (err == nil || r.answered(u, rec)) && r.settle(ctx, u, rec, prev, now) {
 			continue
 		}
 		rest = append(rest, u)
 	}
 	return rest, len(keys), len(recs)
+}
+
+// previous returns the keys under the previous key secrets that u is
+// looked up under: those of a unit resumed past, whose record may have
+// been written before the rotation (a unit to claim is looked up there by
+// its claim).
+func (r *batchRun[In, Out]) previous(u *batchUnit) []derivedKey {
+	if !u.known {
+		return nil
+	}
+	return r.items[u.idx[0]].d.previous
+}
+
+// found returns u's record, read with get: the one under u's key, unless
+// it is not completed and one under a previous key secret (r.previous)
+// is, which is returned with its index (else -1).
+func (r *batchRun[In, Out]) found(u *batchUnit, get func(key string) (*store.Record, error)) (*store.Record, int, error) {
+	rec, err := get(u.key)
+	if err != nil || (rec != nil && rec.Status == store.StatusCompleted) {
+		return rec, -1, err
+	}
+	for j, p := range r.previous(u) {
+		prec, err := get(p.key)
+		if err != nil {
+			return nil, -1, err
+		}
+		if prec != nil && prec.Status == store.StatusCompleted {
+			return prec, j, nil
+		}
+	}
+	return rec, -1, nil
+}
+
+// answered reports whether rec, found for u by a lookup that failed part
+// way, settles u: a completed record does; a record in progress does
+// unless a previous key's record may have gone unanswered.
+func (r *batchRun[In, Out]) answered(u *batchUnit, rec *store.Record) bool {
+	return rec != nil && (rec.Status == store.StatusCompleted || len(r.previous(u)) == 0)
 }
 
 // batchTask is work for the pool: one unit's claims or read, or one
@@ -210,15 +253,16 @@ type batchTask struct {
 
 // settle replays rec to every item of u if it holds an outcome u may
 // replay, or fails u's items if u was resumed past and rec cannot give its
-// outcome; it reports false, settling nothing, when u needs a claim.
-func (r *batchRun[In, Out]) settle(ctx context.Context, u *batchUnit, rec *store.Record, now time.Time) bool {
+// outcome; it reports false, settling nothing, when u needs a claim. prev
+// is the index of the previous key secret rec was found under, or -1.
+func (r *batchRun[In, Out]) settle(ctx context.Context, u *batchUnit, rec *store.Record, prev int, now time.Time) bool {
 	if rec != nil && rec.Status == store.StatusCompleted && (u.known || rec.Live(now)) {
-		if rec.Live(now) {
+		if prev < 0 && rec.Live(now) {
 			r.g.remember(rec)
 		}
 		for _, i := range u.idx {
 			it := r.items[i]
-			v, out, err := replay[Out](ctx, it.c, &it.d, rec, OutcomeReplayed)
+			v, out, err := replay[Out](ctx, it.c, &it.d, underCurrent(&it.d, rec, prev), OutcomeReplayed)
 			r.finish(i, ItemResult[Out]{Value: v, Outcome: out, Err: err}, false)
 		}
 		return true
@@ -242,24 +286,40 @@ func (r *batchRun[In, Out]) finishUnit(u *batchUnit, err error) {
 }
 
 // read settles a unit resumed past when the bulk lookup could not answer:
-// it reads the record with the store's Get.
+// it reads the record with the store's Get, under the previous key
+// secrets too.
 func (r *batchRun[In, Out]) read(ctx context.Context, u *batchUnit) {
-	start := time.Now()
-	rec, err := r.g.store.Get(ctx, u.key)
-	r.g.timeStore(ctx, "get", start)
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-		rec = nil
-	case err != nil:
-		if ctx.Err() != nil {
-			err = ctx.Err()
-		} else {
-			err = &StoreError{Op: "get", Key: u.key, Err: err}
+	rec, prev, err := r.found(u, func(key string) (*store.Record, error) {
+		start := time.Now()
+		rec, err := r.g.store.Get(ctx, key)
+		r.g.timeStore(ctx, "get", start)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			return nil, nil
+		case err != nil && ctx.Err() != nil:
+			return nil, ctx.Err()
+		case err != nil:
+			return nil, &StoreError{Op: "get", Key: key, Err: err}
 		}
+		return rec, nil
+	})
+	if err != nil {
 		r.finishUnit(u, err)
 		return
 	}
-	r.settle(ctx, u, rec, r.g.clock.Now())
+	r.settle(ctx, u, rec, prev, r.g.clock.Now())
+}
+
+// underCurrent returns rec, found under the previous key secret prev (if
+// prev >= 0), as the replay of d checks it: with d's payload hash when it
+// was written for d's payload, so that only another payload is refused.
+func underCurrent(d *derived, rec *store.Record, prev int) *store.Record {
+	if prev < 0 || d.validate == "" || validate(d, rec, d.previous[prev].payloadHash) != nil {
+		return rec
+	}
+	cp := *rec
+	cp.PayloadHash = d.payloadHash
+	return &cp
 }
 
 // claimUnit runs u's items through the single-call path: the first item of

@@ -143,7 +143,7 @@ func guarded[T any](ctx context.Context, g *Guard, c *config, d derived, derr er
 	case d.key == "" && c.requireKey:
 		return v, 0, fmt.Errorf("%w (scope %s)", ErrKeyMissing, d.scope)
 	case d.key == "":
-		g.log(ctx, slog.LevelInfo, "idemguard: key selection is empty; running unguarded", &d)
+		g.unguardedRun(ctx, &d)
 		ud := d // a copy, so that d stays on the stack of the other paths
 		v, err = unguarded(context.WithValue(ctx, runningKey{}, &running{g: g, c: c, d: &ud}), fn, begin)
 		return v, OutcomeUnguarded, err
@@ -152,7 +152,11 @@ func guarded[T any](ctx context.Context, g *Guard, c *config, d derived, derr er
 		o.cache = "miss"
 		if rec, ok := g.cached(d.key); ok {
 			o.cache = "hit"
-			return replay[T](ctx, c, &d, rec, OutcomeReplayed)
+			v, out, err = replay[T](ctx, c, &d, rec, OutcomeReplayed)
+			if parent != nil && out != 0 {
+				parent.steps.addReplayed(&d, rec)
+			}
+			return v, out, err
 		}
 	}
 	// Calls share an execution only when their payloads hash the same, so a
@@ -198,7 +202,13 @@ func lead[T any](ctx context.Context, cl *call, fn body[T]) (v T, out Outcome, e
 		landed = true
 		g.land(f, landing{rec: existing})
 		g.remember(existing)
-		return replay[T](ctx, c, &cl.d, existing, OutcomeReplayed)
+		v, out, err = replay[T](ctx, c, &cl.d, existing, OutcomeReplayed)
+		if cl.parent != nil && out != 0 {
+			// A step that replays is one of its call's steps all the same:
+			// released with them if the call's result filter refuses it.
+			cl.parent.steps.addReplayed(&cl.d, existing)
+		}
+		return v, out, err
 	}
 	g.settle(f, cl.claim.LeaseExpiresAt)
 
@@ -274,9 +284,15 @@ func (r *runner[T]) record(v T, fnErr error, leaseEnd time.Time, lost error) (T,
 		l = landing{rec: rec, err: fnErr}
 	case c.keepResult != nil && !c.keepResult(v):
 		// The caller gets the result; the next call runs again, and so do
-		// the steps this call completed.
+		// the steps of this call. A step's refusal releases the step
+		// alone (its claim, never completed): the transaction it ran in
+		// and the steps before it are its call's.
 		var err error
-		switch tx := cl.run.tx; {
+		tx := cl.run.tx
+		if cl.parent != nil {
+			tx = nil
+		}
+		switch {
 		case tx != nil && lost != nil:
 			// The lease was lost (perhaps taken over): a holder that may
 			// be a zombie commits nothing.
@@ -287,7 +303,9 @@ func (r *runner[T]) record(v T, fnErr error, leaseEnd time.Time, lost error) (T,
 			cl.run.tx = nil
 		}
 		g.release(ctx, &cl.d, &cl.claim)
-		cl.run.steps.retire(ctx, g)
+		if cl.parent == nil {
+			cl.run.steps.retire(ctx, g)
+		}
 		out = OutcomeReleased
 		l = landing{hasValue: err == nil, err: err, released: true}
 		if l.hasValue && g.followed(&cl.flight) {

@@ -23,8 +23,10 @@
 // JSON of the input, or of the part of it a JMESPath expression selects
 // ([WithKeyPath]; the AWS Powertools functions powertools_json,
 // powertools_base64 and powertools_base64_gzip are available). The key is bound before the function runs. An empty selection
-// runs the function unguarded, or fails with [ErrKeyMissing] under
-// [WithRequireKey]. [WithPayloadValidation] stores a second hash and rejects
+// runs the function unguarded (counted under the outcome unguarded, and
+// logged as a warning at most once a minute per scope), or fails with
+// [ErrKeyMissing] under [WithRequireKey]; a transactional call ([DoTx])
+// requires a key unless told otherwise. [WithPayloadValidation] stores a second hash and rejects
 // a reused key whose payload differs ([ErrPayloadMismatch]); the check runs
 // on every path that hands out a stored outcome.
 //

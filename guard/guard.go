@@ -43,7 +43,12 @@ const (
 )
 
 // String returns "executed", "replayed", "shared", "unguarded" or
-// "released".
+// "released", and "none" for the zero Outcome, which a call returns with
+// the error that ended it before it got an outcome. "executed", "replayed"
+// and "unguarded" are also the idemguard.outcome labels of telemetry,
+// which labels a call of the zero Outcome by its error ("error",
+// "in_progress", "payload_mismatch"), a shared one "replayed" and a
+// released one by what the function returned ("executed" or "error").
 func (o Outcome) String() string {
 	switch o {
 	case OutcomeExecuted:
@@ -56,6 +61,8 @@ func (o Outcome) String() string {
 		return "unguarded"
 	case OutcomeReleased:
 		return "released"
+	case 0:
+		return "none"
 	}
 	return "Outcome(" + strconv.Itoa(int(o)) + ")"
 }
@@ -66,6 +73,7 @@ func (o Outcome) String() string {
 type Guard struct {
 	store    store.Store
 	cfg      config // the call defaults
+	txCfg    config // the defaults of transactional calls: cfg, with a key required unless New said otherwise
 	clock    Clock
 	sysClock bool // clock is the system clock: lease timers are reset, not remade
 	skew     time.Duration
@@ -74,6 +82,8 @@ type Guard struct {
 	disabled bool
 	cache    *cache // nil when the cache is off
 	tel      *instrument.Set
+
+	unguarded unguardedLog // when calls that ran unguarded were last logged
 
 	mu      sync.Mutex
 	flights map[flightKey]*flight // protected by mu: calls in progress in this process
@@ -100,7 +110,12 @@ func New(s store.Store, opts ...Option) (*Guard, error) {
 	case st.call.claimToken != "":
 		return nil, invalidOption("WithClaimToken names one claimant and cannot be a guard's default")
 	}
-	g := &Guard{store: s, cfg: st.call, clock: st.clock, skew: st.skew, secret: st.secret, previous: st.previous}
+	g := &Guard{store: s, cfg: st.call, txCfg: st.call, clock: st.clock, skew: st.skew, secret: st.secret, previous: st.previous}
+	if st.call.set&setRequireKey == 0 {
+		// A transactional call promises exactly once: without a key it
+		// could not keep the promise.
+		g.txCfg.requireKey = true
+	}
 	_, g.sysClock = st.clock.(systemClock)
 	if st.cacheSize > 0 {
 		g.cache = newCache(st.cacheSize, st.cacheAge)
@@ -126,13 +141,24 @@ func (g *Guard) Disabled() bool { return g.disabled }
 
 // with returns the guard's call defaults overridden by opts.
 func (g *Guard) with(scope string, opts []CallOption) (*config, error) {
+	return g.over(&g.cfg, scope, opts)
+}
+
+// withTx is with for a transactional call ([DoTx]), whose defaults
+// require a key.
+func (g *Guard) withTx(scope string, opts []CallOption) (*config, error) {
+	return g.over(&g.txCfg, scope, opts)
+}
+
+// over returns the defaults base overridden by opts.
+func (g *Guard) over(base *config, scope string, opts []CallOption) (*config, error) {
 	if scope == "" {
 		return nil, invalidOption("empty scope")
 	}
 	if len(opts) == 0 {
-		return &g.cfg, nil
+		return base, nil
 	}
-	c := g.cfg
+	c := *base
 	c.callSet = 0 // what New set gives way to the call's options
 	for _, o := range opts {
 		o.applyCall(&c)

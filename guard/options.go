@@ -406,7 +406,8 @@ func WithClockSkew(d time.Duration) Option {
 // a fresh claim only): a completed record there is replayed (and copied
 // under the new key), a claim in progress there makes the call wait or
 // give way as it would for its own key. Steps ([Step]) are looked up the
-// same way. Roll it out in two steps, so that no two processes ever claim
+// same way, and so are the items a resumed batch ([WithResume]) replays.
+// Roll it out in two steps, so that no two processes ever claim
 // one call under different keys without seeing each other:
 //
 //  1. deploy WithKeySecret(old, new) everywhere: every process still claims
@@ -488,7 +489,10 @@ func WithKey(selection any) CallOption {
 }
 
 // WithRequireKey makes a null or empty key selection an error
-// ([ErrKeyMissing]) instead of running the function unguarded.
+// ([ErrKeyMissing]) instead of running the function unguarded. A
+// transactional call ([DoTx], [ExecuteTx], [WrapTx]) requires a key unless
+// the call, or the defaults given to [New], say WithRequireKey(false);
+// other calls run unguarded unless told WithRequireKey(true).
 func WithRequireKey(require bool) CallOption {
 	return opt(setRequireKey, func(c *config) { c.requireKey = require })
 }
@@ -580,7 +584,9 @@ func WithErrorCodec(ec ErrorCodec) CallOption {
 // WithResultFilter sets a predicate over successful results: a result for
 // which keep returns false is returned to this caller but not stored, and
 // the record is released so the next call runs the function again (like
-// idempotender's validResponseJmespath).
+// idempotender's validResponseJmespath), with every [Step] of the call.
+// Given to a step, it releases that step alone: the call's transaction
+// and its other steps are the call's.
 func WithResultFilter(keep func(result any) bool) CallOption {
 	return opt(setResultFilter, func(c *config) { c.keepResult = keep })
 }

@@ -43,8 +43,11 @@ var ErrNotInCall = errors.New("idemguard: guard.Step called outside a guarded ca
 //     transaction: its record commits with the function's writes, and its
 //     claim is released if they roll back.
 //   - When the enclosing call's result filter refuses its result
-//     ([WithResultFilter]), its steps are released with it, so that the next
-//     call runs them again too.
+//     ([WithResultFilter]), its steps are released with it, those it
+//     replayed from an earlier attempt too, so that the next call runs
+//     them again. A step's own result filter releases the step alone: it
+//     never ends the call's transaction nor releases the call's other
+//     steps.
 //   - Under a rotating key secret ([WithKeySecret]) it is looked up under
 //     the previous secrets as the call is.
 //
@@ -98,11 +101,12 @@ type steps struct {
 	done []stepClaim // protected by mu
 }
 
-// stepClaim is a step's claim, completed.
+// stepClaim is a step's claim, completed, or the record it replayed.
 type stepClaim struct {
-	d     *derived
-	claim store.Record
-	inTx  bool // completed inside the call's transaction
+	d        *derived
+	claim    store.Record
+	inTx     bool // completed inside the call's transaction
+	replayed bool // replayed, from an earlier attempt, perhaps under a previous key secret
 }
 
 // add notes a completed step; s may be nil.
@@ -110,9 +114,23 @@ func (s *steps) add(d *derived, claim *store.Record, inTx bool) {
 	if s == nil {
 		return
 	}
+	s.note(stepClaim{d: d, claim: *claim, inTx: inTx})
+}
+
+// addReplayed notes a step, d, that replayed rec, completed by an earlier
+// attempt of the call; s may be nil. It keeps a copy of d.
+func (s *steps) addReplayed(d *derived, rec *store.Record) {
+	if s == nil {
+		return
+	}
+	dc := *d
+	s.note(stepClaim{d: &dc, claim: *rec, replayed: true})
+}
+
+func (s *steps) note(st stepClaim) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.done = append(s.done, stepClaim{d: d, claim: *claim, inTx: inTx})
+	s.done = append(s.done, st)
 }
 
 // take returns the steps noted that match keep, and forgets them.
@@ -143,23 +161,41 @@ func (s *steps) releaseInTx(ctx context.Context, g *Guard) {
 	}
 }
 
-// retire releases the completed steps of a call whose result the filter
-// refused, so that the next call runs them again: each record is completed
-// again, fenced by its token, as already expired (a completed record is
-// never deleted by a release).
+// retire releases the steps of a call whose result the filter refused,
+// those completed in this attempt and those replayed from an earlier one,
+// so that the next call runs them again. A step replayed under a rotating
+// key secret is retired under the previous secrets too, where the next
+// call would find it.
 func (s *steps) retire(ctx context.Context, g *Guard) {
 	for _, st := range s.take(func(stepClaim) bool { return true }) {
-		rec := st.claim
-		rec.Status, rec.ResultKind, rec.Result = store.StatusCompleted, store.ResultUnavailable, nil
-		rec.ExpiresAt, rec.LeaseExpiresAt = g.clock.Now().Add(-time.Hour-g.skew), time.Time{}
-		sctx := newStoreContext(ctx, storeCallTimeout)
-		err := g.timed(ctx, "complete", func() error { return g.store.Complete(sctx, &rec) })
-		sctx.cancel()
-		if err != nil && !errors.Is(err, store.ErrTokenMismatch) {
-			g.log(ctx, slog.LevelWarn, "idemguard: releasing a step of a call whose result was filtered out failed; the step replays until it expires", st.d, slog.Any("error", err))
+		g.retire(ctx, st.d, st.claim)
+		if !st.replayed {
+			continue
 		}
-		if g.cache != nil {
-			g.cache.lru.Remove(rec.Key)
+		for _, p := range st.d.previous {
+			sctx := newStoreContext(ctx, storeCallTimeout)
+			rec, err := g.get(sctx, p.key)
+			sctx.cancel()
+			if err == nil && rec.Status == store.StatusCompleted {
+				g.retire(ctx, st.d, *rec)
+			}
 		}
+	}
+}
+
+// retire completes the record of a step, rec, again as already expired,
+// fenced by its token (a completed record is never deleted by a release),
+// and drops it from the local cache.
+func (g *Guard) retire(ctx context.Context, d *derived, rec store.Record) {
+	rec.Status, rec.ResultKind, rec.Result = store.StatusCompleted, store.ResultUnavailable, nil
+	rec.ExpiresAt, rec.LeaseExpiresAt = g.clock.Now().Add(-time.Hour-g.skew), time.Time{}
+	sctx := newStoreContext(ctx, storeCallTimeout)
+	err := g.timed(ctx, "complete", func() error { return g.store.Complete(sctx, &rec) })
+	sctx.cancel()
+	if err != nil && !errors.Is(err, store.ErrTokenMismatch) {
+		g.log(ctx, slog.LevelWarn, "idemguard: releasing a step of a call whose result was filtered out failed; the step replays until it expires", d, slog.Any("error", err))
+	}
+	if g.cache != nil {
+		g.cache.lru.Remove(rec.Key)
 	}
 }

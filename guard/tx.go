@@ -24,11 +24,15 @@ import (
 // completes inside the same transaction: its record commits with fn's
 // writes, and its claim is released if they roll back.
 //
+// DoTx promises exactly once, so it requires a key: an empty key
+// selection fails with [ErrKeyMissing] without running fn, unless the call,
+// or the defaults given to [New], say [WithRequireKey](false). A call that
+// then runs unguarded (an empty key selection, or [DisableEnv]) still runs
+// fn in a transaction of its own.
+//
 // H is the store's handle type: the store must implement
 // store.Transactor[H], or DoTx returns [ErrInvalidOption] without
-// claiming. fn must not end the transaction itself. An unguarded call (an
-// empty key selection, or [DisableEnv]) still runs fn in a transaction of
-// its own.
+// claiming. fn must not end the transaction itself.
 func DoTx[T, H any](ctx context.Context, g *Guard, scope string, input any, fn func(ctx context.Context, tx H) (T, error), opts ...CallOption) (T, error) {
 	v, _, err := ExecuteTx(ctx, g, scope, input, fn, opts...)
 	return v, err
@@ -42,7 +46,7 @@ func ExecuteTx[T, H any](ctx context.Context, g *Guard, scope string, input any,
 	if err != nil {
 		return zero, 0, err
 	}
-	c, err := g.with(scope, opts)
+	c, err := g.withTx(scope, opts)
 	if err != nil {
 		return zero, 0, err
 	}
@@ -50,15 +54,15 @@ func ExecuteTx[T, H any](ctx context.Context, g *Guard, scope string, input any,
 }
 
 // WrapTx returns a function with the shape of a plain call, func(ctx, in),
-// that runs fn through [DoTx] with its key derived from in. It checks the
-// options, and that g's store begins transactions with handle H, once,
-// here.
+// that runs fn through [DoTx] with its key derived from in (required, as
+// DoTx requires it). It checks the options, and that g's store begins
+// transactions with handle H, once, here.
 func WrapTx[In, Out, H any](g *Guard, scope string, fn func(ctx context.Context, tx H, in In) (Out, error), opts ...CallOption) (func(context.Context, In) (Out, error), error) {
 	tr, err := transactor[H](g)
 	if err != nil {
 		return nil, err
 	}
-	c, err := g.with(scope, opts)
+	c, err := g.withTx(scope, opts)
 	if err != nil {
 		return nil, err
 	}

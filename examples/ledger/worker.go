@@ -63,7 +63,8 @@ func work(ctx context.Context, cfg workerConfig) error {
 	}
 	w := &worker{cfg: cfg, pool: pool, pid: os.Getpid(), driver: bufio.NewReader(os.Stdin)}
 	// The transfer, guarded: keyed by its ID, run in a transaction that
-	// also completes the key's record.
+	// also completes the key's record. The key is required: a transfer
+	// without an ID fails with guard.ErrKeyMissing, never runs unguarded.
 	transfer, err := guard.WrapTx(g, "transfer", w.apply, guard.WithKeyPath("id"), guard.WithLease(cfg.Lease))
 	if err != nil {
 		return err

@@ -117,7 +117,9 @@ type Wallet struct {
 
 // Charge applies c once, however many times it is delivered: the charge
 // item and the debit are sent with the completion of c's record, in one
-// transaction, only if the balance covers the charge.
+// transaction, only if the balance covers the charge. The key is the whole
+// charge; DoTx would refuse an empty one (guard.ErrKeyMissing) rather than
+// run unguarded.
 func (w *Wallet) Charge(ctx context.Context, c Charge) (Receipt, error) {
 	return guard.DoTx(ctx, w.Guard, "charge", c, func(ctx context.Context, tx *idemddb.TxWrites) (Receipt, error) {
 		w.Runs.Add(1)

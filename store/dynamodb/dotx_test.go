@@ -460,15 +460,15 @@ func TestDoTxLostAnswerResentWithSameToken(t *testing.T) {
 	}
 }
 
-// An unguarded call (an empty key selection) still sends the function's
-// writes as one transaction, without a record.
+// An unguarded call (an empty key selection, with the key not required)
+// still sends the function's writes as one transaction, without a record.
 func TestDoTxUnguarded(t *testing.T) {
 	e := newTxEnv(t)
 	g := e.guard(t, nil)
 	c := charge{ID: "c-unguarded", Account: "a-unguarded", Cents: 2}
 	v, err := guard.DoTx(e.ctx, g, "charge", map[string]any{"note": "x"}, func(ctx context.Context, w *idemddb.TxWrites) (int, error) {
 		return 5, e.charge(w, c, "w")
-	}, guard.WithKeyPath("id"))
+	}, guard.WithKeyPath("id"), guard.WithRequireKey(false))
 	if err != nil || v != 5 {
 		t.Fatalf("DoTx = %d, %v", v, err)
 	}

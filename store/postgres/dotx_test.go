@@ -368,15 +368,15 @@ func TestDoTxFunctionCannotEndTransaction(t *testing.T) {
 	checkIdle(t, e.pool)
 }
 
-// An unguarded call (an empty key selection) runs the function in a
-// transaction of its own, with no record.
+// An unguarded call (an empty key selection, with the key not required)
+// runs the function in a transaction of its own, with no record.
 func TestDoTxUnguardedRunsInTransaction(t *testing.T) {
 	e := newEffects(t, nil)
 	g := e.guard(t, nil)
 	e.n.Reset()
 	v, err := guard.DoTx(e.ctx, g, "move", map[string]any{"note": "x"}, func(ctx context.Context, tx pgx.Tx) (int, error) {
 		return 5, e.write(ctx, tx, "t-unguarded", "w")
-	}, guard.WithKeyPath("id"))
+	}, guard.WithKeyPath("id"), guard.WithRequireKey(false))
 	if err != nil || v != 5 {
 		t.Fatalf("DoTx = %d, %v", v, err)
 	}
