@@ -92,7 +92,7 @@ func runCrashedConsumer(name string) error {
 	cfg := redisstream.SubscriberConfig{Client: newClient(), ConsumerGroup: crashedGroup, Consumer: name}
 	if os.Getenv(crashedBrokerEnv) == brokerDocs {
 		// docs/consumers.md, "Broker settings", Redis Streams.
-		cfg.MaxIdleTime = 10 * time.Second // the middleware's lease
+		cfg.MaxIdleTime = 15 * time.Second // the middleware's lease
 		cfg.ClaimInterval = time.Second
 		cfg.NackResendSleep = time.Second
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/teststores"
 	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/store/memory"
 	"github.com/idemguard/idemguard/watermillguard"
@@ -95,6 +96,60 @@ func TestLiveHolderIsWaitedFor(t *testing.T) {
 		t.Fatal(err)
 	}
 	sameMessages(t, "the waiting duplicate", <-got, produced)
+}
+
+// An in-progress duplicate is logged once per key and lease, below
+// warning level: a consumer that meets the same held message on every
+// redelivery writes one line, not one per delivery.
+func TestInProgressLoggedOncePerLease(t *testing.T) {
+	s := memory.New()
+	var logs teststores.Logs
+	mw := newMiddleware(t, newGuard(t, s), watermillguard.WithLogger(logs.Logger()),
+		watermillguard.WithGuardOptions(guard.WithReject()))
+	held := func(key string) {
+		t.Helper()
+		if _, _, err := newGuard(t, s).Claim(t.Context(), watermillguard.DefaultScope, nil, guard.WithKey(key), guard.WithLease(time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	never := func(context.Context, *message.Message) ([]*message.Message, error) {
+		t.Error("a duplicate ran the handler")
+		return nil, nil
+	}
+	a, b := watermill.NewUUID(), watermill.NewUUID()
+	held(a)
+	held(b)
+	for range 5 {
+		for _, key := range []string{a, b} {
+			if _, err := through(t.Context(), mw, key, nil, never); !errors.Is(err, guard.ErrInProgress) {
+				t.Fatalf("duplicate of %s under guard.WithReject: %v; want guard.ErrInProgress", key, err)
+			}
+		}
+	}
+	perKey := map[string]int{}
+	for _, r := range logs.Records(t) {
+		if r["level"] != "INFO" {
+			t.Errorf("logged at %v: %v; want INFO", r["level"], r)
+		}
+		id, _ := r[string(watermillguard.MessageIDKey)].(string)
+		perKey[id]++
+	}
+	if perKey[a] != 1 || perKey[b] != 1 || len(perKey) != 2 {
+		t.Errorf("records per message: %v; want one for each of %s and %s", perKey, a, b)
+	}
+
+	// The default, which waits: one record for the wait on a dead
+	// consumer's claim.
+	logs = teststores.Logs{}
+	waiting := newMiddleware(t, newGuard(t, s, guard.WithClockSkew(100*time.Millisecond)), watermillguard.WithLogger(logs.Logger()))
+	key := watermill.NewUUID()
+	deadClaim(t, s, key)
+	if _, err := through(t.Context(), waiting, key, nil, func(context.Context, *message.Message) ([]*message.Message, error) { return nil, nil }); err != nil {
+		t.Fatal(err)
+	}
+	if recs := logs.Records(t); len(recs) != 1 || recs[0]["level"] != "INFO" {
+		t.Errorf("waiting for a dead consumer's claim logged %v; want one INFO record", recs)
+	}
 }
 
 // The lease of a message's claim is short by default, so that a consumer
@@ -221,7 +276,7 @@ func TestCrashedConsumerIsNotARetryStorm(t *testing.T) {
 	}
 	f := runCrashedConsumers(t, os.Args[0], brokerDocs)
 	t.Logf("this build, the docs' subscriber settings: %v", f)
-	lease := 10 * time.Second
+	lease := watermillguard.DefaultLease
 	if f.Rejected > 50 {
 		t.Errorf("%d rejected redeliveries, want at most 50", f.Rejected)
 	}

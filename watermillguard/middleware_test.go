@@ -186,9 +186,10 @@ func TestStepsInsideTheHandler(t *testing.T) {
 	})
 }
 
-// A duplicate delivered while another consumer handles the message gets
-// *guard.InProgressError (nacked, not permanent); with guard.WithWait it
-// waits and gets the same messages.
+// A duplicate delivered while another consumer handles the message gets,
+// under guard.WithReject, *guard.InProgressError (nacked, not permanent);
+// with guard.WithWait it waits and gets the same messages (as it does by
+// default: TestLiveHolderIsWaitedFor).
 func TestDuplicateInProgress(t *testing.T) {
 	s := memory.New()
 	// Two guards on one store are two consumer processes.
@@ -212,9 +213,9 @@ func TestDuplicateInProgress(t *testing.T) {
 		t.Error("the duplicate ran the handler")
 		return nil, nil
 	}
-	_, err := through(t.Context(), newMiddleware(t, other), key, nil, never)
+	_, err := through(t.Context(), newMiddleware(t, other, watermillguard.WithGuardOptions(guard.WithReject())), key, nil, never)
 	if !errors.Is(err, guard.ErrInProgress) || watermillguard.IsPermanent(err) {
-		t.Fatalf("duplicate in progress: %v; want guard.ErrInProgress, not permanent", err)
+		t.Fatalf("duplicate in progress under guard.WithReject: %v; want guard.ErrInProgress, not permanent", err)
 	}
 	waiting := newMiddleware(t, other, watermillguard.WithGuardOptions(guard.WithWait(10*time.Second), guard.WithWaitBackoff(5*time.Millisecond, 20*time.Millisecond)))
 	got := make(chan []*message.Message)
