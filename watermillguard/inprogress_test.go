@@ -60,44 +60,6 @@ func TestCrashedHolderIsWaitedFor(t *testing.T) {
 	})
 }
 
-// A duplicate delivered while another consumer handles the message waits
-// for it by default, and returns the messages it produced.
-func TestLiveHolderIsWaitedFor(t *testing.T) {
-	s := memory.New()
-	holder := newMiddleware(t, newGuard(t, s)) // another consumer process
-	started, release := make(chan struct{}), make(chan struct{})
-	key := watermill.NewUUID()
-	var produced []*message.Message
-	done := make(chan error)
-	go func() {
-		_, err := through(t.Context(), holder, key, nil, func(ctx context.Context, msg *message.Message) ([]*message.Message, error) {
-			close(started)
-			<-release
-			produced = produce(key, 1)
-			return produced, nil
-		})
-		done <- err
-	}()
-	<-started
-	got := make(chan []*message.Message)
-	go func() {
-		out, err := through(t.Context(), newMiddleware(t, newGuard(t, s)), key, nil, func(context.Context, *message.Message) ([]*message.Message, error) {
-			t.Error("the duplicate ran the handler")
-			return nil, nil
-		})
-		if err != nil {
-			t.Errorf("the duplicate returned %v; want it to wait for the holder", err)
-		}
-		got <- out
-	}()
-	time.Sleep(100 * time.Millisecond)
-	close(release)
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	sameMessages(t, "the waiting duplicate", <-got, produced)
-}
-
 // An in-progress duplicate is logged once per key and lease, below
 // warning level: a consumer that meets the same held message on every
 // redelivery writes one line, not one per delivery.
