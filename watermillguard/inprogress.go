@@ -19,8 +19,9 @@ import (
 // handler), or its lease can have lapsed (the holder died: the delivery
 // takes the claim over and runs the handler): it is not handed back to the
 // broker, which on most brokers (Redis Streams, Kafka, Go Channel, AMQP)
-// redelivers a nacked message at once, to the same consumer, in a loop that
-// holds the subscription's other messages back just as long. The wait polls
+// delivers a nacked message again at once or after a short pause, to the
+// same consumer, in a loop that holds the subscription's other messages
+// back just as long. The wait polls
 // the store with backoff and ends past the holder's lease end plus the
 // guard's clock skew, so it is bounded by a lease; a holder in this process
 // is waited for without polling, and its run is shared.
@@ -35,7 +36,8 @@ const waitMargin = 500 * time.Millisecond
 const unsetMode = time.Duration(1<<63 - 1)
 
 // logLimit is how many keys the middleware remembers having logged; past
-// it, the keys whose holder's lease has lapsed are forgotten.
+// it, the keys whose holder's lease has lapsed are forgotten, and while
+// that many are held at once, a newly held one is not logged.
 const logLimit = 4096
 
 // inProgress is what a middleware does with a message in progress
@@ -137,9 +139,11 @@ func (m *middleware) logHeld(ctx context.Context, scope string, msg *message.Mes
 			}
 		}
 	}
-	if len(m.logged) < logLimit {
-		m.logged[busy.Key] = until
+	if len(m.logged) >= logLimit {
+		m.mu.Unlock()
+		return
 	}
+	m.logged[busy.Key] = until
 	m.mu.Unlock()
 
 	l := m.c.log
