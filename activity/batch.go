@@ -135,20 +135,21 @@ func DoBatch[In, Out any](ctx context.Context, g *guard.Guard, items []In, fn fu
 		tactivity.GetLogger(ctx).Warn("idemguard: batch item failed; the activity fails so that Temporal retries it from the recorded progress",
 			"item", first, "items", len(items), "failed", failed, "not_started", stopped, "progress", p.done(), "error", err)
 	}
-	return nil, batchError(err, first, len(items), cfg.maxRetryDelay)
+	return nil, batchError(err, first, len(items), cfg.maxRetryDelay, g.ClockSkew())
 }
 
-// batchError turns the error of item i of n into the activity's error.
-func batchError(err error, i, n int, maxDelay time.Duration) error {
+// batchError turns the error of item i of n into the activity's error;
+// skew is the guard's clock-skew tolerance.
+func batchError(err error, i, n int, maxDelay, skew time.Duration) error {
 	if errors.Is(err, store.ErrThrottled) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
 		return temporal.NewApplicationErrorWithOptions(
 			fmt.Sprintf("batch item at index %d (of %d): %v", i, n, err), ErrorTypeStoreThrottled,
 			temporal.ApplicationErrorOptions{NextRetryDelay: throttleDelay(maxDelay), Cause: err})
 	}
-	if te := temporalError(err, maxDelay); te == err {
+	if te := temporalError(err, maxDelay, skew); te == err {
 		return err // the activity's own error, or a context error
 	}
-	return temporalError(fmt.Errorf("batch item at index %d (of %d): %w", i, n, err), maxDelay)
+	return temporalError(fmt.Errorf("batch item at index %d (of %d): %w", i, n, err), maxDelay, skew)
 }
 
 // throttleDelay is ThrottleRetryDelay with ±50% jitter, capped by maxDelay

@@ -27,8 +27,9 @@ import (
 const (
 	// ErrorTypeInProgress: another attempt or workflow holds the key and is
 	// running the activity now. Retryable, with a next-retry delay that
-	// ends just after the holder's lease: the retry then replays the
-	// holder's result, or runs the activity if the holder failed or died.
+	// ends just after the holder's lease can have lapsed (its end plus the
+	// guard's clock skew): the retry then replays the holder's result, or
+	// runs the activity if the holder failed or died.
 	ErrorTypeInProgress = "IdempotencyInProgress"
 	// ErrorTypePayloadMismatch: the key was used before with a different
 	// payload (see guard.WithPayloadValidation). Non-retryable: the
@@ -79,8 +80,10 @@ const (
 )
 
 // minRetryDelay is the shortest next-retry delay given for
-// [ErrorTypeInProgress]; retryMargin is added to the holder's lease end so
-// that the retry finds the lease lapsed despite clock skew and rounding.
+// [ErrorTypeInProgress]; retryMargin is added to the holder's lease end and
+// the guard's clock skew (a claimant takes a claim over only once its
+// lease has lapsed by more than the skew on the claimant's clock), so that
+// the retry finds the lease lapsed despite rounding and scheduling.
 const (
 	minRetryDelay = 100 * time.Millisecond
 	retryMargin   = 250 * time.Millisecond
@@ -91,7 +94,8 @@ const (
 // so that Temporal sees its type and retryability:
 //
 //	guard error                    application error type         retryable
-//	guard.ErrInProgress            IdempotencyInProgress          yes, NextRetryDelay = holder's lease end
+//	guard.ErrInProgress            IdempotencyInProgress          yes, NextRetryDelay = holder's lease
+//	                                                              end + clock skew + 250 ms
 //	guard.ErrPayloadMismatch       IdempotencyPayloadMismatch     no
 //	guard.ErrKeyMissing            IdempotencyKeyMissing          no
 //	guard.ErrResultUnavailable     IdempotencyResultUnavailable   no
@@ -113,15 +117,19 @@ const (
 // other error (the activity's own) are returned untouched.
 //
 // Guarded activities return their errors through TemporalError already,
-// including errors of guard.Step inside them; call it in activities that
-// call guard.Do themselves.
+// including errors of guard.Step inside them, with the next-retry delay
+// of their guard's clock skew; call it in activities that call guard.Do
+// themselves. It counts [guard.DefaultClockSkew]: with a guard of a larger
+// skew (guard.WithClockSkew) the first retry may find the key held once
+// more, and is retried again shortly after.
 func TemporalError(err error) error {
-	return temporalError(err, 0)
+	return temporalError(err, 0, guard.DefaultClockSkew)
 }
 
 // temporalError is [TemporalError] with maxDelay capping the next-retry
-// delay of [ErrorTypeInProgress] (0: up to the holder's lease end).
-func temporalError(err error, maxDelay time.Duration) error {
+// delay of [ErrorTypeInProgress] (0: until the holder's lease can have
+// lapsed), for a guard whose clock-skew tolerance is skew.
+func temporalError(err error, maxDelay, skew time.Duration) error {
 	if err == nil || errors.Is(err, tactivity.ErrResultPending) {
 		return err
 	}
@@ -139,7 +147,7 @@ func temporalError(err error, maxDelay time.Duration) error {
 		return temporal.NewApplicationError(err.Error(), ErrorTypeNotRecorded)
 	case errors.As(err, &ip):
 		return temporal.NewApplicationErrorWithOptions(err.Error(), ErrorTypeInProgress, temporal.ApplicationErrorOptions{
-			NextRetryDelay: retryDelay(ip.LeaseExpiresAt, maxDelay),
+			NextRetryDelay: retryDelay(ip.LeaseExpiresAt, maxDelay, skew),
 		})
 	// Not retryable: a retry fails the same way.
 	case errors.Is(err, guard.ErrPayloadMismatch):
@@ -184,13 +192,15 @@ func definiteError(err error) error {
 }
 
 // retryDelay is the next-retry delay for a holder whose lease ends at
-// leaseEnd: just after it, at least minRetryDelay, at most maxDelay (if
-// positive). Zero (unknown lease end) leaves the retry policy in charge.
-func retryDelay(leaseEnd time.Time, maxDelay time.Duration) time.Duration {
+// leaseEnd, met by a guard whose clock-skew tolerance is skew: just after
+// the lease can have lapsed on that guard's clock (leaseEnd + skew), at
+// least minRetryDelay, at most maxDelay (if positive). Zero (unknown lease
+// end) leaves the retry policy in charge.
+func retryDelay(leaseEnd time.Time, maxDelay, skew time.Duration) time.Duration {
 	if leaseEnd.IsZero() {
 		return maxDelay
 	}
-	d := max(time.Until(leaseEnd)+retryMargin, minRetryDelay)
+	d := max(time.Until(leaseEnd)+skew+retryMargin, minRetryDelay)
 	if maxDelay > 0 {
 		d = min(d, maxDelay)
 	}

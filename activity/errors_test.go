@@ -35,7 +35,8 @@ func TestTemporalError(t *testing.T) {
 		retryable bool
 		delay     [2]time.Duration // bounds of NextRetryDelay, if set
 	}{
-		{"in progress", &guard.InProgressError{Key: "k", LeaseExpiresAt: lease}, activity.ErrorTypeInProgress, true, [2]time.Duration{2900 * time.Millisecond, 3300 * time.Millisecond}},
+		// The holder's lease end, plus guard.DefaultClockSkew, plus a margin.
+		{"in progress", &guard.InProgressError{Key: "k", LeaseExpiresAt: lease}, activity.ErrorTypeInProgress, true, [2]time.Duration{3900 * time.Millisecond, 4300 * time.Millisecond}},
 		{"in progress, lease lapsed", &guard.InProgressError{Key: "k", LeaseExpiresAt: time.Now().Add(-time.Minute)}, activity.ErrorTypeInProgress, true, [2]time.Duration{100 * time.Millisecond, 100 * time.Millisecond}},
 		{"payload mismatch", &guard.MismatchError{Key: "k", Existing: &store.Record{Status: store.StatusCompleted}}, activity.ErrorTypePayloadMismatch, false, [2]time.Duration{}},
 		{"key missing", fmt.Errorf("%w (scope s)", guard.ErrKeyMissing), activity.ErrorTypeKeyMissing, false, [2]time.Duration{}},
@@ -110,17 +111,19 @@ func TestGuardErrorsReachTemporal(t *testing.T) {
 
 	t.Run("in progress", func(t *testing.T) {
 		g := newGuard(t)
-		if _, _, err := g.Claim(ctx, "Charge", order, guard.WithLease(5*time.Second)); err != nil {
+		cl, _, err := g.Claim(ctx, "Charge", order, guard.WithLease(5*time.Second))
+		if err != nil {
 			t.Fatal(err)
 		}
 		runs.Store(0)
-		_, err := runActivity(t, nil, activity.Wrap(g, charge), order)
+		_, err = runActivity(t, nil, activity.Wrap(g, charge), order)
 		ae := appError(t, err)
 		if ae.Type() != activity.ErrorTypeInProgress || ae.NonRetryable() {
 			t.Errorf("type %q non-retryable %v, want %q retryable", ae.Type(), ae.NonRetryable(), activity.ErrorTypeInProgress)
 		}
-		if d := ae.NextRetryDelay(); d < 4*time.Second || d > 6*time.Second {
-			t.Errorf("NextRetryDelay %v, want about the holder's 5 s lease", d)
+		// Computed before now: it reaches at least from now to the lapse.
+		if d, lapse := ae.NextRetryDelay(), time.Until(cl.LeaseExpiresAt.Add(g.ClockSkew())); d < lapse || d > 7*time.Second {
+			t.Errorf("NextRetryDelay %v, want past the holder's lease end and the guard's clock skew (%v from now)", d, lapse)
 		}
 		if runs.Load() != 0 {
 			t.Error("the activity ran while another call held the key")

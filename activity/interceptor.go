@@ -110,7 +110,7 @@ func (a *activityInbound) ExecuteActivity(ctx context.Context, in *interceptor.E
 		return a.Next.ExecuteActivity(withCall(ctx, true), in)
 	}, cl.opts...)
 	if err != nil {
-		return nil, temporalError(err, r.cfg.maxRetryDelay)
+		return nil, temporalError(err, r.cfg.maxRetryDelay, r.g.ClockSkew())
 	}
 	return v, nil
 }

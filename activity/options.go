@@ -23,7 +23,7 @@ type config struct {
 	executionScope bool
 	dc             converter.DataConverter // nil = the SDK's default
 	storeFailures  bool
-	maxRetryDelay  time.Duration // 0 = up to the holder's lease end
+	maxRetryDelay  time.Duration // 0 = until the holder's lease can have lapsed
 	guardOpts      []guard.CallOption
 	batchOpts      []guard.BatchOption // DoBatch only
 }
@@ -71,7 +71,8 @@ func WithStoredFailures() Option {
 
 // WithMaxRetryDelay caps the next-retry delay given with
 // [ErrorTypeInProgress]. By default the delay runs to just after the
-// holder's lease end, when a retry is certain to replay or take over; a
+// holder's lease can have lapsed (its end plus the guard's clock skew),
+// when a retry is certain to replay or take over; a
 // shorter cap replays sooner when the holder finishes early, at the cost
 // of more attempts and store calls while it runs.
 func WithMaxRetryDelay(d time.Duration) Option {

@@ -198,7 +198,7 @@ func run[Out any](ctx context.Context, r *runner, input any, hasInput bool, fn f
 	v, err := guard.Do(ctx, r.g, cl.scope, input, func(ctx context.Context) (Out, error) {
 		return fn(withCall(ctx, false))
 	}, cl.opts...)
-	return v, temporalError(err, r.cfg.maxRetryDelay)
+	return v, temporalError(err, r.cfg.maxRetryDelay, r.g.ClockSkew())
 }
 
 // spanAttributes are the Temporal attributes of the call's

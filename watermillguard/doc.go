@@ -21,6 +21,42 @@
 // so the redelivery runs it again. A first delivery costs two store round
 // trips (claim, complete), a redelivery of a handled message one.
 //
+// # A message in progress elsewhere
+//
+// A delivery whose message another delivery holds (a concurrent one in
+// this process, another consumer, a consumer that died in the handler)
+// waits for it in the handler, by default: it replays the holder's
+// outcome when the holder completes, runs the handler when the holder
+// failed, and takes the claim over (and runs the handler, whose completed
+// guard.Step calls replay) once the holder's lease can have lapsed: its
+// end plus the guard's clock skew (guard.WithClockSkew). Concurrent
+// deliveries in one process share one run: the waiting one returns copies
+// of the produced messages, without polling the store. Waiting for another
+// process polls the store with backoff (20 ms, doubling to a second), and
+// lasts at most a lease, the clock skew and half a second; if the holder
+// is still alive then (a handler running longer, whose lease is
+// extended), the middleware returns *guard.InProgressError and the router
+// nacks the delivery. Such a delivery is logged once per key and lease, at
+// info level ([WithLogger]).
+//
+// A message's claim has a lease of [DefaultLease] (15 s) unless the guard
+// or [WithGuardOptions] give guard.WithLease; the guard extends it every
+// third of a lease while the handler runs, so a consumer that dies holding
+// a message stalls it for about 16 s. guard.WithReject, given to the guard
+// or with [WithGuardOptions], returns *guard.InProgressError at once
+// instead of waiting (for a broker whose nack delays the redelivery
+// without holding back other messages); guard.WithWait(budget) waits for
+// a budget of its own.
+//
+// The wait holds the subscription's other messages back no longer than a
+// nack would: where a subscription delivers one message at a time (Redis
+// Streams, a Kafka partition), a nacked message is delivered again before
+// the next one, after the resend delay if there is one; on Go Channel each
+// message is delivered on its own, so a wait holds back only its message. The broker settings that decide when
+// a dead consumer's messages are redelivered (Redis Streams' MaxIdleTime
+// and ClaimInterval, Kafka's session timeout, SQS's visibility timeout,
+// NATS' ack wait) are in docs/consumers.md.
+//
 // Watermill's own middleware.Deduplicator differs on both counts: it keeps
 // the keys it has seen in the consumer's memory, so a redelivery to
 // another consumer, or after a restart, is handled again; and it marks a
@@ -49,8 +85,11 @@
 //	outcome                                    returns                 router
 //	first delivery, the handler succeeded      produced messages       publishes them, acks
 //	redelivery of a handled message (replayed) the stored messages     publishes them again, acks
-//	duplicate in progress elsewhere            *guard.InProgressError  nacks: redelivered later
-//	  (with guard.WithWait: waits, then as replayed or first delivery)
+//	duplicate in progress elsewhere            waits for it, then as   as they say
+//	                                           replayed (or shared) or
+//	                                           first delivery
+//	  still in progress after a lease          *guard.InProgressError  nacks: redelivered later
+//	  (with guard.WithReject: at once)
 //	the handler failed (error released)        the handler's error     nacks: redelivered, runs again
 //	the handler failed with a definite error   *PermanentError         poison queue: acks
 //	  (recorded; redeliveries replay it)
@@ -100,10 +139,8 @@
 // guarded call of its own (a failed attempt released the key, and the next
 // claims it again), and a duplicate in progress elsewhere or a store
 // failure is retried as well; there, skip permanent errors
-// (!watermillguard.IsPermanent(p.Err)). The guard's claim has the guard's
-// lease ([guard.DefaultLease] unless guard.WithLease is given), extended
-// while the handler runs; Timeout outside the guard shortens it to the
-// time left until the deadline.
+// (!watermillguard.IsPermanent(p.Err)). The claim's lease ([DefaultLease]
+// unless guard.WithLease is given) is extended while the handler runs.
 //
 // These orders do not work:
 //

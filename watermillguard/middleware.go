@@ -50,14 +50,19 @@ func NewMiddleware(g *guard.Guard, opts ...Option) (message.HandlerMiddleware, e
 	m.call = append(m.call, guard.WithDefaults(
 		guard.WithTTL(DefaultTTL),
 		guard.WithRequireKey(true),
+		guard.WithLease(DefaultLease),
 	))
 	m.call = append(m.call, c.call...)
 	m.call = append(m.call, guard.Fixed(guard.WithCodec(codec{})))
 	check := append(slices.Clip(m.call), guard.Fixed(guard.WithKey("probe"), guard.WithClaimToken("probe")))
-	if _, err := g.Settings(check...); err != nil {
+	s, err := g.Settings(check...)
+	if err != nil {
 		return nil, err
 	}
 	m.call = slices.Clip(m.call)
+	if err := m.initWait(s, check); err != nil {
+		return nil, err
+	}
 	return func(h message.HandlerFunc) message.HandlerFunc {
 		return func(msg *message.Message) ([]*message.Message, error) { return m.handle(h, msg) }
 	}, nil
@@ -69,6 +74,7 @@ type middleware struct {
 	g    *guard.Guard
 	c    config
 	call []guard.CallOption // the guard options of every call, before the key
+	inProgress
 }
 
 // handle guards one delivery of msg to h.
@@ -93,13 +99,13 @@ func (m *middleware) handle(h message.HandlerFunc, msg *message.Message) ([]*mes
 	}
 	call = append(call, guard.WithSpanAttributes(MessageIDKey.String(msg.UUID)))
 
-	produced, out, err := guard.Execute(orig, m.g, scope, payload(msg.Payload), func(ctx context.Context) ([]*message.Message, error) {
+	produced, out, err := m.execute(orig, scope, msg, func(ctx context.Context) ([]*message.Message, error) {
 		// The handler sees the guarded call's context: its key
 		// (guard.KeyFromContext), its span as parent, guard.Step.
 		msg.SetContext(ctx)
 		defer msg.SetContext(orig)
 		return h(msg)
-	}, call...)
+	}, call)
 	if err != nil {
 		if isPermanent(out, err) {
 			return nil, &PermanentError{UUID: msg.UUID, Err: err}

@@ -186,9 +186,10 @@ func TestStepsInsideTheHandler(t *testing.T) {
 	})
 }
 
-// A duplicate delivered while another consumer handles the message gets
-// *guard.InProgressError (nacked, not permanent); with guard.WithWait it
-// waits and gets the same messages.
+// A duplicate delivered while another consumer handles the message waits
+// for it, by default or for guard.WithWait's budget, and gets the same
+// messages; under guard.WithReject it gets *guard.InProgressError at once
+// (nacked, not permanent).
 func TestDuplicateInProgress(t *testing.T) {
 	s := memory.New()
 	// Two guards on one store are two consumer processes.
@@ -212,25 +213,34 @@ func TestDuplicateInProgress(t *testing.T) {
 		t.Error("the duplicate ran the handler")
 		return nil, nil
 	}
-	_, err := through(t.Context(), newMiddleware(t, other), key, nil, never)
+	_, err := through(t.Context(), newMiddleware(t, other, watermillguard.WithGuardOptions(guard.WithReject())), key, nil, never)
 	if !errors.Is(err, guard.ErrInProgress) || watermillguard.IsPermanent(err) {
-		t.Fatalf("duplicate in progress: %v; want guard.ErrInProgress, not permanent", err)
+		t.Fatalf("duplicate in progress under guard.WithReject: %v; want guard.ErrInProgress, not permanent", err)
 	}
-	waiting := newMiddleware(t, other, watermillguard.WithGuardOptions(guard.WithWait(10*time.Second), guard.WithWaitBackoff(5*time.Millisecond, 20*time.Millisecond)))
-	got := make(chan []*message.Message)
-	go func() {
-		out, err := through(t.Context(), waiting, key, nil, never)
-		if err != nil {
-			t.Error(err)
-		}
-		got <- out
-	}()
-	time.Sleep(50 * time.Millisecond)
+	waiting := map[string]message.HandlerMiddleware{
+		"by default":     newMiddleware(t, other),
+		"guard.WithWait": newMiddleware(t, other, watermillguard.WithGuardOptions(guard.WithWait(10*time.Second), guard.WithWaitBackoff(5*time.Millisecond, 20*time.Millisecond))),
+	}
+	got := map[string]chan []*message.Message{}
+	for name, mw := range waiting {
+		ch := make(chan []*message.Message, 1)
+		got[name] = ch
+		go func() {
+			out, err := through(t.Context(), mw, key, nil, never)
+			if err != nil {
+				t.Errorf("the duplicate waiting %s: %v; want it to wait for the holder", name, err)
+			}
+			ch <- out
+		}()
+	}
+	time.Sleep(100 * time.Millisecond)
 	close(release)
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	sameMessages(t, "the waiting duplicate", <-got, produced)
+	for name, ch := range got {
+		sameMessages(t, "the duplicate waiting "+name, <-ch, produced)
+	}
 }
 
 // Concurrent deliveries in one process share one run; each gets messages

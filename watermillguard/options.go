@@ -2,6 +2,7 @@ package watermillguard
 
 import (
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/idemguard/idemguard/guard"
@@ -18,6 +19,18 @@ const (
 	// group reset or a replay from a dead-letter topic can come hours
 	// later. It applies unless the guard or [WithGuardOptions] set a TTL.
 	DefaultTTL = 24 * time.Hour
+	// DefaultLease is the lease of a message's claim, unless the guard or
+	// [WithGuardOptions] set one (guard.WithLease). The guard extends it
+	// every third of a lease while the handler runs, so it does not bound
+	// how long a handler may run; it bounds how long a message waits after
+	// the consumer that held it died: DefaultLease and the guard's clock
+	// skew, 16 s with the defaults, where the guard's own default lease
+	// (a minute) would stall it for a minute. Shorter would cost running
+	// handlers their claims: an extension is made every 5 s and may take
+	// until the lease end, so a store (or a process) that stalls for up to
+	// 10 s still extends in time; with 10 s the margin would be 6.7 s,
+	// which a loaded store under test has been seen to exceed.
+	DefaultLease = 15 * time.Second
 )
 
 // Option configures the middleware. The middleware's own options set
@@ -43,6 +56,7 @@ type config struct {
 	key   keySource
 	field string // the metadata field, for keyMetadata
 	call  []guard.CallOption
+	log   *slog.Logger // nil: slog.Default()
 	err   error
 }
 
@@ -101,15 +115,26 @@ func WithKeyFromPayload() Option {
 }
 
 // WithGuardOptions passes options to every guarded call, as they are:
-// guard.WithTTL, guard.WithLease, guard.WithWait (wait for a duplicate
-// in progress elsewhere instead of returning [guard.ErrInProgress]),
-// guard.WithPayloadValidation (over the payload read as JSON),
-// guard.WithKeyPath (with [WithKeyFromPayload]), guard.WithDefiniteErrors,
-// and the rest. They override the guard's defaults and the middleware's
-// ([DefaultTTL], a required key). guard.WithKey, guard.WithClaimToken and
+// guard.WithTTL, guard.WithLease, guard.WithReject (return
+// [guard.ErrInProgress] at once for a message in progress elsewhere, to be
+// nacked, instead of waiting for it), guard.WithWait (wait for it for a
+// budget of one's own), guard.WithPayloadValidation (over the payload read
+// as JSON), guard.WithKeyPath (with [WithKeyFromPayload]),
+// guard.WithDefiniteErrors, and the rest. They override the guard's
+// defaults and the middleware's ([DefaultTTL], [DefaultLease], a required
+// key, a wait for a message in progress elsewhere until its holder's lease
+// can have lapsed). guard.WithKey, guard.WithClaimToken and
 // guard.WithCodec are refused (guard.ErrInvalidOption): the middleware
 // sets the key from the message, each delivery claims for itself, and the
 // produced messages are stored in a format of its own.
 func WithGuardOptions(opts ...guard.CallOption) Option {
 	return optionFunc(func(c *config) { c.call = append(c.call, opts...) })
+}
+
+// WithLogger sets where the middleware logs a delivery that found its
+// message in progress in another consumer (at info level, once per message
+// key and holder's lease, however often the message is redelivered). The
+// default is slog.Default().
+func WithLogger(l *slog.Logger) Option {
+	return optionFunc(func(c *config) { c.log = l })
 }

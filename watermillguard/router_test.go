@@ -95,9 +95,9 @@ func TestRecommendedOrder(t *testing.T) {
 		ok, flaky := orderMessage("ok", `{"order_id":"o-1"}`), orderMessage("flaky", `{"order_id":"o-2"}`)
 		declined, bad := orderMessage("declined", `{"order_id":"o-3"}`), orderMessage("ok", `order_id=o-4`)
 		// The duplicate comes once the first delivery is handled: a
-		// duplicate delivered while it runs meets guard.ErrInProgress and is
-		// nacked, and a broker may redeliver it any number of times before
-		// the first completes, so the count of deliveries would say nothing.
+		// duplicate delivered while it runs waits for it and shares its run
+		// (TestConcurrentDeliveriesShareOneRun), so this test would not see
+		// the replay.
 		if err := b.pub.Publish(in, ok); err != nil {
 			t.Fatal(err)
 		}

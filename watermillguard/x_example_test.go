@@ -80,7 +80,7 @@ func Example_middlewareOrder() {
 		poisonQueue,
 		watermillguard.Middleware(g,
 			watermillguard.WithKeyFromMetadata("event_id"),
-			watermillguard.WithGuardOptions(guard.WithPayloadValidation("@"), guard.WithWait(10*time.Second)),
+			watermillguard.WithGuardOptions(guard.WithPayloadValidation("@")),
 		),
 		middleware.Retry{
 			MaxRetries: 3, InitialInterval: 100 * time.Millisecond, Multiplier: 2,

@@ -131,6 +131,12 @@ func handed(ctx tworkflow.Context, scope string) *guard.Claim {
 	return &h.Claim
 }
 
+// lapseMargin is added to a holder's lease end and the guard's clock skew
+// where a duplicate waits for, or asks to be retried at, the lapse of the
+// holder's claim, so that its claim comes after it despite rounding and
+// scheduling (as activity.TemporalError's next-retry delay does).
+const lapseMargin = 250 * time.Millisecond
+
 // guarded is the body of every guarded workflow.
 func guarded[In, Out any](ctx tworkflow.Context, la localActivities, wf func(tworkflow.Context, In) (Out, error), in In) (Out, error) {
 	var zero Out
@@ -162,9 +168,10 @@ func guarded[In, Out any](ctx tworkflow.Context, la localActivities, wf func(two
 		if res.Claim != nil {
 			break
 		}
-		// Another workflow holds the key.
+		// Another workflow holds the key. Its claim may be taken over once
+		// its lease has lapsed by more than the guard's clock skew.
 		now := tworkflow.Now(ctx)
-		untilLapse := res.HolderLeaseEnd.Sub(now) + time.Second
+		untilLapse := res.HolderLeaseEnd.Sub(now) + la.g.ClockSkew() + lapseMargin
 		waited := now.Sub(start)
 		if s.Mode != guard.Wait || waited >= s.WaitBudget {
 			return zero, temporal.NewApplicationErrorWithOptions(

@@ -103,6 +103,12 @@ func consume(ctx context.Context, cfg consumerConfig) error {
 	if err != nil {
 		return err
 	}
+	// The broker settings of docs/consumers.md, scaled to this run's short
+	// lease: a pending order goes to another consumer once it has been
+	// idle for a lease (MaxIdleTime), looked for four times a lease. A
+	// consumer that gets an order another one holds waits for it in the
+	// handler (the middleware's default), until the holder's lease can
+	// have lapsed.
 	sub, err := redisstream.NewSubscriber(redisstream.SubscriberConfig{
 		Client: client(), ConsumerGroup: "fulfilment", Consumer: cfg.Name,
 		NackResendSleep: 50 * time.Millisecond, BlockTime: 50 * time.Millisecond, DisableIndefiniteInitialBlock: true,
