@@ -114,11 +114,10 @@ func (c interceptorCodec) Unmarshal(data []byte, v any) error {
 }
 
 // activityConverter returns dc (nil: the SDK's default) as the worker
-// applies it to the activity running with ctx: transfer-aware, with the
-// activity's serialization context, and bound to ctx if dc is
-// context-aware.
+// applies it to the activity running with ctx: with the activity's
+// serialization context, and bound to ctx if dc is context-aware.
 func activityConverter(ctx context.Context, dc converter.DataConverter) converter.DataConverter {
-	dc = converter.MakeTransferAware(dc)
+	dc = transferAware(dc)
 	if tactivity.IsActivity(ctx) {
 		info := tactivity.GetInfo(ctx)
 		wt := ""
@@ -182,3 +181,17 @@ var (
 	_ guard.Codec      = interceptorCodec{}
 	_ guard.ErrorCodec = failureCodec{}
 )
+
+// transferAware returns dc, or the SDK's default data converter when dc is
+// nil. The default converter applies transfer type conversion
+// (converter.ValueWithTransferTypeConverter, experimental in the SDK) as
+// the worker does; since go.temporal.io/sdk v1.51 the SDK no longer exports
+// the wrapper that makes another converter transfer-aware, so a custom
+// converter is used as it is: a result with a transfer type converter is
+// stored as that converter encodes the value itself.
+func transferAware(dc converter.DataConverter) converter.DataConverter {
+	if dc == nil {
+		return converter.GetDefaultDataConverter()
+	}
+	return dc
+}

@@ -17,10 +17,14 @@ import (
 
 // workflowConverter returns dc (nil: the SDK's default) as the worker
 // applies it to the result of the workflow whose local activity runs with
-// ctx: transfer-aware, with the workflow's serialization context, and bound
-// to ctx if dc is context-aware.
+// ctx: with the workflow's serialization context, and bound to ctx if dc is
+// context-aware. Like the activity package's, a nil dc is the SDK's default
+// converter, transfer-aware; a custom one is used as it is (the SDK no
+// longer exports the wrapper that makes it transfer-aware).
 func workflowConverter(ctx context.Context, dc converter.DataConverter) converter.DataConverter {
-	dc = converter.MakeTransferAware(dc)
+	if dc == nil {
+		dc = converter.GetDefaultDataConverter()
+	}
 	if tactivity.IsActivity(ctx) {
 		info := tactivity.GetInfo(ctx)
 		dc = converter.WithDataConverterSerializationContext(dc, converter.WorkflowSerializationContext{
