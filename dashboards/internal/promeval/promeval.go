@@ -74,46 +74,44 @@ func (d *DB) Append(ctx context.Context, text string, t time.Time) error {
 // Range evaluates expr at every step from from to end.
 func (d *DB) Range(ctx context.Context, expr string, from, end time.Time, step time.Duration) (promql.Matrix, error) {
 	q, err := d.engine.NewRangeQuery(ctx, d.db, nil, expr, from, end, step)
-	if err != nil {
-		return nil, err
-	}
-	defer q.Close()
-	res := q.Exec(ctx)
-	if res.Err != nil {
-		return nil, res.Err
-	}
-	m, err := res.Matrix()
-	if err != nil {
-		return nil, err
-	}
-	// Close returns the points to the engine's pool: keep copies.
-	out := make(promql.Matrix, len(m))
-	for i, s := range m {
-		out[i] = promql.Series{Metric: s.Metric.Copy(), Floats: slices.Clone(s.Floats)}
-	}
-	return out, nil
+	var out promql.Matrix
+	err = run(ctx, q, err, func(res *promql.Result) error {
+		m, err := res.Matrix()
+		for _, s := range m {
+			out = append(out, promql.Series{Metric: s.Metric.Copy(), Floats: slices.Clone(s.Floats)})
+		}
+		return err
+	})
+	return out, err
 }
 
 // Instant evaluates expr at t.
 func (d *DB) Instant(ctx context.Context, expr string, t time.Time) (promql.Vector, error) {
 	q, err := d.engine.NewInstantQuery(ctx, d.db, nil, expr, t)
+	var out promql.Vector
+	err = run(ctx, q, err, func(res *promql.Result) error {
+		v, err := res.Vector()
+		for _, s := range v {
+			out = append(out, promql.Sample{Metric: s.Metric.Copy(), T: s.T, F: s.F})
+		}
+		return err
+	})
+	return out, err
+}
+
+// run executes q (made with err) and hands its result to keep, which
+// copies what it needs: closing q returns the result's points to the
+// engine's pool.
+func run(ctx context.Context, q promql.Query, err error, keep func(*promql.Result) error) error {
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer q.Close()
 	res := q.Exec(ctx)
 	if res.Err != nil {
-		return nil, res.Err
+		return res.Err
 	}
-	v, err := res.Vector()
-	if err != nil {
-		return nil, err
-	}
-	out := make(promql.Vector, len(v))
-	for i, s := range v {
-		out[i] = promql.Sample{Metric: s.Metric.Copy(), T: s.T, F: s.F}
-	}
-	return out, nil
+	return keep(res)
 }
 
 type sample struct {
