@@ -52,7 +52,8 @@ func Alerts(m Metrics) []Alert {
 				"  idemguard release 'SCOPE#HASH'\n" +
 				"Check downstream whether the effects of the keys taken over ran twice. Then find why holders died: crashes " +
 				"and OOM kills, deploys that stop processes before their calls end (a shutdown grace longer than the longest " +
-				"call), or pauses longer than the lease (guard.WithLease).",
+				"call), or pauses longer than the lease (guard.WithLease). Every state get and list show, and when release " +
+				"helps rather than a retry: docs/operations.md, \"What the CLI shows\".",
 		},
 		{
 			Name: "IdemguardContention",
@@ -74,7 +75,8 @@ func Alerts(m Metrics) []Alert {
 				"outcome. Do not release --force it: if its holder still runs, the next call runs the side effect a second " +
 				"time. Make duplicates wait for the first call instead of failing (guard.WithWait, with a budget longer than " +
 				"the function takes), make clients retry later (HTTP Retry-After, a consumer's nack delay), or find why the " +
-				"function is slow.",
+				"function is slow. Every state get and list show, and when release helps rather than a retry: " +
+				"docs/operations.md, \"What the CLI shows\".",
 		},
 		{
 			Name:     "IdemguardLeaseLost",
