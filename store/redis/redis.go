@@ -291,9 +291,9 @@ func wrote(v string) (bool, error) {
 // checks liveness against now, writes the claim and sets the key to expire
 // (PEXPIREAT) at its ExpiresAt plus the expiry grace, or returns the live
 // record in the same reply; a claim whose lease lapsed, replaced by the
-// write, comes back in the same reply too. A key that holds another type than a hash, or a
-// hash that cannot be read as a record, gives an error matching
-// [store.ErrCorrupt] and stays in place.
+// write, comes back in the same reply too. A key that holds another type
+// than a hash, or a hash that cannot be read as a record, gives an error
+// matching [store.ErrCorrupt] and stays in place.
 func (s *Store) Acquire(ctx context.Context, rec *store.Record, now time.Time) (*store.Record, error) {
 	const op = "Acquire"
 	if err := ctx.Err(); err != nil {
