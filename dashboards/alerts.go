@@ -30,34 +30,65 @@ func Alerts(m Metrics) []Alert {
 	return []Alert{
 		{
 			Name: "IdemguardClaimsStuck",
-			Expr: fmt.Sprintf("sum by (%s, %s) (increase(%s[15m])) > 10",
-				m.Scope, m.Store, sel(m.Calls, eq(m.Outcome, m.InProgress))),
+			Expr: fmt.Sprintf("sum by (%s, %s) (increase(%s[15m])) > 0",
+				m.Scope, m.Store, m.ClaimTakenOver),
+			For:      "0m",
+			Severity: "warning",
+			Summary:  "Claims of scope {{ $labels." + m.Scope + " }} were left by holders that died, and taken over",
+			Meaning: "In the last 15 minutes, calls of this scope found their key held by a claim whose lease had lapsed " +
+				"without a completion, and took it over (idemguard.claim.taken_over): its holder crashed, was killed, hung " +
+				"past its lease, or lost the store before it recorded an outcome. The call that took over ran the function " +
+				"again; if the holder had done the side effect before it stopped, the effect happened twice, unless its target " +
+				"deduplicates on the idempotency key (guard.KeyFromContext). Duplicates that meet a live holder are not " +
+				"stuck claims (IdemguardContention), and a claim that lapsed shows here only once a call comes back for it.",
+			Runbook: "Find the takeovers in the application's logs: \"idemguard: took over a claim whose lease lapsed\", with " +
+				"idemguard.scope, idemguard.key.hash and the dead holder's lease end. Look at a key (now held or completed by " +
+				"the call that took over):\n" +
+				"  idemguard get 'SCOPE#HASH'\n" +
+				"List the claims of the scope still stuck (in progress, lease lapsed, no call back for them yet):\n" +
+				"  idemguard list --scope SCOPE --stuck\n" +
+				"A stuck claim needs no release for a retry: the next call with its key takes it over at once, as these did. " +
+				"Release one only to clear it when no call will come back for it:\n" +
+				"  idemguard release 'SCOPE#HASH'\n" +
+				"Check downstream whether the effects of the keys taken over ran twice. Then find why holders died: crashes " +
+				"and OOM kills, deploys that stop processes before their calls end (a shutdown grace longer than the longest " +
+				"call), or pauses longer than the lease (guard.WithLease). Every state get and list show, and when release " +
+				"helps rather than a retry: docs/operations.md, \"What the CLI shows\".",
+		},
+		{
+			Name: "IdemguardContention",
+			Expr: fmt.Sprintf("sum by (%[1]s) (%[2]s) / sum by (%[1]s) (%[3]s) > 0.05\nor\nsum by (%[1]s) (%[4]s) / sum by (%[1]s) (%[3]s) > 0.05",
+				m.Scope, calls("5m", eq(m.Outcome, m.InProgress)), calls("5m", ne(m.Outcome, m.Unguarded)),
+				"rate("+m.LockWait+"_count[5m])"),
 			For:      "15m",
 			Severity: "warning",
-			Summary:  "Calls of scope {{ $labels." + m.Scope + " }} keep finding their keys in progress",
-			Meaning: "For 15 minutes, more than 10 calls every 15 minutes were turned away because another call held their key. " +
-				"Either a function of this scope runs far longer than its callers retry, or claims were left behind by " +
-				"processes that died: such a claim blocks its key until its lease lapses (a call then takes it over), and " +
-				"a claim without a lease blocks it until the record expires.",
-			Runbook: "List the scope's claims and the stuck ones (in progress, lease lapsed):\n" +
+			Summary:  "Calls of scope {{ $labels." + m.Scope + " }} keep meeting a live holder of their key",
+			Meaning: "For 15 minutes, more than 5% of the scope's keyed calls found their key held by a call that was still " +
+				"running, its lease live: they were turned away in progress (guard.ErrInProgress; HTTP 409, gRPC Aborted; " +
+				"outcome in_progress) or waited for it in Wait mode (idemguard.lock.wait). That is the guard stopping " +
+				"duplicates that arrive while the first call runs: clients or brokers retry faster than the function " +
+				"finishes. Nothing is stuck and no effect ran twice; claims left by holders that died are IdemguardClaimsStuck.",
+			Runbook: "See which keys of the scope are held, and how long their leases run:\n" +
 				"  idemguard list --scope SCOPE --status in-progress\n" +
-				"  idemguard list --scope SCOPE --stuck\n" +
-				"Look at one (its lease end, its expiry, its token):\n" +
 				"  idemguard get 'SCOPE#HASH'\n" +
-				"Release a stuck claim, so that the next call runs at once (it refuses a claim whose lease is running):\n" +
-				"  idemguard release 'SCOPE#HASH'\n" +
-				"Use release --force only for a claim whose holder you know is gone: if it still runs, the effect may run twice. " +
-				"If live claims are simply long, raise the callers' retry interval or the guard's wait budget (guard.WithWait).",
+				"A claim whose lease is running (LEASE \"in …\") is a live call: leave it; a retry after it ends gets its " +
+				"outcome. Do not release --force it: if its holder still runs, the next call runs the side effect a second " +
+				"time. Make duplicates wait for the first call instead of failing (guard.WithWait, with a budget longer than " +
+				"the function takes), make clients retry later (HTTP Retry-After, a consumer's nack delay), or find why the " +
+				"function is slow. Every state get and list show, and when release helps rather than a retry: " +
+				"docs/operations.md, \"What the CLI shows\".",
 		},
 		{
 			Name:     "IdemguardLeaseLost",
-			Expr:     "sum(increase(" + m.LeaseLost + "[10m])) > 0",
+			Expr:     fmt.Sprintf("sum by (%s, %s) (increase(%s[10m])) > 0", m.Scope, m.Store, m.LeaseLost),
 			For:      "0m",
 			Severity: "critical",
-			Summary:  "A guarded function lost its claim to another caller while it ran",
-			Meaning: "A function ran past its lease without a successful extension (a long pause, a partition from the store), " +
-				"another caller took the key over, and the first call's outcome was not recorded (guard.ErrLeaseLost). " +
-				"Its effect may have happened twice: once by each holder.",
+			Summary:  "A guarded function of scope {{ $labels." + m.Scope + " }} lost its claim while it ran",
+			Meaning: "A call ran its function, and when it came to record the outcome its claim was gone " +
+				"(idemguard.lease.lost, guard.ErrLeaseLost): it ran past its lease without a successful extension (a long " +
+				"pause, a partition from the store) and another call took the key over, or an operator deleted the claim " +
+				"(release --force). Its outcome was not recorded, and its effect may have happened twice: once by each " +
+				"holder. The call that took over counted a takeover (IdemguardClaimsStuck).",
 			Runbook: "Find the key in the application's logs: the guard logs \"idemguard: lease lost to another caller\" with " +
 				"idemguard.scope and idemguard.key.hash. See what the record holds now (the outcome of the caller that took over):\n" +
 				"  idemguard get 'SCOPE#HASH'\n" +

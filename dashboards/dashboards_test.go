@@ -168,7 +168,7 @@ func TestQueriesMatchWhatTheLibraryEmits(t *testing.T) {
 func TestEveryMetricIsCharted(t *testing.T) {
 	m := dashboards.DefaultMetrics()
 	all := strings.Join(dashboards.Exprs(dashboards.Rows(m)), "\n")
-	for _, name := range []string{m.Calls, m.LockWait, m.StoreDuration, m.LeaseLost, m.BatchItems} {
+	for _, name := range []string{m.Calls, m.LockWait, m.StoreDuration, m.LeaseLost, m.BatchItems, m.ClaimTakenOver} {
 		if !strings.Contains(all, name) {
 			t.Errorf("no panel queries %s", name)
 		}
@@ -248,5 +248,58 @@ func TestCheckRefuses(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("Check(%s, %q) = %v, want an error with %q", c.expr, c.legend, err, c.want)
 		}
+	}
+}
+
+// A panel that counts events over the time range shows a whole number: its
+// query rounds the increase (which Prometheus extrapolates to fractions),
+// answers 0 rather than "No data" when nothing happened, and the committed
+// dashboard draws it with no decimals and no unit scaling.
+func TestCountPanelsShowWholeNumbers(t *testing.T) {
+	var d struct {
+		Panels []struct {
+			Title       string `json:"title"`
+			FieldConfig struct {
+				Defaults struct {
+					Decimals *float64 `json:"decimals"`
+					Unit     string   `json:"unit"`
+				} `json:"defaults"`
+			} `json:"fieldConfig"`
+		} `json:"panels"`
+	}
+	b, err := os.ReadFile(dashboards.DashboardFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &d); err != nil {
+		t.Fatal(err)
+	}
+	committed := map[string]int{}
+	for i, p := range d.Panels {
+		committed[p.Title] = i
+	}
+	counts := 0
+	for _, r := range dashboards.Rows(dashboards.DefaultMetrics()) {
+		for _, p := range r.Panels {
+			if p.Kind != dashboards.Stat || !strings.Contains(p.Queries[0].Expr, "increase(") {
+				continue
+			}
+			counts++
+			if e := p.Queries[0].Expr; !strings.HasPrefix(e, "round(") || !strings.HasSuffix(e, " or vector(0)") {
+				t.Errorf("panel %q counts with %s; want round(…) or vector(0)", p.Title, e)
+			}
+			i, ok := committed[p.Title]
+			if !ok {
+				t.Errorf("panel %q is not in the committed dashboard", p.Title)
+				continue
+			}
+			def := d.Panels[i].FieldConfig.Defaults
+			if def.Decimals == nil || *def.Decimals != 0 || def.Unit != "none" {
+				t.Errorf("panel %q is drawn with decimals %v and unit %q; want 0 and none", p.Title, def.Decimals, def.Unit)
+			}
+		}
+	}
+	if counts < 3 {
+		t.Errorf("%d count panels; want the lease losses, payload mismatches and stuck claims taken over", counts)
 	}
 }

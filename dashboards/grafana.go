@@ -107,7 +107,7 @@ func targets(p Panel, heat bool) []cog.Builder[variants.Dataquery] {
 func panel(p Panel, id uint32) cog.Builder[dashboard.Panel] {
 	switch p.Kind {
 	case Stat:
-		return stat.NewPanelBuilder().Id(id).
+		b := stat.NewPanelBuilder().Id(id).
 			Title(p.Title).Description(p.Description).
 			Datasource(datasource).
 			Unit(p.Unit).Height(4).Span(uint32(p.Width)).
@@ -115,6 +115,10 @@ func panel(p Panel, id uint32) cog.Builder[dashboard.Panel] {
 			ColorMode(common.BigValueColorModeValue).
 			ReduceOptions(common.NewReduceDataOptionsBuilder().Calcs([]string{"lastNotNull"})).
 			Targets(targets(p, false))
+		if p.Whole {
+			b = b.Decimals(0)
+		}
+		return b
 	case Heatmap:
 		return heatmap.NewPanelBuilder().Id(id).
 			Title(p.Title).Description(p.Description).
@@ -143,6 +147,9 @@ func panel(p Panel, id uint32) cog.Builder[dashboard.Panel] {
 		Targets(targets(p, false))
 	if p.Stack {
 		b = b.FillOpacity(60).Stacking(common.NewStackingConfigBuilder().Mode(common.StackingModeNormal))
+	}
+	if p.Whole {
+		b = b.Decimals(0)
 	}
 	return b
 }

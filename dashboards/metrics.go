@@ -33,6 +33,9 @@ type Metrics struct {
 	StoreDuration string // histogram: idemguard_store_duration_seconds
 	LeaseLost     string // counter: idemguard_lease_lost_total
 	BatchItems    string // counter: idemguard_batch_items_total
+	// ClaimTakenOver is the counter of claims taken over after their
+	// holder's lease lapsed: idemguard_claim_taken_over_total.
+	ClaimTakenOver string
 
 	// Labels of the library's series.
 	Scope, Outcome, Store, Cache, Operation, ErrorType string
@@ -55,6 +58,8 @@ func DefaultMetrics() Metrics {
 		StoreDuration: Histogram(telemetry.MetricStoreDuration, "s"),
 		LeaseLost:     Counter(telemetry.MetricLeaseLost),
 		BatchItems:    Counter(telemetry.MetricBatchItems),
+
+		ClaimTakenOver: Counter(telemetry.MetricClaimTakenOver),
 
 		Scope:     Label(string(telemetry.ScopeKey)),
 		Outcome:   Label(string(telemetry.OutcomeKey)),

@@ -29,10 +29,13 @@ type Panel struct {
 	Title       string
 	Description string // what the panel answers, shown in Grafana's panel info
 	Kind        Kind
-	Unit        string // a Grafana unit: "reqps", "percentunit", "s", "short"
+	Unit        string // a Grafana unit: "reqps", "percentunit", "s", "short", "none"
 	Width       int    // in Grafana's 24 grid columns
 	Stack       bool   // stack the series (time series)
-	Queries     []Query
+	// Whole is set on a panel that counts events: it is drawn with no
+	// decimals (a count of 3 is "3", never "2.98").
+	Whole   bool
+	Queries []Query
 }
 
 // Row is a titled row of panels.
@@ -62,6 +65,14 @@ func rate(selector string) string { return "rate(" + selector + "[" + RateInterv
 
 func legend(label string) string { return "{{" + label + "}}" }
 
+// count is a stat's count of the events of counter selector over the
+// dashboard's time range, as a whole number: increase extrapolates to the
+// range's edges (3 events read 2.98), so it is rounded; 0, not "No data",
+// when nothing happened.
+func count(selector string) string {
+	return "round(sum(increase(" + selector + "[" + Range + "]))) or vector(0)"
+}
+
 // Rows returns the dashboard's rows for the names in m.
 func Rows(m Metrics) []Row {
 	scope := re(m.Scope, ScopeVar)
@@ -75,26 +86,32 @@ func Rows(m Metrics) []Row {
 	quantile := func(q float64, hist string, by ...string) string {
 		return fmt.Sprintf("histogram_quantile(%g, sum by (%s) (%s))", q, strings.Join(append([]string{"le"}, by...), ", "), hist)
 	}
+	scoped := func(name string, more ...string) string {
+		return sel(name, append([]string{scope, store}, more...)...)
+	}
 	lockBuckets := rate(sel(m.LockWait+"_bucket", scope))
 	storeBuckets := rate(sel(m.StoreDuration+"_bucket", store))
 
 	return []Row{
 		{Title: "Overview", Panels: []Panel{
-			{Title: "Guarded calls", Kind: Stat, Unit: "reqps", Width: 4,
+			{Title: "Guarded calls", Kind: Stat, Unit: "reqps", Width: 3,
 				Description: "Calls through the guard per second, every outcome.",
 				Queries:     []Query{{Expr: "sum(" + rate(calls()) + ")"}}},
 			{Title: "Duplicates stopped", Kind: Stat, Unit: "percentunit", Width: 4,
 				Description: "Share of keyed calls that did not run their function because the key was seen before: replayed (from the store, the local cache, or shared with a concurrent call in the same process), turned away in progress, or refused for another payload.",
 				Queries:     []Query{{Expr: "sum(" + rate(calls(stopped)) + ") / sum(" + rate(calls(guarded)) + ")"}}},
 			{Title: "In-progress conflicts", Kind: Stat, Unit: "reqps", Width: 4,
-				Description: "Calls per second that found their key held by a running call and gave up (Reject mode, or Wait mode past its budget).",
+				Description: "Calls per second that found their key held by a running call (its lease live) and gave up (Reject mode, or Wait mode past its budget): live contention, not stuck claims.",
 				Queries:     []Query{{Expr: "sum(" + rate(calls(eq(m.Outcome, m.InProgress))) + ")"}}},
-			{Title: "Lease losses", Kind: Stat, Unit: "short", Width: 4,
-				Description: "Claims taken over by another caller while their function ran, over the dashboard's time range. Any is worth a look: the effect may have run twice. All scopes and stores.",
-				Queries:     []Query{{Expr: "sum(increase(" + m.LeaseLost + "[" + Range + "]))"}}},
-			{Title: "Payload mismatches", Kind: Stat, Unit: "short", Width: 4,
+			{Title: "Stuck claims taken over", Kind: Stat, Unit: "none", Width: 3, Whole: true,
+				Description: "Claims left by a holder that died (crashed, killed, hung past its lease, cut off from the store) and taken over by a later call once their lease lapsed, over the dashboard's time range (idemguard.claim.taken_over). The later call ran the function again: check that the effect did not run twice.",
+				Queries:     []Query{{Expr: count(scoped(m.ClaimTakenOver))}}},
+			{Title: "Lease losses", Kind: Stat, Unit: "none", Width: 3, Whole: true,
+				Description: "Calls that ran their function and then found their claim gone (taken over after their lease lapsed, or deleted), so that their outcome was not recorded, over the dashboard's time range (idemguard.lease.lost). Any is worth a look: the effect may have run twice.",
+				Queries:     []Query{{Expr: count(scoped(m.LeaseLost))}}},
+			{Title: "Payload mismatches", Kind: Stat, Unit: "none", Width: 3, Whole: true,
 				Description: "Calls refused because their key was first used with another payload, over the dashboard's time range.",
-				Queries:     []Query{{Expr: "sum(increase(" + calls(eq(m.Outcome, m.PayloadMismatch)) + "[" + Range + "]))"}}},
+				Queries:     []Query{{Expr: count(calls(eq(m.Outcome, m.PayloadMismatch)))}}},
 			{Title: "Store errors", Kind: Stat, Unit: "reqps", Width: 4,
 				Description: "Calls per second that failed on the store: a claim that could not be written (error.type store) or an outcome that could not be recorded (not_recorded).",
 				Queries:     []Query{{Expr: "sum(" + rate(calls(eq(m.Outcome, m.Error), storeErrors)) + ") or vector(0)"}}},
@@ -117,7 +134,7 @@ func Rows(m Metrics) []Row {
 		}},
 		{Title: "Contention and leases", Panels: []Panel{
 			{Title: "In-progress conflicts, by scope", Kind: TimeSeries, Unit: "reqps", Width: 8,
-				Description: "Calls turned away because another call held their key. A steady rate for one scope means a claim is held for long (a slow or stuck function) while clients retry.",
+				Description: "Calls turned away because another call held their key under a live lease: live contention. A steady rate for one scope means calls are held for long (a slow function) while clients retry faster.",
 				Queries:     []Query{{Expr: "sum by (" + m.Scope + ") (" + rate(calls(eq(m.Outcome, m.InProgress))) + ")", Legend: legend(m.Scope)}}},
 			{Title: "Waits for another holder", Kind: TimeSeries, Unit: "reqps", Width: 8,
 				Description: "Calls in Wait mode that waited for the holder of their key, by how the wait ended (idemguard.lock.wait).",
@@ -129,13 +146,16 @@ func Rows(m Metrics) []Row {
 					{Expr: quantile(0.95, lockBuckets), Legend: "p95"},
 					{Expr: quantile(0.99, lockBuckets), Legend: "p99"},
 				}},
-			{Title: "Lease extensions and losses", Kind: TimeSeries, Unit: "ops", Width: 12,
-				Description: "Lease extensions written while functions ran (store calls of operation extend), and claims lost to another caller (idemguard.lease.lost, all scopes and stores).",
+			{Title: "Stuck claims taken over, by scope", Kind: TimeSeries, Unit: "ops", Width: 8,
+				Description: "Claims left by holders that died, taken over by a later call once their lease lapsed (idemguard.claim.taken_over), per second by scope: crashes, kills and hangs between a claim and its completion.",
+				Queries:     []Query{{Expr: "sum by (" + m.Scope + ") (" + rate(scoped(m.ClaimTakenOver)) + ")", Legend: legend(m.Scope)}}},
+			{Title: "Lease extensions and losses", Kind: TimeSeries, Unit: "ops", Width: 8,
+				Description: "Lease extensions written while functions ran (store calls of operation extend), and calls that found their claim gone when they came to record their outcome (idemguard.lease.lost), by scope.",
 				Queries: []Query{
 					{Expr: "sum by (" + m.Store + ") (" + rate(sel(m.StoreDuration+"_count", store, eq(m.Operation, "extend"))) + ")", Legend: "extensions " + legend(m.Store)},
-					{Expr: "sum(" + rate(m.LeaseLost) + ")", Legend: "lease lost"},
+					{Expr: "sum by (" + m.Scope + ") (" + rate(scoped(m.LeaseLost)) + ")", Legend: "lease lost " + legend(m.Scope)},
 				}},
-			{Title: "Payload mismatches, by scope", Kind: TimeSeries, Unit: "reqps", Width: 12,
+			{Title: "Payload mismatches, by scope", Kind: TimeSeries, Unit: "reqps", Width: 8,
 				Description: "Calls refused because their key was first used with another payload: a client reusing keys, or a key path that selects too little.",
 				Queries:     []Query{{Expr: "sum by (" + m.Scope + ") (" + rate(calls(eq(m.Outcome, m.PayloadMismatch))) + ")", Legend: legend(m.Scope)}}},
 		}},

@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
+
 	"github.com/idemguard/idemguard/store"
+	"github.com/idemguard/idemguard/telemetry"
 )
 
 // Claim is a held claim on a key, for callers that cannot run the guarded
@@ -109,7 +112,7 @@ func (g *Guard) Complete(ctx context.Context, cl Claim, kind store.ResultKind, r
 	}
 	done, err := g.record(ctx, c, cl.derived(), claim, leaseEnd, kind, result, nil, nil)
 	if errors.Is(err, ErrLeaseLost) {
-		g.tel.LeaseLost.Add(ctx, 1)
+		g.tel.LeaseLost.Add(ctx, 1, metric.WithAttributes(telemetry.ScopeKey.String(cl.Scope), g.tel.StoreAttr))
 	}
 	return done, err
 }

@@ -96,7 +96,7 @@ func (g *Guard) endExecute(ctx context.Context, o *observation, d *derived, c *c
 		}
 		g.tel.Calls.Add(ctx, 1, metric.WithAttributes(kv[:n]...))
 		if errors.Is(err, ErrLeaseLost) {
-			g.tel.LeaseLost.Add(ctx, 1)
+			g.tel.LeaseLost.Add(ctx, 1, metric.WithAttributes(kv[0], kv[2])) // scope, store
 		}
 	}
 	span := o.span

@@ -7,10 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemguard/idemguard/internal/instrument"
@@ -33,7 +35,7 @@ func (g *Guard) acquire(ctx context.Context, c *config, d *derived, f *flight, c
 	defer func() {
 		if !waitStart.IsZero() {
 			waited := time.Since(waitStart).Seconds()
-			g.tel.LockWait.Record(ctx, waited, instrument.Scoped(d.scope, waitLabel(existing, err)))
+			g.tel.LockWait.Record(ctx, waited, instrument.Scoped(scopeLabel(ctx, d), waitLabel(existing, err)))
 			span.SetAttributes(telemetry.WaitKey.Float64(waited))
 		}
 		recordErrorIf(span, err)
@@ -70,6 +72,9 @@ func (g *Guard) acquire(ctx context.Context, c *config, d *derived, f *flight, c
 		})
 		switch {
 		case err == nil:
+			if old != nil {
+				g.tookOver(ctx, span, d, old)
+			}
 			prev, perr := g.lookPrevious(ctx, d, claim)
 			if perr != nil || prev == nil {
 				return nil, perr
@@ -138,6 +143,34 @@ func (g *Guard) acquire(ctx context.Context, c *config, d *derived, f *flight, c
 			return nil, err
 		}
 	}
+}
+
+// tookOver reports a claim taken over: the store replaced old, a claim
+// whose lease lapsed without a completion, because its holder crashed,
+// hung or lost the store. That is a stuck claim, unlike a duplicate that
+// meets a live holder: it is counted (idemguard.claim.taken_over), marked
+// on the acquire span and logged, since the holder may have done the side
+// effect before it stopped.
+func (g *Guard) tookOver(ctx context.Context, span trace.Span, d *derived, old *store.Record) {
+	if g.tel.Metering() {
+		g.tel.ClaimsTakenOver.Add(ctx, 1, metric.WithAttributes(telemetry.ScopeKey.String(scopeLabel(ctx, d)), g.tel.StoreAttr))
+	}
+	if span.IsRecording() {
+		span.AddEvent(telemetry.EventTakeover, trace.WithAttributes(
+			telemetry.LeaseExpiresKey.String(old.LeaseExpiresAt.UTC().Format(time.RFC3339Nano))))
+	}
+	g.log(ctx, slog.LevelWarn, "idemguard: took over a claim whose lease lapsed without a completion; its holder crashed, hung or lost the store, and may have done the side effect", d,
+		slog.Time("idemguard.lease.expires_at", old.LeaseExpiresAt))
+}
+
+// scopeLabel is the scope under which telemetry counts the call whose key
+// is d: a step (guard.Step) counts under its call's scope, as in
+// idemguard.calls, since step names may be per item.
+func scopeLabel(ctx context.Context, d *derived) string {
+	if r, ok := ctx.Value(runningKey{}).(*running); ok && r.d != nil && strings.HasPrefix(d.scope, r.d.scope+"/") {
+		return r.d.scope
+	}
+	return d.scope
 }
 
 // waitLabel is the outcome label of a wait that ended in existing or err:

@@ -321,6 +321,17 @@ func TestTelemetryLeaseLost(t *testing.T) {
 	sum, ok := h.metrics(t)[telemetry.MetricLeaseLost].(metricdata.Sum[int64])
 	if !ok || len(sum.DataPoints) != 1 || sum.DataPoints[0].Value != 1 {
 		t.Errorf("lease lost counter = %+v, want 1", sum)
+	} else {
+		scope, _ := sum.DataPoints[0].Attributes.Value(telemetry.ScopeKey)
+		st, _ := sum.DataPoints[0].Attributes.Value(telemetry.StoreKey)
+		if scope.AsString() != "charge" || st.AsString() == "" {
+			t.Errorf("lease lost counted with %v, want scope charge and the store", sum.DataPoints[0].Attributes.ToSlice())
+		}
+	}
+	// The holder lost its claim; the caller that took it over after the
+	// lease lapsed counted a takeover, though it is not instrumented here.
+	if got := takeovers(t, h); len(got) != 0 {
+		t.Errorf("the zombie counted takeovers %v; only the caller that takes over counts one", got)
 	}
 	if n := callCount(t, h, "charge", "error", telemetry.ErrorTypeKey.String("lease_lost")); n != 1 {
 		t.Errorf("calls{error, error.type=lease_lost} = %d, want 1", n)

@@ -15,7 +15,10 @@
 // the same atomic step where the store allows it (DynamoDB returns it with
 // ReturnValuesOnConditionCheckFailure=ALL_OLD); a store that cannot return it
 // may read it afterwards, and if the record has gone by then it returns
-// ErrConflict with a nil record and the caller tries again.
+// ErrConflict with a nil record and the caller tries again. When Acquire
+// succeeds by replacing a claim whose lease lapsed, it returns that claim
+// with a nil error, from the same atomic step: the guard counts such
+// takeovers as stuck claims (telemetry's idemguard.claim.taken_over).
 //
 // [Store.Complete], [Store.Extend] and [Store.Release] are fenced: each is
 // conditional on the record existing under the caller's [Record.Token]
@@ -90,7 +93,13 @@ import (
 type Store interface {
 	// Acquire creates rec, whose Status is [StatusInProgress], unless a live
 	// record (see the package documentation) exists for rec.Key at time now.
-	// It returns (nil, nil) when rec was written. When a live record exists
+	// When rec was written it returns a nil error, and the record it
+	// replaced if that was a claim taken over: in progress, not expired at
+	// now, its lease lapsed (a holder that crashed, hung or lost the store
+	// without completing). That record is returned as it was stored, read
+	// in the same atomic step as the write, so that the caller can count
+	// a stuck claim; when rec replaced nothing, an expired record or
+	// anything else, Acquire returns (nil, nil). When a live record exists
 	// it writes nothing and returns that record and [ErrConflict]; the record
 	// may be nil if it vanished before it could be read. That holds also when
 	// the live record carries rec's own Token (a claimant repeating its

@@ -11,7 +11,9 @@
 //
 //	idemguard.execute      one per guarded call
 //	├─ idemguard.acquire   the claim: one conditional write, and in Wait mode
-//	│                      each poll as an "idemguard.wait" event
+//	│                      each poll as an "idemguard.wait" event; an
+//	│                      "idemguard.takeover" event when the claim
+//	│                      replaced one whose lease lapsed
 //	├─ idemguard.extend    each lease extension while the function runs
 //	├─ idemguard.complete  the completion write (with its retries)
 //	└─ idemguard.release   giving the key back after a failure
@@ -28,7 +30,19 @@
 //	                          outcome is error
 //	idemguard.lock.wait       histogram, s: time spent waiting for another holder
 //	idemguard.store.duration  histogram, s: store calls, by operation and store
-//	idemguard.lease.lost      counter: claims taken over while their function ran
+//	idemguard.lease.lost      counter: calls whose claim was gone when they came
+//	                          to record their outcome (taken over after their
+//	                          lease lapsed, or deleted): the function ran, its
+//	                          outcome was not recorded (guard.ErrLeaseLost), by
+//	                          scope and store. Counted by the holder that lost.
+//	idemguard.claim.taken_over
+//	                          counter: claims that replaced another's claim whose
+//	                          lease had lapsed without a completion (its holder
+//	                          crashed, hung or lost the store): stuck claims, by
+//	                          scope and store. Counted by the caller that took
+//	                          over. Live contention (a duplicate meeting a
+//	                          running holder: outcome in_progress, or a wait in
+//	                          idemguard.lock.wait) is not a takeover.
 //	idemguard.batch.items     counter: items of guard.DoBatch calls, by outcome
 //	                          (not_run too), scope and store
 package telemetry
@@ -56,6 +70,10 @@ const (
 	// EventWait is the event on an acquire span for each pause while
 	// another caller holds the key.
 	EventWait = "idemguard.wait"
+	// EventTakeover is the event on an acquire span whose claim replaced
+	// a claim whose lease had lapsed (see MetricClaimTakenOver), with that
+	// claim's lease end (LeaseExpiresKey).
+	EventTakeover = "idemguard.takeover"
 )
 
 // Attribute keys.
@@ -83,7 +101,8 @@ const (
 	// OperationKey is the store operation: acquire, complete, extend,
 	// release.
 	OperationKey = attribute.Key("idemguard.operation")
-	// LeaseExpiresKey is the holder's lease end (RFC 3339) on wait events.
+	// LeaseExpiresKey is the holder's lease end (RFC 3339) on wait and
+	// takeover events.
 	LeaseExpiresKey = attribute.Key("idemguard.lease.expires_at")
 	// WaitKey is the total time spent waiting, in seconds, on an acquire
 	// span.
@@ -123,4 +142,9 @@ const (
 	MetricStoreDuration = "idemguard.store.duration"
 	MetricLeaseLost     = "idemguard.lease.lost"
 	MetricBatchItems    = "idemguard.batch.items"
+	// MetricClaimTakenOver counts claims taken over from a holder whose
+	// lease lapsed without a completion: the stuck claims the
+	// "claims stuck" alert fires on. MetricLeaseLost counts the other
+	// side, a holder that finds its claim gone.
+	MetricClaimTakenOver = "idemguard.claim.taken_over"
 )

@@ -167,8 +167,8 @@ func testEndToEnd(t *testing.T, f e2eStore) {
 
 	r := run(exitOK, "", "list", "--stuck")
 	golden(t, "list-stuck.txt", r.stdout)
-	if !strings.Contains(r.stderr, "1 stuck claim from") {
-		t.Errorf("list --stuck summary: %q", r.stderr)
+	if !strings.Contains(r.stderr, "1 stuck claim from") || !strings.HasSuffix(r.stderr, "(1 page)\n") {
+		t.Errorf("list --stuck summary: %q; want 1 stuck claim, in 1 page", r.stderr)
 	}
 	lines := checkListJSON(t, run(exitOK, "", "list", "--stuck", "--json").stdout)
 	if len(lines) != 1 || lines[0].Key != k2 || lines[0].State != stateStuck || lines[0].Token != tokenCrashed {
@@ -189,7 +189,7 @@ func testEndToEnd(t *testing.T, f e2eStore) {
 	// The renewed claim is not released; the completed record is not a
 	// claim.
 	r = run(exitNotFound, "", "release", k3)
-	if !strings.Contains(r.stderr, "is held: its lease runs until") {
+	if !strings.Contains(r.stderr, "is held: lease in ") {
 		t.Errorf("release of a renewed claim: %q", r.stderr)
 	}
 	if rec, err := f.s.Get(ctx, k3); err != nil || rec.Token != tokenRenewed || rec.Status != store.StatusInProgress {

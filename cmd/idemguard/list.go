@@ -33,10 +33,13 @@ in progress or completed, and --stuck the claims that are stuck: in progress
 with a lease that lapsed (by more than --clock-skew) and nobody holding it,
 which 'idemguard release' clears. --limit stops after N records.
 
-The table's columns: STATUS, STATE (live, stuck or expired), LEASE (time
-left, or how long ago it lapsed), EXPIRES, RESULT (kind and size), TOKEN
-(its first 8 characters) and KEY. --json prints one object per line
-(docs/cli.md has the schema). Exit status 1 when no record matches.`,
+The table's columns: STATUS, STATE (live, stuck or expired, judged at now
+less --clock-skew as a claimant judges it), LEASE ("in 25s", "lapsed
+4m12s", "none" for a claim without a lease, "-" for a completed record),
+EXPIRES ("in 23h59m", "expired 5m"), RESULT (kind and size), TOKEN (its
+first 8 characters) and KEY; get writes the lease and the expiry in the same
+words. --json prints one object per line (docs/cli.md has the schema).
+Exit status 1 when no record matches.`,
 		Example: `  idemguard list --stuck --store dynamodb://idempotency
   idemguard list --scope charge --status completed --limit 20
   idemguard list --stuck --json | jq -r .key`,
@@ -125,22 +128,15 @@ left, or how long ago it lapsed), EXPIRES, RESULT (kind and size), TOKEN
 			if err := w.Flush(); err != nil {
 				return err
 			}
-			what := "records"
-			if stuck {
-				what = "stuck claims"
-			}
-			if n == 1 {
-				what = strings.TrimSuffix(what, "s")
-			}
 			if n == 0 {
+				what := "records"
+				if stuck {
+					what = "stuck claims"
+				}
 				return notFound("no %s in %s", what, b.desc)
 			}
 			if !a.json {
-				order := "in the store's order"
-				if newest {
-					order = "newest first"
-				}
-				fmt.Fprintf(a.stderr, "%d %s from %s, %s (%d pages)\n", n, what, b.desc, order, pages)
+				fmt.Fprintln(a.stderr, listSummary(n, pages, stuck, b.desc, newest))
 			}
 			return nil
 		},
@@ -153,4 +149,25 @@ left, or how long ago it lapsed), EXPIRES, RESULT (kind and size), TOKEN
 	f.IntVar(&page, "page-size", 0, "records per store request (0: the store's default, 100; at most 1000)")
 	addSkewFlag(c, &skew)
 	return c
+}
+
+// listSummary is list's last line, on standard error: how many records (or
+// stuck claims) it printed from desc, in which order, in how many pages.
+func listSummary(n, pages int, stuck bool, desc string, newest bool) string {
+	what := "records"
+	if stuck {
+		what = "stuck claims"
+	}
+	if n == 1 {
+		what = strings.TrimSuffix(what, "s")
+	}
+	order := "in the store's order"
+	if newest {
+		order = "newest first"
+	}
+	page := "pages"
+	if pages == 1 {
+		page = "page"
+	}
+	return fmt.Sprintf("%d %s from %s, %s (%d %s)", n, what, desc, order, pages, page)
 }

@@ -51,10 +51,11 @@ func releaseStuck(ctx context.Context, s store.Store, rec *store.Record, now, at
 	case rec.Status != store.StatusInProgress:
 		return &refusal{fmt.Sprintf("%s is %s, not a stuck claim; to delete it anyway (the next call with this key then runs again), use --force", rec.Key, rec.Status)}
 	case rec.Live(at) && rec.LeaseExpiresAt.IsZero():
-		return &refusal{fmt.Sprintf("%s is claimed without a lease: the claim holds until the record expires at %s; wait, or use --force if you know its holder is gone", rec.Key, fmtTime(rec.ExpiresAt))}
+		return &refusal{fmt.Sprintf("%s is claimed without a lease: the claim holds until the record expires at %s (%s); wait, or use --force if you know its holder is gone",
+			rec.Key, fmtTime(rec.ExpiresAt), expiresCell(rec, now))}
 	case rec.Live(at):
-		return &refusal{fmt.Sprintf("%s is held: its lease runs until %s (%s left beyond the %s skew tolerance), so its holder may still be running; wait for the lease to lapse, or use --force if you know the holder is gone",
-			rec.Key, fmtTime(rec.LeaseExpiresAt), fmtDur(rec.LeaseExpiresAt.Sub(at)), "--clock-skew")}
+		return &refusal{fmt.Sprintf("%s is held: lease %s (ends %s), so its holder may still be running; a claim counts as stuck once its lease has lapsed by more than the %s clock-skew tolerance (--clock-skew). Wait for that, or use --force if you know the holder is gone",
+			rec.Key, leaseCell(rec, now), fmtTime(rec.LeaseExpiresAt), fmtDur(now.Sub(at)))}
 	}
 	var b [16]byte
 	rand.Read(b[:])

@@ -116,7 +116,7 @@ func testReleaseStuckWindow(t *testing.T, s store.Store) {
 	// completed record.
 	live := &store.Record{Key: "w#live", Status: store.StatusInProgress, Token: "holder-5",
 		ExpiresAt: now.Add(time.Hour), LeaseExpiresAt: now.Add(time.Minute)}
-	refused(releaseStuck(ctx, s, live, now, now), "is held: its lease runs until")
+	refused(releaseStuck(ctx, s, live, now, now), "is held: lease in ")
 	noLease := &store.Record{Key: "w#no-lease", Status: store.StatusInProgress, Token: "holder-6", ExpiresAt: now.Add(time.Hour)}
 	refused(releaseStuck(ctx, s, noLease, now, now), "claimed without a lease")
 	refused(releaseStuck(ctx, s, &done, now, now), "not a stuck claim")

@@ -353,29 +353,28 @@ func fmtDur(d time.Duration) string {
 	return b.String()
 }
 
-// until says how far t is from now: "in 5m6s" or "5m6s ago".
-func until(t, now time.Time) string {
-	if d := t.Sub(now); d >= 0 {
-		return "in " + fmtDur(d)
-	}
-	return fmtDur(now.Sub(t)) + " ago"
-}
-
 func fmtTime(t time.Time) string { return t.UTC().Format(time.RFC3339) }
 
-// leaseCell is the LEASE column of list: "in 5m6s", "lapsed 5m6s", or
-// "-" for none.
+// leaseCell is where r's lease stands at now on the operator's clock, as
+// list's LEASE column and get's and release's lease figures all write it,
+// so that the three agree: "in 5m6s", "lapsed 5m6s", "none" for a claim
+// without a lease, "-" for a completed record. A claimant takes a lapsed
+// lease over only once it has lapsed by more than the clock-skew
+// tolerance: state says when.
 func leaseCell(r *store.Record, now time.Time) string {
 	switch {
-	case r.LeaseExpiresAt.IsZero() || r.Status != store.StatusInProgress:
+	case r.Status != store.StatusInProgress:
 		return "-"
+	case r.LeaseExpiresAt.IsZero():
+		return "none"
 	case r.LeaseExpiresAt.After(now):
 		return "in " + fmtDur(r.LeaseExpiresAt.Sub(now))
 	}
 	return "lapsed " + fmtDur(now.Sub(r.LeaseExpiresAt))
 }
 
-// expiresCell is the EXPIRES column of list: "in 23h59m" or "expired 5m".
+// expiresCell is the EXPIRES column of list, and get's figure for the
+// expiry: "in 23h59m" or "expired 5m".
 func expiresCell(r *store.Record, now time.Time) string {
 	if r.ExpiresAt.After(now) {
 		return "in " + fmtDur(r.ExpiresAt.Sub(now))
@@ -426,19 +425,21 @@ func printRecord(w io.Writer, r *store.Record, now, at time.Time, full bool) {
 	st := state(r, at)
 	switch {
 	case st == stateStuck:
-		row("status", "%s (stuck: the lease lapsed and no one holds the claim)", r.Status)
+		row("status", "%s (stuck: the lease lapsed and no one holds the claim; the next call takes it over)", r.Status)
+	case st == stateLive && r.Status == store.StatusInProgress && !r.LeaseExpiresAt.IsZero() && !r.LeaseExpiresAt.After(now):
+		row("status", "%s (live: the lease lapsed less than the %s clock-skew tolerance ago, so its holder may still be running)", r.Status, fmtDur(now.Sub(at)))
 	default:
 		row("status", "%s (%s)", r.Status, st)
 	}
-	switch {
-	case r.Status != store.StatusInProgress:
+	switch lease := leaseCell(r, now); {
+	case lease == "none":
+		row("lease ends", "none: the claim holds until the record expires")
+	case lease == "-":
 		row("lease ends", "-")
-	case r.LeaseExpiresAt.IsZero():
-		row("lease ends", "never: the claim holds until the record expires")
 	default:
-		row("lease ends", "%s (%s)", fmtTime(r.LeaseExpiresAt), until(r.LeaseExpiresAt, now))
+		row("lease ends", "%s (%s)", fmtTime(r.LeaseExpiresAt), lease)
 	}
-	row("expires", "%s (%s)", fmtTime(r.ExpiresAt), until(r.ExpiresAt, now))
+	row("expires", "%s (%s)", fmtTime(r.ExpiresAt), expiresCell(r, now))
 	if r.PayloadHash == "" {
 		row("payload hash", "- (no payload validation)")
 	} else {

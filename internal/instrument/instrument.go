@@ -30,7 +30,10 @@ type Set struct {
 	StoreDuration metric.Float64Histogram
 	LeaseLost     metric.Int64Counter
 	BatchItems    metric.Int64Counter
-	Logger        *slog.Logger
+	// ClaimsTakenOver counts claims taken over after their holder's lease
+	// lapsed (telemetry.MetricClaimTakenOver).
+	ClaimsTakenOver metric.Int64Counter
+	Logger          *slog.Logger
 	// StoreAttr names the guard's store (telemetry.StoreKey).
 	StoreAttr attribute.KeyValue
 
@@ -88,7 +91,12 @@ func New(tp trace.TracerProvider, mp metric.MeterProvider, logger *slog.Logger, 
 		otel.Handle(err)
 	}
 	if s.LeaseLost, err = meter.Int64Counter(telemetry.MetricLeaseLost,
-		metric.WithDescription("Claims taken over by another caller while their function ran."),
+		metric.WithDescription("Calls whose claim was gone (taken over after its lease lapsed, or deleted) when they came to record their outcome, which was not recorded."),
+		metric.WithUnit("{call}")); err != nil {
+		otel.Handle(err)
+	}
+	if s.ClaimsTakenOver, err = meter.Int64Counter(telemetry.MetricClaimTakenOver,
+		metric.WithDescription("Claims that replaced a claim whose lease had lapsed without a completion (a holder that crashed, hung or lost the store)."),
 		metric.WithUnit("{claim}")); err != nil {
 		otel.Handle(err)
 	}

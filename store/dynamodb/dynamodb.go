@@ -82,9 +82,11 @@ func (s *Store) opErr(op, key string, err error) error {
 
 // Acquire implements [store.Store] with one conditional PutItem that asks
 // for the existing item back when the condition fails
-// (ReturnValuesOnConditionCheckFailure ALL_OLD). Only if DynamoDB returns
-// no item does it read the record with a consistent GetItem. An existing item that cannot be read gives an error matching
-// [store.ErrCorrupt].
+// (ReturnValuesOnConditionCheckFailure ALL_OLD), and for the item it
+// replaced when it succeeds (ReturnValues ALL_OLD), which tells a claim
+// taken over. Only if DynamoDB returns no item on a failed condition does
+// it read the record with a consistent GetItem. An existing item that
+// cannot be read gives an error matching [store.ErrCorrupt].
 func (s *Store) Acquire(ctx context.Context, rec *store.Record, now time.Time) (*store.Record, error) {
 	const op = "Acquire"
 	if err := ctx.Err(); err != nil {
@@ -96,7 +98,7 @@ func (s *Store) Acquire(ctx context.Context, rec *store.Record, now time.Time) (
 	}
 	c := s.cfg
 	x := s.x[exprAcquire] // see acquireExpr
-	_, err = s.client.PutItem(ctx, &dynamodb.PutItemInput{
+	out, err := s.client.PutItem(ctx, &dynamodb.PutItemInput{
 		TableName:                s.tableName,
 		Item:                     c.item(rec.Key, e),
 		ConditionExpression:      x.cond,
@@ -107,9 +109,12 @@ func (s *Store) Acquire(ctx context.Context, rec *store.Record, now time.Time) (
 			slotNowMillis:  numAttr(epoch.FloorMillis(now)),
 		}),
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+		// On success, the item replaced: a claim taken over is reported
+		// from the same request (ReturnValues costs no capacity on PutItem).
+		ReturnValues: types.ReturnValueAllOld,
 	}, s.optFns...)
 	if err == nil {
-		return nil, nil
+		return c.lapsedClaim(out.Attributes, now), nil
 	}
 	var ccf *types.ConditionalCheckFailedException
 	if !errors.As(err, &ccf) {
@@ -134,6 +139,23 @@ func (s *Store) Acquire(ctx context.Context, rec *store.Record, now time.Time) (
 	// repeats its claim): the caller recognises it by the token, and learns
 	// the lease end actually stored.
 	return old, store.ErrConflict
+}
+
+// lapsedClaim returns the record of item, the item a successful Acquire
+// at now replaced, if it was a claim whose lease lapsed: in progress and
+// not expired by the condition's own reckoning (expiry in seconds later
+// than now's). Anything else, or an item that does not decode, is nil: the
+// claim is the caller's either way. Completed items are not decoded, so a
+// compressed result is never unpacked for nothing.
+func (c *config) lapsedClaim(item map[string]types.AttributeValue, now time.Time) *store.Record {
+	if st, ok := item[c.statusAttr].(*types.AttributeValueMemberS); !ok || st.Value != store.StatusInProgress.String() {
+		return nil
+	}
+	old, err := c.decode(item)
+	if err != nil || old.ExpiresAt.Unix() <= epoch.FloorSeconds(now) {
+		return nil
+	}
+	return old
 }
 
 // Complete implements [store.Store] with one UpdateItem conditional on the

@@ -36,13 +36,18 @@ func (s *Store) Acquire(ctx context.Context, rec *store.Record, now time.Time) (
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if old, ok := s.records[rec.Key]; ok && old.Live(now) {
+	old, ok := s.records[rec.Key]
+	if ok && old.Live(now) {
 		return &old, store.ErrConflict
 	}
 	if s.records == nil {
 		s.records = make(map[string]store.Record)
 	}
 	s.records[rec.Key] = clone(rec)
+	if ok && old.Status == store.StatusInProgress && now.Before(old.ExpiresAt) {
+		// Not live, not expired: a claim whose lease lapsed, taken over.
+		return &old, nil
+	}
 	return nil, nil
 }
 

@@ -20,7 +20,7 @@ type NaiveStore struct{ *Store }
 // concurrent claimant's insert or replacement to commit, so a loser sees
 // no row, or the expired row the winner replaced, instead of the winner's.
 func (s NaiveStore) Acquire(ctx context.Context, rec *store.Record, now time.Time) (*store.Record, error) {
-	upsert := strings.TrimSuffix(s.sql.acquire, "RETURNING true") + "RETURNING true AS won"
+	upsert := strings.TrimSuffix(s.sql.upsert, "RETURNING true") + "RETURNING true AS won"
 	sql := "WITH up AS (" + upsert + ")\nSELECT EXISTS (SELECT FROM up), t.* FROM (SELECT) AS one LEFT JOIN (" +
 		strings.Replace(s.sql.get, "$1", "$1::text", 1) + ") AS t ON true"
 	var won bool

@@ -73,8 +73,15 @@ func (s *Store) conn(ctx context.Context, op, key string) (*pgxpool.Conn, error)
 //
 //	WITH live AS (SELECT <the row>, false … WHERE key = $1 AND <the row is live>),
 //	claim AS (INSERT … SELECT … WHERE NOT EXISTS (SELECT FROM live)
-//	          ON CONFLICT (key) DO UPDATE … WHERE <the row is not live> RETURNING true)
-//	SELECT * FROM live UNION ALL SELECT <no record>, true FROM claim
+//	          ON CONFLICT (key) DO UPDATE … WHERE <the row is not live>
+//	          RETURNING <it replaced a row>)
+//	SELECT * FROM live UNION ALL
+//	SELECT <the row replaced, if a claim whose lease lapsed>, true FROM claim
+//
+// When it wins over a claim whose lease lapsed, the same statement returns
+// that claim, read from its snapshot (as the table was before the upsert),
+// for the caller to count as a takeover; a fresh key or an expired record
+// returns empty columns, and costs no more than before.
 //
 // A row the statement's snapshot has and that is live is what an Acquire
 // at the moment of the snapshot would have met: it is returned as it is,
@@ -98,7 +105,8 @@ func (s *Store) conn(ctx context.Context, op, key string) (*pgxpool.Conn, error)
 // row as it was until COMMIT:
 //
 //	BEGIN ISOLATION LEVEL READ COMMITTED
-//	INSERT … ON CONFLICT (key) DO UPDATE … WHERE <the row is not live> RETURNING true
+//	WITH claim AS (INSERT … ON CONFLICT (key) DO UPDATE … WHERE <the row is not live> RETURNING …)
+//	SELECT <the row replaced, if a claim whose lease lapsed>, true FROM claim
 //	SELECT … WHERE key = $1
 //	COMMIT
 func (s *Store) Acquire(ctx context.Context, rec *store.Record, now time.Time) (*store.Record, error) {
@@ -127,7 +135,7 @@ func (s *Store) Acquire(ctx context.Context, rec *store.Record, now time.Time) (
 	}
 	switch {
 	case err == nil && won:
-		return nil, nil
+		return s.takenOver(rec.Key, &r), nil
 	case err == nil && got:
 		r.key = rec.Key
 		old, err := r.record()
@@ -143,16 +151,16 @@ func (s *Store) Acquire(ctx context.Context, rec *store.Record, now time.Time) (
 	}
 	var b pgx.Batch
 	b.Queue(beginRC)
-	b.Queue(s.sql.acquire, rec.Key, rec.Token, rec.PayloadHash, exp, lease, now)
+	b.Queue(s.sql.claimRC, rec.Key, rec.Token, rec.PayloadHash, exp, lease, now)
 	b.Queue(s.sql.get, rec.Key)
 	b.Queue("COMMIT")
-	won, old, err := s.acquireBatch(ctx, c, &b, rec.Key)
+	won, replaced, old, err := s.acquireBatch(ctx, c, &b, rec.Key)
 	if err != nil {
 		endFailed(ctx, c)
 		return nil, s.wrap("Acquire", rec.Key, err)
 	}
 	if won {
-		return nil, nil
+		return s.takenOver(rec.Key, &replaced), nil
 	}
 	if old == nil {
 		// The row met by the upsert is locked until COMMIT, so the SELECT
@@ -167,8 +175,25 @@ func (s *Store) Acquire(ctx context.Context, rec *store.Record, now time.Time) (
 	return rec2, store.ErrConflict
 }
 
+// takenOver returns the claim a winning Acquire of key took over, as the
+// claim statement returned it in r: nil when it took none over (empty
+// columns), or when the row does not read as a record (the claim is the
+// caller's either way).
+func (s *Store) takenOver(key string, r *row) *store.Record {
+	if r.status == "" {
+		return nil
+	}
+	r.key = key
+	old, err := r.record()
+	if err != nil {
+		return nil
+	}
+	return old
+}
+
 // scanClaim reads the claim statement's row into r and returns its won
-// column. It reads the columns' bytes itself when they are in the formats
+// column: r holds the live row it lost to, or the claim it took over
+// (empty columns when none). It reads the columns' bytes itself when they are in the formats
 // pgx asks for by default (binary for all but text), which is most of what
 // a scan through pgx's type map costs on a replay; otherwise, as with a
 // pool whose connections use the simple protocol, it scans through pgx.
@@ -186,8 +211,8 @@ func scanClaim(rows pgx.Rows, r *row) (won bool, err error) {
 	if len(vals[8]) != 1 {
 		return false, errors.New("the claim's won column is not a boolean")
 	}
-	if won = vals[8][0] == 1; won {
-		return true, nil
+	if won = vals[8][0] == 1; won && len(vals[1]) == 0 {
+		return true, nil // nothing taken over: the usual first call
 	}
 	switch st := vals[1]; string(st) {
 	case "INPROGRESS":
@@ -212,7 +237,7 @@ func scanClaim(rows pgx.Rows, r *row) (won bool, err error) {
 		return false, err
 	}
 	r.leaseAt, err = timestamptz("lease_expires_at", vals[7])
-	return false, err
+	return won, err
 }
 
 // claimOIDs are the types of the claim statement's columns.
@@ -249,7 +274,10 @@ func isSerialization(err error) bool {
 	return errors.As(err, &pg) && (pg.Code == "40001" || pg.Code == "40P01")
 }
 
-func (s *Store) acquireBatch(ctx context.Context, c *pgxpool.Conn, b *pgx.Batch, key string) (won bool, old *row, err error) {
+// acquireBatch sends Acquire's pipeline, b, and returns whether its upsert
+// won, with the claim it took over (empty columns when none), or else the
+// row it met.
+func (s *Store) acquireBatch(ctx context.Context, c *pgxpool.Conn, b *pgx.Batch, key string) (won bool, replaced row, old *row, err error) {
 	br := c.SendBatch(ctx, b)
 	defer func() {
 		if cerr := br.Close(); err == nil {
@@ -257,23 +285,23 @@ func (s *Store) acquireBatch(ctx context.Context, c *pgxpool.Conn, b *pgx.Batch,
 		}
 	}()
 	if _, err := br.Exec(); err != nil {
-		return false, nil, err
+		return false, replaced, nil, err
 	}
-	if err := br.QueryRow().Scan(&won); err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return false, nil, err
+	if err := br.QueryRow().Scan(append(replaced.dest(), &won)...); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return false, replaced, nil, err
 	}
 	var r row
 	switch err := br.QueryRow().Scan(r.dest()...); {
 	case errors.Is(err, pgx.ErrNoRows):
 	case err != nil:
-		return false, nil, err
+		return false, replaced, nil, err
 	default:
 		old = &r
 	}
 	if _, err := br.Exec(); err != nil {
-		return false, nil, err
+		return false, replaced, nil, err
 	}
-	return won, old, nil
+	return won, replaced, old, nil
 }
 
 // Complete implements [store.Store]: one UPDATE conditional on the token

@@ -92,8 +92,10 @@ const columns = "key, status, token, payload_hash, result_kind, result, expires_
 
 // statements are the SQL the store sends, built once for its table.
 type statements struct {
-	claim    string // Acquire's one statement: the upsert, and the live row it lost to
-	acquire  string // the conditional upsert; RETURNING a row iff it wrote
+	claim   string // Acquire's one statement: the upsert, and the live row it lost to
+	claimRC string // the upsert of Acquire's pipeline; one row iff it wrote
+	// upsert is the conditional upsert alone, RETURNING true iff it wrote.
+	upsert   string
 	get      string
 	complete string
 	// completeValue is complete for the usual record: no payload hash,
@@ -116,14 +118,32 @@ ON CONFLICT (key) DO UPDATE SET status = 'INPROGRESS', token = excluded.token, p
     result_kind = 0, result = NULL, expires_at = excluded.expires_at, lease_expires_at = excluded.lease_expires_at
 WHERE t.expires_at <= $6 OR (t.status = 'INPROGRESS' AND t.lease_expires_at <= $6)
 RETURNING true`
+	// replaced is the row of the upsert's result, claim (one row, with
+	// replaced: the upsert updated a row rather than inserted one; xmax is
+	// 0 on an inserted row), joined with the claim the upsert took over:
+	// the row as the statement's snapshot has it, if it was in progress
+	// and not expired at $6 (not live, so its lease had lapsed). The
+	// outer query reads the table as of the statement's snapshot, before
+	// the upsert, so it sees the row replaced. OFFSET 0 keeps the planner
+	// from pulling the lateral read up into a join filter: claim.replaced
+	// stays a one-time filter, and a first call on a fresh key never
+	// reads the index a second time (EXPLAIN ANALYZE: "never executed").
+	// The record's columns (empty when nothing was taken over) and won,
+	// true.
+	const replaced = `SELECT COALESCE(o.key, ''), COALESCE(o.status, ''), COALESCE(o.token, ''), COALESCE(o.payload_hash, ''),
+    COALESCE(o.result_kind, 0::smallint), o.result, o.expires_at, o.lease_expires_at, true
+FROM claim LEFT JOIN LATERAL (
+    SELECT $C FROM $T WHERE claim.replaced AND key = $1 AND status = 'INPROGRESS' AND expires_at > $6 OFFSET 0
+) o ON true`
 	return statements{
 		// The row as the statement's snapshot has it, if it is live at $6:
 		// the record's columns and won, false; otherwise the upsert, and
-		// one row of empty columns and won, true, if it wrote; no row if
-		// it did not (it met a row the snapshot has not, or has in an
-		// older version that was not live; see Acquire). A live row is
-		// returned without the upsert, which would lock it. Won comes
-		// last, so that the columns keep their indexes in columns.
+		// one row of won, true, if it wrote, with the claim it took over
+		// (see replaced); no row if it did not write (it met a row the
+		// snapshot has not, or has in an older version that was not live;
+		// see Acquire). A live row is returned without the upsert, which
+		// would lock it. Won comes last, so that the columns keep their
+		// indexes in columns.
 		claim: r.Replace(`WITH live AS (
 SELECT $C, false FROM $T
 WHERE key = $1 AND expires_at > $6 AND (status <> 'INPROGRESS' OR lease_expires_at IS NULL OR lease_expires_at > $6)
@@ -133,17 +153,21 @@ SELECT $1, 'INPROGRESS', $2::text, $3::text, 0, NULL, $4::timestamptz, $5::times
 ON CONFLICT (key) DO UPDATE SET status = 'INPROGRESS', token = excluded.token, payload_hash = excluded.payload_hash,
     result_kind = 0, result = NULL, expires_at = excluded.expires_at, lease_expires_at = excluded.lease_expires_at
 WHERE t.expires_at <= $6 OR (t.status = 'INPROGRESS' AND t.lease_expires_at <= $6)
-RETURNING true)
+RETURNING NOT (t.xmax = 0) AS replaced)
 SELECT * FROM live
 UNION ALL
-SELECT '', '', '', '', 0::smallint, NULL::bytea, NULL::timestamptz, NULL::timestamptz, true FROM claim`),
+` + replaced),
 		// The row is replaced only if it is not live at $6: expired, or
 		// in progress under a lapsed lease. ON CONFLICT DO UPDATE locks the
 		// conflicting row whether or not the WHERE holds, so the SELECT
 		// that follows in the same transaction reads that very row
-		// (Acquire's pipeline, when its one statement cannot answer).
-		acquire: r.Replace(upsert),
-		get:     r.Replace(`SELECT $C FROM $T WHERE key = $1`),
+		// (Acquire's pipeline, when its one statement cannot answer). One
+		// row, as the claim statement's when it wrote, iff it wrote.
+		claimRC: r.Replace(`WITH claim AS (
+` + strings.TrimSuffix(upsert, "RETURNING true") + `RETURNING NOT (t.xmax = 0) AS replaced)
+` + replaced),
+		upsert: r.Replace(upsert),
+		get:    r.Replace(`SELECT $C FROM $T WHERE key = $1`),
 		complete: r.Replace(`UPDATE $T SET status = 'COMPLETED', payload_hash = $3, result_kind = $4, result = $5,
     expires_at = $6, lease_expires_at = $7
 WHERE key = $1 AND token = $2`),

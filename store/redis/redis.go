@@ -290,9 +290,10 @@ func wrote(v string) (bool, error) {
 // Acquire implements [store.Store] with one script (one round trip) that
 // checks liveness against now, writes the claim and sets the key to expire
 // (PEXPIREAT) at its ExpiresAt plus the expiry grace, or returns the live
-// record in the same reply. A key that holds another type than a hash, or a
-// hash that cannot be read as a record, gives an error matching
-// [store.ErrCorrupt] and stays in place.
+// record in the same reply; a claim whose lease lapsed, replaced by the
+// write, comes back in the same reply too. A key that holds another type
+// than a hash, or a hash that cannot be read as a record, gives an error
+// matching [store.ErrCorrupt] and stays in place.
 func (s *Store) Acquire(ctx context.Context, rec *store.Record, now time.Time) (*store.Record, error) {
 	const op = "Acquire"
 	if err := ctx.Err(); err != nil {
@@ -313,7 +314,7 @@ func (s *Store) Acquire(ctx context.Context, rec *store.Record, now time.Time) (
 		return nil, s.opErr(op, rec.Key, err)
 	}
 	switch {
-	case v == "1":
+	case v == "1" || strings.HasPrefix(v, "L"):
 		if err := s.replicated(w); err != nil {
 			// Not durable: give the key back rather than hold a claim a
 			// failover could forget while this caller does not run.
@@ -323,7 +324,17 @@ func (s *Store) Acquire(ctx context.Context, rec *store.Record, now time.Time) (
 			}
 			return nil, s.opErr(op, rec.Key, err)
 		}
-		return nil, nil
+		if v == "1" {
+			return nil, nil
+		}
+		// A takeover: the script replaced a claim whose lease lapsed and
+		// returned it. The claim is ours either way; a replaced record that
+		// does not decode is only not reported.
+		old, err := s.decodePacked(rec.Key, v)
+		if err != nil {
+			return nil, nil
+		}
+		return old, nil
 	case strings.HasPrefix(v, "R"):
 		old, err := s.decodePacked(rec.Key, v)
 		if err != nil {

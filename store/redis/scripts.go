@@ -26,22 +26,38 @@ import (
 //
 // The record it writes has the status INPROGRESS.
 //
-// It returns the integer 1 when it wrote the record; "T" and the key's type
-// for a key of another type than a hash; and otherwise the existing record
-// (see packedFields), "R" and each of the record's fields in a fixed order,
-// as "-" when the hash lacks it or as its length in bytes, ":" and its
-// value: a live record, or one the script cannot read (missing or
-// non-numeric expiration, unknown status), which stays in place and which
-// the caller decodes and reports as corrupt. One string, so that a replay's
-// reply is one value to read, not a list of field names and values.
+// It returns the integer 1 when it wrote the record over none (or over an
+// expired one); "L" and the record it replaced, packed as below, when it
+// wrote the record over an in-progress one whose lease had lapsed (a
+// takeover, which the guard counts); "T" and the key's type for a key of
+// another type than a hash; and otherwise the existing record (see
+// packedFields), "R" and each of the record's fields in a fixed order, as
+// "-" when the hash lacks it or as its length in bytes, ":" and its value:
+// a live record, or one the script cannot read (missing or non-numeric
+// expiration, unknown status), which stays in place and which the caller
+// decodes and reports as corrupt. One string, so that a replay's reply is
+// one value to read, not a list of field names and values.
 //
 // Live is store.Record.Live on the stored numbers: expiration (seconds,
 // rounded up when written) > now (in seconds, rounded down), and
 // COMPLETED, or INPROGRESS without a lease, or with a lease (milliseconds,
-// rounded up) > now.
+// rounded up) > now. Lapsed is INPROGRESS, not expired, and a lease ≤ now.
 const acquireLua = `
+local function pack(tag, f)
+  local out = {tag}
+  for i = 1, 8 do
+    if f[i] then
+      out[#out + 1] = #f[i] .. ':'
+      out[#out + 1] = f[i]
+    else
+      out[#out + 1] = '-'
+    end
+  end
+  return table.concat(out)
+end
 local now = tonumber(ARGV[1])
 local t = redis.call('TYPE', KEYS[1]).ok
+local lapsed
 if t ~= 'none' then
   if t ~= 'hash' then
     return 'T' .. t
@@ -54,22 +70,14 @@ if t ~= 'none' then
     live = exp > math.floor(now / 1000)
     if live and f[1] == 'INPROGRESS' and f[3] then
       local lease = tonumber(f[3])
-      if lease ~= nil then
-        live = lease > now
+      if lease ~= nil and lease <= now then
+        live = false
+        lapsed = f
       end
     end
   end
   if live then
-    local out = {'R'}
-    for i = 1, 8 do
-      if f[i] then
-        out[#out + 1] = #f[i] .. ':'
-        out[#out + 1] = f[i]
-      else
-        out[#out + 1] = '-'
-      end
-    end
-    return table.concat(out)
+    return pack('R', f)
   end
   redis.call('DEL', KEYS[1])
 end
@@ -78,6 +86,9 @@ if ARGV[5] ~= '' then
   redis.call('HSET', KEYS[1], 'in_progress_expiration', ARGV[5])
 end
 redis.call('PEXPIREAT', KEYS[1], ARGV[2])
+if lapsed then
+  return pack('L', lapsed)
+end
 return 1
 `
 

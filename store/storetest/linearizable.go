@@ -37,13 +37,14 @@ func RunLinearizable(t *testing.T, s store.Store, p Precision, cfg HistoryConfig
 }
 
 // RunMutants checks the checker: it wraps the stores newStore makes in
-// each of three broken stores — a claim that always succeeds, a completion
-// without its token condition, a release that ignores the token — records
+// each of four broken stores — a claim that always succeeds, a completion
+// without its token condition, a release that ignores the token, a claim
+// that does not report the lapsed claim it took over — records
 // a history of each as [RunLinearizable] does, and fails t for any whose
 // history the checker finds linearizable. Each mutant is built over the
 // real store from its Store methods alone (it reads the record to learn its
-// token, then forges the fenced write), so every store gets all three
-// without a change to its code.
+// token, then forges the fenced write, or drops what Acquire returned), so
+// every store gets all four without a change to its code.
 //
 // A broken condition shows only when the workload meets it (a late
 // release while another claim is in progress, say), so a mutant that

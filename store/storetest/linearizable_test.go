@@ -91,18 +91,42 @@ func TestModel(t *testing.T) {
 		}},
 		{"takeover after the lease", exact, true, func(h *hist) {
 			h.add(0, 0, 1, acquire("a", 100, 200, 1000), ok)
-			h.add(1, 2, 3, acquire("b", 200, 300, 1000), ok)
+			h.add(1, 2, 3, acquire("b", 200, 300, 1000), found(claimRec("a", 200, 1000)))
 			h.add(0, 4, 5, complete("a", 5000), mismatch)
 			h.add(0, 6, 7, release("a"), mismatch)
 		}},
-		{"a zombie's completion lands", exact, false, func(h *hist) {
+		{"a takeover must report the claim replaced", exact, false, func(h *hist) {
 			h.add(0, 0, 1, acquire("a", 100, 200, 1000), ok)
 			h.add(1, 2, 3, acquire("b", 200, 300, 1000), ok)
+		}},
+		{"and no other", exact, false, func(h *hist) {
+			h.add(0, 0, 1, acquire("a", 100, 200, 1000), ok)
+			h.add(1, 2, 3, acquire("b", 200, 300, 1000), found(claimRec("c", 200, 1000)))
+		}},
+		{"a fresh claim reports none", exact, false, func(h *hist) {
+			h.add(0, 0, 1, acquire("a", 100, 200, 1000), found(claimRec("c", 50, 1000)))
+		}},
+		{"an expired claim replaced is no takeover", exact, true, func(h *hist) {
+			h.add(0, 0, 1, acquire("a", 100, 200, 1000), ok)
+			h.add(1, 2, 3, acquire("b", 1000, 1100, 2000), ok)
+		}},
+		{"nor reported as one", exact, false, func(h *hist) {
+			h.add(0, 0, 1, acquire("a", 100, 200, 1000), ok)
+			h.add(1, 2, 3, acquire("b", 1000, 1100, 2000), found(claimRec("a", 200, 1000)))
+		}},
+		{"a claim that expires within the second may be either", seconds, true, func(h *hist) {
+			h.add(0, 0, 1, acquire("a", 100, 200, 1500), ok)
+			h.add(1, 2, 3, acquire("b", 1600, 1700, 3000), found(mrec{status: store.StatusInProgress, token: "a", lease: 200 * ms, exp: 2000 * ms}))
+			h.add(2, 4, 5, acquire("c", 1600, 1700, 3000), conflict(claimRec("b", 1700, 3000)))
+		}},
+		{"a zombie's completion lands", exact, false, func(h *hist) {
+			h.add(0, 0, 1, acquire("a", 100, 200, 1000), ok)
+			h.add(1, 2, 3, acquire("b", 200, 300, 1000), found(claimRec("a", 200, 1000)))
 			h.add(0, 4, 5, complete("a", 5000), ok)
 		}},
 		{"a zombie's release lands", exact, false, func(h *hist) {
 			h.add(0, 0, 1, acquire("a", 100, 200, 1000), ok)
-			h.add(1, 2, 3, acquire("b", 200, 300, 1000), ok)
+			h.add(1, 2, 3, acquire("b", 200, 300, 1000), found(claimRec("a", 200, 1000)))
 			h.add(0, 4, 5, release("a"), ok)
 		}},
 		{"a completed record is never released", exact, false, func(h *hist) {

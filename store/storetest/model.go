@@ -111,7 +111,7 @@ func (r result) String() string {
 // output is one operation's answer, as recorded.
 type output struct {
 	res    result
-	rec    mrec // Acquire's conflict, Get's record
+	rec    mrec // Acquire's conflict or the claim it took over, Get's record
 	hasRec bool
 	err    string // the error of an unknown answer, for reading
 }
@@ -190,6 +190,23 @@ func (p Precision) live(r mrec, now int64) tri {
 	return l
 }
 
+// takeover is whether an Acquire at now that wrote replaced, in state s, a
+// claim whose lease lapsed: a record in progress, not live (l) and not
+// expired, with the store's rounding.
+func (p Precision) takeover(s state, l tri, now int64) tri {
+	if !s.present || s.rec.status != store.StatusInProgress {
+		return no
+	}
+	notLive := yes
+	switch l {
+	case yes:
+		notLive = no
+	case maybe:
+		notLive = maybe
+	}
+	return and(notLive, before(now, s.rec.exp, ceilTo(s.rec.exp, p.Expiry)))
+}
+
 // matches reports whether got, a record the store returned, is want as
 // the store may keep it.
 func (p Precision) matches(got, want mrec) bool {
@@ -238,7 +255,9 @@ func (p Precision) step1(s state, in input, out output) []state {
 			}
 			return []state{s}
 		case resOK:
-			if l != yes {
+			// It wrote, and returned the record it replaced iff that was a
+			// claim whose lease lapsed (not live, not expired).
+			if tk := p.takeover(s, l, in.now); l != yes && (out.hasRec && tk != no && p.matches(out.rec, s.rec) || !out.hasRec && tk != yes) {
 				return []state{wrote}
 			}
 		case resConflict:

@@ -23,6 +23,19 @@ var mutants = []mutant{
 	{"ClaimAlwaysSucceeds", func(s store.Store) store.Store { return claimAlways{s} }},
 	{"CompleteUnfenced", func(s store.Store) store.Store { return completeUnfenced{s} }},
 	{"ReleaseIgnoresToken", func(s store.Store) store.Store { return releaseIgnoresToken{s} }},
+	{"TakeoverUnreported", func(s store.Store) store.Store { return takeoverUnreported{s} }},
+}
+
+// takeoverUnreported is a store whose Acquire never says that it took a
+// lapsed claim over, as one that ignores the record it replaced would.
+type takeoverUnreported struct{ store.Store }
+
+func (m takeoverUnreported) Acquire(ctx context.Context, rec *store.Record, now time.Time) (*store.Record, error) {
+	old, err := m.Store.Acquire(ctx, rec, now)
+	if err == nil {
+		return nil, nil
+	}
+	return old, err
 }
 
 // claimAlways is a store whose Acquire always succeeds: it overwrites a

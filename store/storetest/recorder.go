@@ -214,7 +214,7 @@ func (c *client) do(ctx context.Context, in input, f func(context.Context) (*sto
 		rec, err = f(octx)
 	}
 	out := classify(err)
-	if rec != nil && (out.res == resConflict || (in.kind == opGet && out.res == resOK)) {
+	if rec != nil && (out.res == resConflict || (in.kind != opComplete && out.res == resOK)) {
 		out.rec, out.hasRec = h.mrec(rec), true
 	}
 	h.add(call, in, out, over)

@@ -24,7 +24,7 @@
 // behind a fault proxy to check it under delays, lost answers and cut
 // connections. A history that is not linearizable is reported with
 // Porcupine's visualisation, written to a file the failure names, and its
-// minimal failing operations. [RunMutants] checks the checker on three
+// minimal failing operations. [RunMutants] checks the checker on four
 // broken stores built over the real one.
 package storetest
 
@@ -77,6 +77,8 @@ func Run(t *testing.T, newStore MakeStore, opts ...Option) {
 		{"ConflictWithCompleted", testConflictWithCompleted},
 		{"ExpiredRecordReplaced", testExpiredRecordReplaced},
 		{"LeaseTakeoverFencesOldHolder", testLeaseTakeover},
+		{"TakeoverReported", testTakeoverReported},
+		{"ClaimRaceOverLapsed", testClaimRaceOverLapsed},
 		{"ZeroLeaseHoldsUntilExpiry", testZeroLease},
 		{"ClaimRace", testClaimRace},
 		{"ClaimRaceFreshKeys", testClaimRaceFreshKeys},
@@ -152,11 +154,31 @@ func (h *harness) claim(key string, lease time.Duration) *store.Record {
 	return r
 }
 
+// mustAcquire claims rec at now, where no in-progress record with a
+// lapsed lease is in the way: Acquire must succeed and report no takeover.
 func (h *harness) mustAcquire(t *testing.T, rec *store.Record, now time.Time) {
 	t.Helper()
 	old, err := h.s.Acquire(h.ctx, rec, now)
-	if err != nil {
-		t.Fatalf("Acquire(%q) at t0%+v = %v, %v; want success", rec.Key, now.Sub(h.t0), old, err)
+	if err != nil || old != nil {
+		t.Fatalf("Acquire(%q) at t0%+v = %+v, %v; want success, and no record replaced", rec.Key, now.Sub(h.t0), old, err)
+	}
+}
+
+// mustTakeOver claims rec at now over the in-progress record want, whose
+// lease has lapsed: Acquire must succeed and return want, the record it
+// replaced.
+func (h *harness) mustTakeOver(t *testing.T, rec, want *store.Record, now time.Time) {
+	t.Helper()
+	old, err := h.s.Acquire(h.ctx, rec, now)
+	switch {
+	case err != nil:
+		t.Fatalf("Acquire(%q) over a lapsed claim at t0%+v = %v; want success", rec.Key, now.Sub(h.t0), err)
+	case old == nil:
+		t.Errorf("Acquire(%q) over a lapsed claim at t0%+v returned no record; want the claim it replaced (token %q)", rec.Key, now.Sub(h.t0), want.Token)
+	default:
+		if d := sameRecord(old, want); d != "" {
+			t.Errorf("Acquire(%q) over a lapsed claim returned a record that differs from the one replaced: %s", rec.Key, d)
+		}
 	}
 }
 
@@ -278,7 +300,7 @@ func testLeaseTakeover(t *testing.T, h *harness) {
 	h.conflict(t, h.claim(zombie.Key, time.Minute), h.t0.Add(9*time.Second))
 
 	holder := h.claim(zombie.Key, time.Minute)
-	h.mustAcquire(t, holder, h.t0.Add(10*time.Second))
+	h.mustTakeOver(t, holder, zombie, h.t0.Add(10*time.Second))
 
 	late := *zombie
 	late.Status = store.StatusCompleted
@@ -298,6 +320,71 @@ func testLeaseTakeover(t *testing.T, h *harness) {
 	done := h.mustComplete(t, holder, []byte(`"holder"`))
 	if d := sameRecord(h.conflict(t, h.claim(zombie.Key, time.Minute), h.t0.Add(time.Minute)), done); d != "" {
 		t.Errorf("replayed record is not the new holder's: %s", d)
+	}
+}
+
+// testTakeoverReported: an Acquire that replaces an in-progress record
+// whose lease lapsed (its holder crashed, hung or lost the store) returns
+// that record with a nil error, so that the caller can count a stuck claim
+// taken over. A claim on a fresh key, over an expired record (completed or
+// in progress, with or without a lease) or after a release replaced no
+// claim and returns (nil, nil).
+func testTakeoverReported(t *testing.T, h *harness) {
+	h.mustAcquire(t, h.claim("scope#takeover-fresh", time.Minute), h.t0)
+
+	zombie := h.claim("scope#takeover-lapsed", 10*time.Second)
+	h.mustAcquire(t, zombie, h.t0)
+	taker := h.claim(zombie.Key, 10*time.Second)
+	taker.LeaseExpiresAt = h.t0.Add(30 * time.Second)
+	h.mustTakeOver(t, taker, zombie, h.t0.Add(10*time.Second))
+	if d := sameRecord(h.mustGet(t, zombie.Key), taker); d != "" {
+		t.Errorf("after the takeover the stored record differs from the taker's: %s", d)
+	}
+	// The taker dies too: the next claim replaces, and reports, the taker's.
+	h.mustTakeOver(t, h.claim(zombie.Key, time.Minute), taker, h.t0.Add(31*time.Second))
+
+	// An in-progress record past its expiry is expired, not a lapsed claim:
+	// nothing to report, whether it had a lease or not.
+	for _, lease := range []time.Duration{10 * time.Second, 0} {
+		old := h.claim(fmt.Sprintf("scope#takeover-expired-%v", lease), lease)
+		h.mustAcquire(t, old, h.t0)
+		h.mustAcquire(t, h.claim(old.Key, time.Minute), old.ExpiresAt)
+	}
+
+	// Over a completed record that expired: not a takeover.
+	done := h.claim("scope#takeover-completed", 10*time.Second)
+	h.mustAcquire(t, done, h.t0)
+	h.mustComplete(t, done, []byte(`1`)) // expires at t0+2h
+	h.mustAcquire(t, h.claim(done.Key, time.Minute), h.t0.Add(2*time.Hour))
+
+	// After a release the key is free: not a takeover either.
+	released := h.claim("scope#takeover-released", 10*time.Second)
+	h.mustAcquire(t, released, h.t0)
+	if err := h.s.Release(h.ctx, released.Key, released.Token); err != nil {
+		t.Fatalf("Release = %v", err)
+	}
+	h.mustAcquire(t, h.claim(released.Key, time.Minute), h.t0.Add(20*time.Second))
+}
+
+// testClaimRaceOverLapsed races claims on keys held by a claim whose lease
+// lapsed: one claim takes it over and reports the record it replaced, in
+// the same atomic step as its write; the losers see the winner's claim.
+func testClaimRaceOverLapsed(t *testing.T, h *harness) {
+	for r := range raceRounds {
+		key := fmt.Sprintf("scope#race-lapsed-%d", r)
+		zombie := h.claim(key, 10*time.Second)
+		h.mustAcquire(t, zombie, h.t0)
+		at := h.t0.Add(10 * time.Second)
+		_, replaced := h.raceReport(t, key, at, raceClaimants, func() *store.Record {
+			rec := h.claim(key, time.Minute)
+			rec.LeaseExpiresAt = at.Add(time.Minute)
+			return rec
+		})
+		if replaced == nil {
+			t.Errorf("%s: the winner took over a lapsed claim and returned no record", key)
+		} else if d := sameRecord(replaced, zombie); d != "" {
+			t.Errorf("%s: the winner reported a record that differs from the lapsed claim: %s", key, d)
+		}
 	}
 }
 
@@ -333,6 +420,17 @@ const (
 // record is a store that could not read the record it lost to.
 func (h *harness) race(t *testing.T, key string, now time.Time, n int, mk func() *store.Record) *store.Record {
 	t.Helper()
+	rec, replaced := h.raceReport(t, key, now, n, mk)
+	if replaced != nil {
+		t.Errorf("%s: the winner's Acquire returned a record it replaced (token %q, status %v); no lapsed claim was there", key, replaced.Token, replaced.Status)
+	}
+	return rec
+}
+
+// raceReport is race, and returns also what the winner's Acquire returned:
+// the record its claim replaced, if it took a lapsed claim over.
+func (h *harness) raceReport(t *testing.T, key string, now time.Time, n int, mk func() *store.Record) (winner, replaced *store.Record) {
+	t.Helper()
 	recs := make([]*store.Record, n)
 	for i := range recs {
 		recs[i] = mk()
@@ -351,31 +449,31 @@ func (h *harness) race(t *testing.T, key string, now time.Time, n int, mk func()
 	}
 	close(start)
 	wg.Wait()
-	winner := -1
+	won := -1
 	for i, err := range errs {
 		switch {
-		case err == nil && winner >= 0:
-			t.Fatalf("%s: two winners, claims %d and %d", key, winner, i)
+		case err == nil && won >= 0:
+			t.Fatalf("%s: two winners, claims %d and %d", key, won, i)
 		case err == nil:
-			winner = i
+			won = i
 		case !errors.Is(err, store.ErrConflict):
 			t.Fatalf("%s: claim %d: %v, want nil or ErrConflict", key, i, err)
 		}
 	}
-	if winner < 0 {
+	if won < 0 {
 		t.Fatalf("%s: no claim won", key)
 	}
 	for i, old := range olds {
 		switch {
-		case i == winner:
+		case i == won:
 		case old == nil:
 			t.Errorf("%s: claim %d lost with no record; want the winner's", key, i)
-		case old.Token != recs[winner].Token:
+		case old.Token != recs[won].Token:
 			t.Errorf("%s: claim %d lost to token %q, want the winner's %q (status %v, expires t0%+v)",
-				key, i, old.Token, recs[winner].Token, old.Status, old.ExpiresAt.Sub(h.t0))
+				key, i, old.Token, recs[won].Token, old.Status, old.ExpiresAt.Sub(h.t0))
 		}
 	}
-	return recs[winner]
+	return recs[won], olds[won]
 }
 
 // testClaimRaceFreshKeys races claims on keys that have no record: the

@@ -5,6 +5,7 @@ import (
 	"image/color"
 	"math"
 	"os"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -156,7 +157,11 @@ func drawStat(c draw.Canvas, p drawnPanel) error {
 		}
 	}
 	s := "no data"
-	if !math.IsNaN(v) {
+	switch {
+	case math.IsNaN(v):
+	case p.Whole:
+		s = strconv.FormatFloat(math.Round(v), 'f', 0, 64)
+	default:
 		s = format(p.Unit, v)
 	}
 	sty := draw.TextStyle{Color: statColor(p), Font: font.From(plot.DefaultFont, 22), Handler: plot.DefaultTextHandler, XAlign: draw.XCenter, YAlign: draw.YCenter}
@@ -168,7 +173,7 @@ func statColor(p drawnPanel) color.Color {
 	switch p.Title {
 	case "Lease losses", "Store errors":
 		return rgb(0xe02f44)
-	case "Payload mismatches", "In-progress conflicts":
+	case "Payload mismatches", "In-progress conflicts", "Stuck claims taken over":
 		return rgb(0xff780a)
 	}
 	return rgb(0x37872d)
@@ -305,6 +310,8 @@ func fade(c color.Color, a uint8) color.Color {
 	r, g, b, _ := c.RGBA()
 	return color.NRGBA{uint8(r >> 8), uint8(g >> 8), uint8(b >> 8), a}
 }
+
+var legendLabel = regexp.MustCompile(`\{\{\s*[A-Za-z_][A-Za-z0-9_]*\s*\}\}`)
 
 // legendOf expands a Grafana legend format ("{{label}} …") with s's labels.
 func legendOf(format string, s promql.Series) string {

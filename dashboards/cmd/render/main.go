@@ -21,17 +21,14 @@ import (
 	"log"
 	"math"
 	"math/rand/v2"
-	"os"
-	"slices"
 	"time"
 
-	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/promql"
-	"github.com/prometheus/prometheus/tsdb"
 
 	"github.com/idemguard/idemguard/dashboards"
 	"github.com/idemguard/idemguard/dashboards/internal/expo"
 	"github.com/idemguard/idemguard/dashboards/internal/promcheck"
+	"github.com/idemguard/idemguard/dashboards/internal/promeval"
 	"github.com/idemguard/idemguard/dashboards/internal/workload"
 )
 
@@ -48,12 +45,7 @@ func main() {
 }
 
 func run(ctx context.Context, out string, rounds int) error {
-	dir, err := os.MkdirTemp("", "idemguard-render-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	db, err := tsdb.Open(dir, nil, nil, tsdb.DefaultOptions(), nil)
+	db, err := promeval.Open()
 	if err != nil {
 		return err
 	}
@@ -81,18 +73,12 @@ func run(ctx context.Context, out string, rounds int) error {
 		if err != nil {
 			return err
 		}
-		if err := store(ctx, db, text, start.Add(time.Duration(i)*scrapeInterval)); err != nil {
+		if err := db.Append(ctx, text, start.Add(time.Duration(i)*scrapeInterval)); err != nil {
 			return err
 		}
 	}
 	end := start.Add(time.Duration(rounds-1) * scrapeInterval)
 
-	engine := promql.NewEngine(promql.EngineOpts{
-		MaxSamples:    10_000_000,
-		Timeout:       time.Minute,
-		LookbackDelta: 5 * time.Minute,
-		Parser:        promcheck.Parser,
-	})
 	from := start.Add(2 * scrapeInterval)
 	var drawn []drawnRow
 	for _, r := range dashboards.Rows(dashboards.DefaultMetrics()) {
@@ -100,7 +86,9 @@ func run(ctx context.Context, out string, rounds int) error {
 		for _, p := range r.Panels {
 			dp := drawnPanel{Panel: p}
 			for _, q := range p.Queries {
-				m, err := evaluate(ctx, engine, db, q.Expr, from, end)
+				// Grafana's variables replaced: $__rate_interval 1m,
+				// $__range the whole run, label variables "All".
+				m, err := db.Range(ctx, promcheck.Substitute(q.Expr), from, end, scrapeInterval)
 				if err != nil {
 					return fmt.Errorf("panel %q: %w", p.Title, err)
 				}
@@ -117,51 +105,6 @@ func run(ctx context.Context, out string, rounds int) error {
 func storeLatency() time.Duration {
 	ms := 0.8 + rand.ExpFloat64()*2.5
 	return time.Duration(min(ms, 60) * float64(time.Millisecond))
-}
-
-// store appends a scrape's samples at t.
-func store(ctx context.Context, db *tsdb.DB, text string, t time.Time) error {
-	fams, err := expo.Parse(text)
-	if err != nil {
-		return err
-	}
-	app := db.Appender(ctx)
-	for _, s := range samples(fams) {
-		if _, err := app.Append(0, s.labels, t.UnixMilli(), s.value); err != nil {
-			app.Rollback()
-			return err
-		}
-	}
-	return app.Commit()
-}
-
-// evaluate runs expr (Grafana's variables replaced: $__rate_interval 1m,
-// $__range the whole run, label variables "All") over [from, end].
-func evaluate(ctx context.Context, engine *promql.Engine, db *tsdb.DB, expr string, from, end time.Time) (promql.Matrix, error) {
-	q, err := engine.NewRangeQuery(ctx, db, nil, promcheck.Substitute(expr), from, end, scrapeInterval)
-	if err != nil {
-		return nil, err
-	}
-	defer q.Close()
-	res := q.Exec(ctx)
-	if res.Err != nil {
-		return nil, res.Err
-	}
-	m, err := res.Matrix()
-	if err != nil {
-		return nil, err
-	}
-	// Close returns the points to the engine's pool: keep copies.
-	out := make(promql.Matrix, len(m))
-	for i, s := range m {
-		out[i] = promql.Series{Metric: s.Metric.Copy(), Floats: slices.Clone(s.Floats)}
-	}
-	return out, nil
-}
-
-type sample struct {
-	labels labels.Labels
-	value  float64
 }
 
 type drawnRow struct {

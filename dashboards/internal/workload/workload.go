@@ -1,7 +1,8 @@
 // Package workload drives the library through every outcome the operations
 // dashboard charts — executed, replayed (from the store and from the local
 // cache), shared, in progress, waited for, payload mismatches, errors, store
-// errors, lease extensions and losses, batches, and the HTTP and gRPC
+// errors, lease extensions and losses, a claim taken over after its lease
+// lapsed, batches, and the HTTP and gRPC
 // adapters' problem responses — with a meter provider the caller gives, so
 // that the series the dashboard queries are the series the library really
 // emits.
@@ -292,8 +293,9 @@ func (w *Workload) failures(ctx context.Context, _ int) error {
 }
 
 // extendAndLoseLease, on the fake clock: a call that runs past a third of
-// its lease has it extended; a claim whose lease lapses is taken over, and
-// its completion then fails with ErrLeaseLost.
+// its lease has it extended; a claim whose lease lapses is taken over (a
+// takeover, idemguard.claim.taken_over), and its completion then fails
+// with ErrLeaseLost (idemguard.lease.lost).
 func (w *Workload) extendAndLoseLease(ctx context.Context, _ int) error {
 	inside, release := make(chan struct{}), make(chan struct{})
 	done := make(chan error, 1)
