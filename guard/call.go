@@ -44,10 +44,15 @@ func Execute[T any](ctx context.Context, g *Guard, scope string, input any, fn f
 }
 
 // Wrap returns a function with fn's signature that runs fn through [Do],
-// deriving the key from its input argument. Options are checked once, here.
+// deriving the key from its input argument. Options are checked once,
+// here, and so is scope: a scope whose keys the store cannot hold is
+// refused ([Guard.CheckScope]).
 func Wrap[In, Out any](g *Guard, scope string, fn func(context.Context, In) (Out, error), opts ...CallOption) (func(context.Context, In) (Out, error), error) {
 	c, err := g.with(scope, opts)
 	if err != nil {
+		return nil, err
+	}
+	if err := g.CheckScope(scope); err != nil {
 		return nil, err
 	}
 	return func(ctx context.Context, in In) (Out, error) {

@@ -73,6 +73,7 @@ type Guard struct {
 	previous [][]byte // earlier secrets, looked up while rotating
 	disabled bool
 	cache    *cache // nil when the cache is off
+	maxKey   int    // the longest key the store holds (store.KeyLimiter); 0: no limit
 	tel      *instrument.Set
 
 	mu      sync.Mutex
@@ -102,6 +103,7 @@ func New(s store.Store, opts ...Option) (*Guard, error) {
 	}
 	g := &Guard{store: s, cfg: st.call, clock: st.clock, skew: st.skew, secret: st.secret, previous: st.previous}
 	_, g.sysClock = st.clock.(systemClock)
+	g.maxKey = maxKeyBytes(s)
 	if st.cacheSize > 0 {
 		g.cache = newCache(st.cacheSize, st.cacheAge)
 	}

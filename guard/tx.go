@@ -51,8 +51,8 @@ func ExecuteTx[T, H any](ctx context.Context, g *Guard, scope string, input any,
 
 // WrapTx returns a function with the shape of a plain call, func(ctx, in),
 // that runs fn through [DoTx] with its key derived from in. It checks the
-// options, and that g's store begins transactions with handle H, once,
-// here.
+// options, that g's store begins transactions with handle H, and that the
+// store can hold the keys of scope ([Guard.CheckScope]), once, here.
 func WrapTx[In, Out, H any](g *Guard, scope string, fn func(ctx context.Context, tx H, in In) (Out, error), opts ...CallOption) (func(context.Context, In) (Out, error), error) {
 	tr, err := transactor[H](g)
 	if err != nil {
@@ -60,6 +60,9 @@ func WrapTx[In, Out, H any](g *Guard, scope string, fn func(ctx context.Context,
 	}
 	c, err := g.with(scope, opts)
 	if err != nil {
+		return nil, err
+	}
+	if err := g.CheckScope(scope); err != nil {
 		return nil, err
 	}
 	return func(ctx context.Context, in In) (Out, error) {
