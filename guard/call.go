@@ -122,6 +122,11 @@ type call struct {
 	keeper keeper
 	run    running
 	ctx    runCtx
+
+	// released: recording the outcome released the claim instead (a
+	// transaction that did not commit), so the call's outcome is
+	// OutcomeReleased.
+	released bool
 }
 
 // execute is the path of every guarded call: the key, then guarded.
@@ -307,6 +312,12 @@ func (r *runner[T]) record(v T, fnErr error, leaseEnd time.Time, lost error) (T,
 			v, fnErr = zero, cerr
 		}
 		l = landing{rec: rec, hasValue: cerr == nil}
+		if cl.released {
+			// The transaction did not commit and the key was released
+			// (refused by the function's own condition, or failed).
+			out = OutcomeReleased
+			l = landing{err: cerr, released: true}
+		}
 		if l.hasValue && g.followed(&cl.flight) {
 			l.value = v // boxed only for followers
 		}

@@ -2,6 +2,7 @@ package guard
 
 import (
 	"context"
+	"errors"
 
 	"github.com/idemguard/idemguard/store"
 )
@@ -19,10 +20,15 @@ import (
 // A replay never begins a transaction. If fn returns an error the
 // transaction is rolled back and the key released (a definite error is
 // then recorded outside it, as Do records it); if fn panics the same
-// happens and the panic continues. If the commit's answer is lost, DoTx
-// reads the record to learn whether it committed. A [Step] inside fn
-// completes inside the same transaction: its record commits with fn's
-// writes, and its claim is released if they roll back.
+// happens and the panic continues. If the store refuses the commit
+// because of fn's own writes (a condition of fn's that did not hold, a
+// constraint checked at commit), nothing is written, the key is released
+// and DoTx returns a [*RefusedError] ([ErrRefused]), not a store error. If
+// the commit fails otherwise, its answer is lost or it outlives its
+// deadline, DoTx reads the record, under a deadline of its own, to learn
+// whether it committed, and releases the key if it did not. A [Step]
+// inside fn completes inside the same transaction: its record commits
+// with fn's writes, and its claim is released if they roll back.
 //
 // H is the store's handle type: the store must implement
 // store.Transactor[H], or DoTx returns [ErrInvalidOption] without
@@ -35,7 +41,12 @@ func DoTx[T, H any](ctx context.Context, g *Guard, scope string, input any, fn f
 }
 
 // ExecuteTx is [DoTx] that also reports how the result was obtained, as
-// [Execute] does for [Do].
+// [Execute] does for [Do]: [OutcomeExecuted] when fn's writes committed
+// (or fn ran and its claim was taken over: [ErrLeaseLost], nothing of it
+// committed), [OutcomeReplayed], [OutcomeReleased] when nothing of fn
+// committed and the key was released (fn's error, a refusal by fn's own
+// condition, a transaction the store failed to begin or commit),
+// [OutcomeUnguarded].
 func ExecuteTx[T, H any](ctx context.Context, g *Guard, scope string, input any, fn func(ctx context.Context, tx H) (T, error), opts ...CallOption) (T, Outcome, error) {
 	var zero T
 	tr, err := transactor[H](g)
@@ -116,5 +127,10 @@ func unguarded[T any](ctx context.Context, fn body[T], begin beginner) (v T, err
 		return v, err
 	}
 	committed = true
-	return v, tx.Commit(ctx)
+	if err := tx.Commit(ctx); errors.Is(err, store.ErrRefused) {
+		return v, &RefusedError{Err: err}
+	} else if err != nil {
+		return v, err
+	}
+	return v, nil
 }

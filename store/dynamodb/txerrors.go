@@ -137,6 +137,12 @@ const (
 // for a condition of the function's that did not hold (with the item as it
 // was, when the action asked for it with [ReturnOldOnFailure]).
 //
+// It matches [store.ErrRefused] when a condition of the function's own
+// did not hold (and the guard's completions' did): guard.DoTx then
+// returns a *guard.RefusedError wrapping it, which matches
+// guard.ErrRefused, not guard.ErrStore: a business outcome (a debit the
+// balance does not cover), not a failure of the store.
+//
 // It matches [store.ErrTokenMismatch] when the guard's completion of a
 // record failed its condition (the claim was no longer held under the
 // call's token: its lease lapsed and another caller took it over, or it
@@ -225,12 +231,15 @@ func (e *TxCanceledError) Unwrap() error {
 }
 
 // Is reports whether target is [store.ErrTokenMismatch] and a completion
-// failed, or [store.ErrThrottled] and only conflicts or throttling
-// cancelled the transaction.
+// failed, [store.ErrRefused] and a condition of the function's failed
+// while the completions' held, or [store.ErrThrottled] and only conflicts
+// or throttling cancelled the transaction.
 func (e *TxCanceledError) Is(target error) bool {
 	switch target {
 	case store.ErrTokenMismatch:
 		return len(e.Records) > 0
+	case store.ErrRefused:
+		return len(e.Records) == 0 && len(e.ConditionFailed()) > 0
 	case store.ErrThrottled:
 		return e.retryable()
 	}
