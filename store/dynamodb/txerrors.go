@@ -1,6 +1,7 @@
 package dynamodb
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -172,7 +173,7 @@ type TxReason struct {
 	Table string
 	// Key is the item's primary key, when the store knows it (always but
 	// for a Put on a table whose key attributes no other action showed).
-	Key map[string]types.AttributeValue
+	Key Item
 	// Code is DynamoDB's cancellation reason: [ReasonNone],
 	// [ReasonConditionFailed], [ReasonConflict], "ThrottlingError",
 	// "ProvisionedThroughputExceeded", "ItemCollectionSizeLimitExceeded",
@@ -182,7 +183,33 @@ type TxReason struct {
 	Message string
 	// Old is the item as it was, for a failed condition of an action built
 	// with [ReturnOldOnFailure] (nil if the item did not exist).
-	Old map[string]types.AttributeValue
+	Old Item
+}
+
+// Item is an item, or an item's key, as a [TxReason] reports it. It prints
+// (String, and so %v) as the JSON its values stand for, attributes in name
+// order: {"balance":100,"pk":"acct#a-1"}. Strings are JSON strings, numbers
+// JSON numbers, binary values base64, sets arrays.
+type Item map[string]types.AttributeValue
+
+// String returns the item as JSON, or "<no item>" for a nil Item.
+func (it Item) String() string {
+	if it == nil {
+		return "<no item>"
+	}
+	m := make(map[string]any, len(it))
+	for name, v := range it {
+		j, err := toJSON(v, 0)
+		if err != nil {
+			j = "<" + typeName(v) + ": " + err.Error() + ">"
+		}
+		m[name] = j
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		return fmt.Sprintf("<item of %d attributes: %v>", len(it), err)
+	}
+	return string(b)
 }
 
 // ConditionFailed returns the reasons of the function's actions whose
