@@ -49,9 +49,14 @@ func (g *Guard) CheckScope(scope string) error {
 // checkKey refuses the key of d if the store cannot hold it.
 func (g *Guard) checkKey(d *derived) error {
 	if g.maxKey > 0 && len(d.key) > g.maxKey {
-		return &inputError{"the key", &keyTooLongError{key: d.key, scope: len(d.scope), max: g.maxKey, store: storeName(g.store)}}
+		return g.keyTooLong(d)
 	}
 	return nil
+}
+
+// keyTooLong is the error of a key too long for the store.
+func (g *Guard) keyTooLong(d *derived) error {
+	return &inputError{"the key", &keyTooLongError{key: d.key, scope: len(d.scope), max: g.maxKey, store: storeName(g.store)}}
 }
 
 // keyTooLongError is a key longer than its store can hold.
