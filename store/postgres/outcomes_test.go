@@ -7,7 +7,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -124,7 +123,8 @@ func TestDoTxRefusedDebitIsNotAStoreError(t *testing.T) {
 // cancel the statement: the commit then fails, and the claim is released
 // at once, not left in progress until its lease lapses. A trigger that
 // outlives the cancel lets the commit land after the client gave up: the
-// call then reports the success it was. Never ErrNotRecorded.
+// call then reports the success it was. Either way the guard reports what
+// the database holds, and never ErrNotRecorded.
 func TestDoTxCommitPastItsDeadline(t *testing.T) {
 	for _, lands := range []bool{true, false} {
 		t.Run(fmt.Sprintf("lands=%v", lands), func(t *testing.T) {
@@ -163,28 +163,32 @@ func TestDoTxCommitPastItsDeadline(t *testing.T) {
 				return 6, e.write(ctx, tx, in.ID, "w")
 			}
 			v, out, err := guard.ExecuteTx(e.ctx, g, "move", in, fn)
-			switch {
-			case errors.Is(err, guard.ErrNotRecorded):
+			if errors.Is(err, guard.ErrNotRecorded) {
 				t.Fatalf("DoTx whose commit outlived its deadline = %v; want it to learn whether it committed", err)
-			case lands && (err != nil || v != 6 || out != guard.OutcomeExecuted):
-				t.Fatalf("DoTx whose commit landed late = %d, %v, %v; want 6, OutcomeExecuted", v, out, err)
-			case !lands && (!errors.Is(err, guard.ErrStore) || out != guard.OutcomeReleased):
-				t.Fatalf("DoTx whose commit failed late = %v, %v; want a store error, OutcomeReleased", out, err)
 			}
-			rec := e.record(t, "move", in)
+			// What the guard reports must be what the database holds.
+			rec, rows := e.record(t, "move", in), e.total(t, in.ID)
+			landed := err == nil
 			switch {
-			case lands && (rec == nil || rec.Status != store.StatusCompleted):
-				t.Fatalf("record %+v; want it completed", rec)
-			case !lands && rec != nil:
-				t.Fatalf("the claim is left %v (lease until %v); want it released", rec.Status, rec.LeaseExpiresAt)
+			case landed && (v != 6 || out != guard.OutcomeExecuted || rec == nil || rec.Status != store.StatusCompleted || rows != 1):
+				t.Fatalf("DoTx = %d, %v, nil with record %+v and %d rows; want 6, OutcomeExecuted, the record completed, the row committed", v, out, rec, rows)
+			case !landed && (!errors.Is(err, guard.ErrStore) || out != guard.OutcomeReleased || rec != nil || rows != 0):
+				t.Fatalf("DoTx = %v, %v with record %+v and %d rows; want a store error, OutcomeReleased, the claim released, no row", out, err, rec, rows)
+			case !lands && landed:
+				t.Fatal("the commit its trigger refuses succeeded")
+			case lands && !landed:
+				// On a starved machine the commit can start so late that
+				// pgx's cancel reaches the server before the trigger can
+				// outlive it: the server cancels the commit, and the guard
+				// said so.
+				t.Logf("the server cancelled the commit before its trigger could outlive the cancel: %v", err)
 			}
-			start := time.Now()
 			if v, err := guard.DoTx(e.ctx, g, "move", in, fn); err != nil || v != 6 {
 				t.Fatalf("retry = %d, %v", v, err)
 			}
-			wantRuns := map[bool]int32{true: 1, false: 2}[lands]
+			wantRuns := map[bool]int32{true: 1, false: 2}[landed]
 			if n := e.total(t, in.ID); n != 1 || runs.Load() != wantRuns {
-				t.Errorf("%d rows after %d runs (the retry took %v); want 1 row, %d runs", n, runs.Load(), time.Since(start), wantRuns)
+				t.Errorf("%d rows after %d runs; want 1 row, %d runs", n, runs.Load(), wantRuns)
 			}
 		})
 	}
