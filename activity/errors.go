@@ -72,6 +72,14 @@ const (
 	// ErrorTypeStoreThrottled: the store throttled the guard before the
 	// activity ran. Retryable.
 	ErrorTypeStoreThrottled = "IdempotencyStoreThrottled"
+	// ErrorTypeRefused: the activity's transaction (guard.DoTx) was
+	// refused at commit by its own condition or constraint
+	// (guard.ErrRefused), such as a debit the balance does not cover.
+	// Nothing of it was written and its key was released. Non-retryable:
+	// a business outcome, which a retry meets again until what the
+	// condition checks changes; the workflow decides what follows (a
+	// compensation, a later attempt of its own).
+	ErrorTypeRefused = "IdempotencyRefused"
 	// ErrorTypeDefinite: the activity returned an error marked with
 	// guard.Definite that is not a non-retryable Temporal application
 	// error. It was stored; it and its replays are returned as
@@ -102,6 +110,7 @@ const (
 //	guard.ErrInvalidInput          IdempotencyInvalidInput        no
 //	guard.ErrInvalidOption         IdempotencyInvalidOption       no
 //	guard.ErrNotInCall             IdempotencyNotInCall           no
+//	guard.ErrRefused               IdempotencyRefused             no
 //	guard.ErrLeaseLost             IdempotencyLeaseLost           yes
 //	guard.ErrNotRecorded           IdempotencyNotRecorded         yes
 //	guard.ErrStore, throttled      IdempotencyStoreThrottled      yes
@@ -164,6 +173,10 @@ func temporalError(err error, maxDelay, skew time.Duration) error {
 		// guard.Step in an activity that is not guarded: a programming
 		// error that no retry mends.
 		return temporal.NewNonRetryableApplicationError(err.Error(), ErrorTypeNotInCall, nil)
+	case errors.Is(err, guard.ErrRefused):
+		// The function's own condition refused its transaction: a
+		// business outcome for the workflow, not a failure to retry.
+		return temporal.NewNonRetryableApplicationError(err.Error(), ErrorTypeRefused, nil)
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		// The activity was cancelled or timed out while the guard talked
 		// to the store; Temporal reports that itself.

@@ -49,6 +49,7 @@ func TestTemporalError(t *testing.T) {
 		{"not recorded", errors.Join(guard.ErrNotRecorded, &guard.StoreError{Op: "complete", Key: "k", Err: errors.New("timeout")}), activity.ErrorTypeNotRecorded, true, [2]time.Duration{}},
 		{"store throttled", &guard.StoreError{Op: "acquire", Key: "k", Err: fmt.Errorf("slow down: %w", store.ErrThrottled)}, activity.ErrorTypeStoreThrottled, true, [2]time.Duration{}},
 		{"store", &guard.StoreError{Op: "acquire", Key: "k", Err: errors.New("connection refused")}, activity.ErrorTypeStore, true, [2]time.Duration{}},
+		{"refused by its own condition", &guard.RefusedError{Key: "k", Err: &store.OpError{Store: "dynamodb", Op: "Tx.Commit", Err: errors.New("ConditionalCheckFailed"), Refused: true}}, activity.ErrorTypeRefused, false, [2]time.Duration{}},
 		{"definite", guard.Definite(errors.New("card declined")), activity.ErrorTypeDefinite, false, [2]time.Duration{}},
 		{"definite application error", guard.Definite(temporal.NewNonRetryableApplicationError("card declined", "CardDeclined", nil)), "CardDeclined", false, [2]time.Duration{}},
 	} {

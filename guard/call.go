@@ -44,10 +44,15 @@ func Execute[T any](ctx context.Context, g *Guard, scope string, input any, fn f
 }
 
 // Wrap returns a function with fn's signature that runs fn through [Do],
-// deriving the key from its input argument. Options are checked once, here.
+// deriving the key from its input argument. Options are checked once,
+// here, and so is scope: a scope whose keys the store cannot hold is
+// refused ([Guard.CheckScope]).
 func Wrap[In, Out any](g *Guard, scope string, fn func(context.Context, In) (Out, error), opts ...CallOption) (func(context.Context, In) (Out, error), error) {
 	c, err := g.with(scope, opts)
 	if err != nil {
+		return nil, err
+	}
+	if err := g.CheckScope(scope); err != nil {
 		return nil, err
 	}
 	return func(ctx context.Context, in In) (Out, error) {
@@ -117,6 +122,11 @@ type call struct {
 	keeper keeper
 	run    running
 	ctx    runCtx
+
+	// released: recording the outcome released the claim instead (a
+	// transaction that did not commit), so the call's outcome is
+	// OutcomeReleased.
+	released bool
 }
 
 // execute is the path of every guarded call: the key, then guarded.
@@ -320,6 +330,12 @@ func (r *runner[T]) record(v T, fnErr error, leaseEnd time.Time, lost error) (T,
 			v, fnErr = zero, cerr
 		}
 		l = landing{rec: rec, hasValue: cerr == nil}
+		if cl.released {
+			// The transaction did not commit and the key was released
+			// (refused by the function's own condition, or failed).
+			out = OutcomeReleased
+			l = landing{err: cerr, released: true}
+		}
 		if l.hasValue && g.followed(&cl.flight) {
 			l.value = v // boxed only for followers
 		}

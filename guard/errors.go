@@ -54,10 +54,29 @@ var (
 	// last store error.
 	ErrNotRecorded = errors.New("idemguard: function ran but its outcome could not be recorded")
 
+	// ErrRefused: the guarded function ran inside a store transaction
+	// ([DoTx]) and the store refused to commit it because of the function's
+	// own writes: a condition of one of its actions did not hold (on
+	// DynamoDB, ConditionalCheckFailed on an action of the function's, such
+	// as a debit conditional on the balance), or its writes break a
+	// constraint the database checks at commit (on PostgreSQL, a deferred
+	// constraint; see [store.ErrRefused]). None of the function's writes
+	// happened, nor did the completion, and the key was released
+	// ([OutcomeReleased]). It is the function's outcome, not a store
+	// failure: it matches neither [ErrStore] nor [ErrInProgress], and its
+	// metric's error.type is "refused". Retrying with the same input runs
+	// the function again, and is refused again until what the condition
+	// checks has changed. The error is a [*RefusedError] wrapping the
+	// store's, which says what refused the transaction.
+	ErrRefused = errors.New("idemguard: transaction refused by the function's own condition")
+
 	// ErrStore: the store failed before the function ran (the claim could
 	// not be made or read). The function did not run; retrying is safe. The
 	// error is a [*StoreError] wrapping the store's error, so errors.Is
-	// also matches [store.ErrThrottled] when the store was throttling.
+	// also matches [store.ErrThrottled] when the store was throttling. In
+	// a transactional call ([DoTx]) it also reports a transaction the
+	// store failed to begin or commit: then the function ran, none of its
+	// writes happened, and the key was released ([OutcomeReleased]).
 	ErrStore = errors.New("idemguard: store failed")
 
 	// ErrInvalidInput: the input could not be turned into a key: it is not
@@ -147,6 +166,30 @@ func (e *StoreError) Unwrap() error { return e.Err }
 
 // Is reports whether target is [ErrStore].
 func (e *StoreError) Is(target error) bool { return target == ErrStore }
+
+// RefusedError is the [ErrRefused] error.
+type RefusedError struct {
+	// Key is the idempotency key; "" for a call that ran unguarded.
+	Key string
+	// Err is the store's error, which says what refused the transaction:
+	// on DynamoDB a *dynamodb.TxCanceledError listing the function's
+	// actions whose condition failed, on PostgreSQL a *pgconn.PgError
+	// naming the constraint. Reach it with errors.As.
+	Err error
+}
+
+func (e *RefusedError) Error() string {
+	if e.Key == "" {
+		return fmt.Sprintf("%v; none of its writes happened: %v", ErrRefused, e.Err)
+	}
+	return fmt.Sprintf("%v; none of its writes happened and the key was released (key %s): %v", ErrRefused, e.Key, e.Err)
+}
+
+// Unwrap returns the store's error.
+func (e *RefusedError) Unwrap() error { return e.Err }
+
+// Is reports whether target is [ErrRefused].
+func (e *RefusedError) Is(target error) bool { return target == ErrRefused }
 
 // ExpressionError reports a JMESPath expression that does not compile. It
 // matches [ErrInvalidOption].

@@ -81,6 +81,7 @@ type Guard struct {
 	previous [][]byte // earlier secrets, looked up while rotating
 	disabled bool
 	cache    *cache // nil when the cache is off
+	maxKey   int    // the longest key the store holds (store.KeyLimiter); 0: no limit
 	tel      *instrument.Set
 
 	unguarded unguardedLog // when calls that ran unguarded were last logged
@@ -117,6 +118,7 @@ func New(s store.Store, opts ...Option) (*Guard, error) {
 		g.txCfg.requireKey = true
 	}
 	_, g.sysClock = st.clock.(systemClock)
+	g.maxKey = maxKeyBytes(s)
 	if st.cacheSize > 0 {
 		g.cache = newCache(st.cacheSize, st.cacheAge)
 	}

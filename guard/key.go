@@ -275,6 +275,10 @@ func (g *Guard) derive(c *config, scope string, input any) (derived, error) {
 		return d, nil
 	}
 	d.key = g.keyString(g.secret, scope, sel)
+	if err := g.checkKey(&d); err != nil {
+		// Under every secret the key has this length.
+		return derived{scope: scope}, err
+	}
 	if c.rawKeyAttr {
 		d.selection = bytes.Clone(sel) // sel may be in the pooled buffer
 	}
@@ -303,6 +307,9 @@ func (g *Guard) deriveStep(d *derived, name string) (derived, error) {
 		return s, err
 	}
 	s.key = g.keyString(g.secret, scope, sel)
+	if err := g.checkKey(&s); err != nil {
+		return derived{scope: scope}, err
+	}
 	if len(d.previous) > 0 {
 		s.previous = make([]derivedKey, len(d.previous))
 		for i, p := range d.previous {

@@ -149,11 +149,12 @@ func errorType(err error) string {
 		err  error
 		name string
 	}{
-		{ErrInProgress, "in_progress"}, {ErrPayloadMismatch, "payload_mismatch"},
-		{ErrKeyMissing, "key_missing"}, {ErrLeaseLost, "lease_lost"},
-		{ErrResultUnavailable, "result_unavailable"}, {ErrNotRecorded, "not_recorded"},
-		{ErrStore, "store"}, {ErrInvalidInput, "invalid_input"}, {ErrInvalidOption, "invalid_option"},
-		{context.Canceled, "canceled"}, {context.DeadlineExceeded, "deadline_exceeded"},
+		{ErrInProgress, telemetry.ErrorTypeInProgress}, {ErrPayloadMismatch, telemetry.ErrorTypePayloadMismatch},
+		{ErrKeyMissing, telemetry.ErrorTypeKeyMissing}, {ErrLeaseLost, telemetry.ErrorTypeLeaseLost},
+		{ErrResultUnavailable, telemetry.ErrorTypeResultUnavailable}, {ErrNotRecorded, telemetry.ErrorTypeNotRecorded},
+		{ErrRefused, telemetry.ErrorTypeRefused}, {ErrStore, telemetry.ErrorTypeStore},
+		{ErrInvalidInput, telemetry.ErrorTypeInvalidInput}, {ErrInvalidOption, telemetry.ErrorTypeInvalidOption},
+		{context.Canceled, telemetry.ErrorTypeCanceled}, {context.DeadlineExceeded, telemetry.ErrorTypeDeadlineExceeded},
 	} {
 		if errors.Is(err, s.err) {
 			return s.name
@@ -166,7 +167,7 @@ func errorType(err error) string {
 // when the function panicked, else errorType.
 func callErrorType(out Outcome, err error) string {
 	if err == nil && out == 0 {
-		return "panic"
+		return telemetry.ErrorTypePanic
 	}
 	return errorType(err)
 }

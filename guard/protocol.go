@@ -401,9 +401,12 @@ func (g *Guard) complete(ctx context.Context, c *config, d *derived, claim *stor
 // completeTx records the outcome of a claim inside the call's transaction
 // and commits it: the function's writes, the completions of the steps it
 // ran inside it, and the call's completion commit together or not at all.
-// When the commit's answer is lost, the record tells which: completed
+// When the commit fails, the record tells whether it committed, read
+// under a fresh deadline (the commit's own may have passed): completed
 // under the claim's token, or still held by it (nothing committed, and the
-// claim is released). Whatever did not commit releases the steps' claims.
+// claim is released, cl.released). Whatever did not commit releases the
+// steps' claims. A commit refused by the function's own writes
+// (store.ErrRefused) is a *RefusedError, any other failure a *StoreError.
 func (g *Guard) completeTx(ctx context.Context, c *config, d *derived, claim *store.Record, kind store.ResultKind, data []byte, cl *call) (done *store.Record, err error) {
 	ctx, span := g.child(ctx, telemetry.SpanComplete)
 	attempts := 1
@@ -418,6 +421,7 @@ func (g *Guard) completeTx(ctx context.Context, c *config, d *derived, claim *st
 			return nil, fmt.Errorf("%w (key %s): the transaction was rolled back", ErrLeaseLost, claim.Key)
 		}
 		g.release(ctx, d, claim)
+		cl.released = true
 		return nil, &StoreError{Op: "complete", Key: claim.Key, Err: err}
 	}
 	cl.run.tx = nil
@@ -425,12 +429,13 @@ func (g *Guard) completeTx(ctx context.Context, c *config, d *derived, claim *st
 	if cerr == nil {
 		return done, nil
 	}
+	lost := fmt.Errorf("%w (key %s): the transaction did not commit: %w", ErrLeaseLost, claim.Key, cerr)
 	if errors.Is(cerr, store.ErrTokenMismatch) {
 		// A fenced completion in the transaction failed: nothing committed.
 		cl.run.steps.releaseInTx(ctx, g)
-		return nil, fmt.Errorf("%w (key %s): the transaction did not commit: %w", ErrLeaseLost, claim.Key, cerr)
+		return nil, lost
 	}
-	rec, gerr := g.get(sctx, claim.Key)
+	rec, gerr := g.getFresh(ctx, claim.Key)
 	switch {
 	case gerr == nil && rec.Token == claim.Token && rec.Status == store.StatusCompleted:
 		return rec, nil // committed; only the answer was lost
@@ -438,18 +443,30 @@ func (g *Guard) completeTx(ctx context.Context, c *config, d *derived, claim *st
 		// Still held: the commit did not land yet, or not at all. The
 		// release deletes only a claim in progress; if it finds none, the
 		// commit landed while it waited, and the record says so.
-		if errors.Is(g.release(ctx, d, claim), store.ErrTokenMismatch) {
-			if rec, gerr := g.get(sctx, claim.Key); gerr == nil && rec.Token == claim.Token && rec.Status == store.StatusCompleted {
+		switch rerr := g.release(ctx, d, claim); {
+		case errors.Is(rerr, store.ErrTokenMismatch):
+			if rec, gerr := g.getFresh(ctx, claim.Key); gerr == nil && rec.Token == claim.Token && rec.Status == store.StatusCompleted {
 				return rec, nil
 			}
+			// Neither held nor completed under the claim's token: taken
+			// over, and the commit's fenced completion can never land.
+			cl.run.steps.releaseInTx(ctx, g)
+			return nil, lost
+		case rerr != nil:
+			// The claim may still be held, and the commit may still land.
+			return nil, &notRecordedError{key: claim.Key, err: errors.Join(cerr, rerr)}
 		}
 		cl.run.steps.releaseInTx(ctx, g)
+		cl.released = true
+		if errors.Is(cerr, store.ErrRefused) {
+			return nil, &RefusedError{Key: claim.Key, Err: cerr}
+		}
 		return nil, &StoreError{Op: "commit", Key: claim.Key, Err: cerr}
 	case gerr != nil && !errors.Is(gerr, store.ErrNotFound):
 		return nil, &notRecordedError{key: claim.Key, err: errors.Join(cerr, gerr)}
 	}
 	cl.run.steps.releaseInTx(ctx, g)
-	return nil, fmt.Errorf("%w (key %s): the transaction did not commit: %w", ErrLeaseLost, claim.Key, cerr)
+	return nil, lost
 }
 
 // writeInTx writes the completion of claim with data as kind into tx, and
@@ -466,10 +483,14 @@ func (g *Guard) writeInTx(ctx context.Context, c *config, claim *store.Record, k
 	return done, err
 }
 
-// get reads a record with the store's strongly consistent Get.
-func (g *Guard) get(ctx context.Context, key string) (rec *store.Record, err error) {
+// getFresh reads a record with the store's strongly consistent Get, on
+// the guard's behalf: bounded by a deadline of its own, not the caller's
+// context's.
+func (g *Guard) getFresh(ctx context.Context, key string) (rec *store.Record, err error) {
+	sctx := newStoreContext(ctx, storeCallTimeout)
+	defer sctx.cancel()
 	err = g.timed(ctx, "get", func() (err error) {
-		rec, err = g.store.Get(ctx, key)
+		rec, err = g.store.Get(sctx, key)
 		return err
 	})
 	return rec, err

@@ -173,9 +173,7 @@ func (s *steps) retire(ctx context.Context, g *Guard) {
 			continue
 		}
 		for _, p := range st.d.previous {
-			sctx := newStoreContext(ctx, storeCallTimeout)
-			rec, err := g.get(sctx, p.key)
-			sctx.cancel()
+			rec, err := g.getFresh(ctx, p.key)
 			if err == nil && rec.Status == store.StatusCompleted {
 				g.retire(ctx, st.d, *rec)
 			}

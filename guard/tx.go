@@ -2,6 +2,7 @@ package guard
 
 import (
 	"context"
+	"errors"
 
 	"github.com/idemguard/idemguard/store"
 )
@@ -19,10 +20,15 @@ import (
 // A replay never begins a transaction. If fn returns an error the
 // transaction is rolled back and the key released (a definite error is
 // then recorded outside it, as Do records it); if fn panics the same
-// happens and the panic continues. If the commit's answer is lost, DoTx
-// reads the record to learn whether it committed. A [Step] inside fn
-// completes inside the same transaction: its record commits with fn's
-// writes, and its claim is released if they roll back.
+// happens and the panic continues. If the store refuses the commit
+// because of fn's own writes (a condition of fn's that did not hold, a
+// constraint checked at commit), nothing is written, the key is released
+// and DoTx returns a [*RefusedError] ([ErrRefused]), not a store error. If
+// the commit fails otherwise, its answer is lost or it outlives its
+// deadline, DoTx reads the record, under a deadline of its own, to learn
+// whether it committed, and releases the key if it did not. A [Step]
+// inside fn completes inside the same transaction: its record commits
+// with fn's writes, and its claim is released if they roll back.
 //
 // DoTx promises exactly once, so it requires a key: an empty key
 // selection fails with [ErrKeyMissing] without running fn, unless the call,
@@ -39,7 +45,12 @@ func DoTx[T, H any](ctx context.Context, g *Guard, scope string, input any, fn f
 }
 
 // ExecuteTx is [DoTx] that also reports how the result was obtained, as
-// [Execute] does for [Do].
+// [Execute] does for [Do]: [OutcomeExecuted] when fn's writes committed
+// (or fn ran and its claim was taken over: [ErrLeaseLost], nothing of it
+// committed), [OutcomeReplayed], [OutcomeReleased] when nothing of fn
+// committed and the key was released (fn's error, a refusal by fn's own
+// condition, a transaction the store failed to begin or commit),
+// [OutcomeUnguarded].
 func ExecuteTx[T, H any](ctx context.Context, g *Guard, scope string, input any, fn func(ctx context.Context, tx H) (T, error), opts ...CallOption) (T, Outcome, error) {
 	var zero T
 	tr, err := transactor[H](g)
@@ -55,8 +66,9 @@ func ExecuteTx[T, H any](ctx context.Context, g *Guard, scope string, input any,
 
 // WrapTx returns a function with the shape of a plain call, func(ctx, in),
 // that runs fn through [DoTx] with its key derived from in (required, as
-// DoTx requires it). It checks the options, and that g's store begins
-// transactions with handle H, once, here.
+// DoTx requires it). It checks the options, that g's store begins
+// transactions with handle H, and that the store can hold the keys of
+// scope ([Guard.CheckScope]), once, here.
 func WrapTx[In, Out, H any](g *Guard, scope string, fn func(ctx context.Context, tx H, in In) (Out, error), opts ...CallOption) (func(context.Context, In) (Out, error), error) {
 	tr, err := transactor[H](g)
 	if err != nil {
@@ -64,6 +76,9 @@ func WrapTx[In, Out, H any](g *Guard, scope string, fn func(ctx context.Context,
 	}
 	c, err := g.withTx(scope, opts)
 	if err != nil {
+		return nil, err
+	}
+	if err := g.CheckScope(scope); err != nil {
 		return nil, err
 	}
 	return func(ctx context.Context, in In) (Out, error) {
@@ -117,5 +132,10 @@ func unguarded[T any](ctx context.Context, fn body[T], begin beginner) (v T, err
 		return v, err
 	}
 	committed = true
-	return v, tx.Commit(ctx)
+	if err := tx.Commit(ctx); errors.Is(err, store.ErrRefused) {
+		return v, &RefusedError{Err: err}
+	} else if err != nil {
+		return v, err
+	}
+	return v, nil
 }

@@ -12,7 +12,9 @@ import (
 //
 // An OpError whose cause means "the store cannot take this now, try again
 // later" matches [ErrThrottled] with errors.Is; each store documents which
-// causes those are.
+// causes those are. One whose cause is the guarded function's own refusal
+// (a transaction's commit refused because of the function's writes)
+// matches [ErrRefused].
 type OpError struct {
 	// Store names the store: "dynamodb", "redis", "postgres".
 	Store string
@@ -29,6 +31,9 @@ type OpError struct {
 	Err error
 	// Throttled reports that the cause means "retry later".
 	Throttled bool
+	// Refused reports that the cause is the guarded function's own
+	// refusal ([ErrRefused]).
+	Refused bool
 }
 
 // Error describes the failed operation and its cause, for example
@@ -54,8 +59,11 @@ func (e *OpError) Error() string {
 // Unwrap returns the cause.
 func (e *OpError) Unwrap() error { return e.Err }
 
-// Is reports whether target is [ErrThrottled] and the cause is throttling.
-func (e *OpError) Is(target error) bool { return target == ErrThrottled && e.Throttled }
+// Is reports whether target is [ErrThrottled] and the cause is throttling,
+// or [ErrRefused] and the cause is the function's refusal.
+func (e *OpError) Is(target error) bool {
+	return (target == ErrThrottled && e.Throttled) || (target == ErrRefused && e.Refused)
+}
 
 // DecodeError says why a stored item cannot be read as a [Record]: which
 // attribute (a DynamoDB attribute, a Redis hash field, a PostgreSQL

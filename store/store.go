@@ -70,6 +70,8 @@
 //     the guarded function writes to (guard.DoTx).
 //   - [Admin] lists and deletes records for operators; [Purger] deletes
 //     expired records in stores that keep them.
+//   - [KeyLimiter] states the longest key the store can hold; the guard
+//     refuses longer keys before it calls the store.
 //
 // A method of an optional interface may return [ErrSkip] to decline at run
 // time (say, a client without the batch API); the caller then goes on as if
@@ -174,4 +176,31 @@ var (
 	// (missing or mistyped attributes). Stores wrap their decoding errors so
 	// they match it.
 	ErrCorrupt = errors.New("store: corrupt record")
+
+	// ErrRefused marks an error of [Tx.Commit] that means the transaction
+	// was refused, and none of it written, because of the guarded
+	// function's own writes: a condition of one of its actions did not
+	// hold (DynamoDB's ConditionalCheckFailed on an action of the
+	// function's), or its writes break a constraint the database checks at
+	// commit (on PostgreSQL, a deferred constraint: SQLSTATE class 23, or
+	// a constraint trigger's RAISE EXCEPTION). It is the function's
+	// outcome, not a failure of the store: the guard reports it as
+	// guard.ErrRefused. A completion of the guard's that fails its fence is
+	// [ErrTokenMismatch], never ErrRefused; conflicts with concurrent
+	// transactions (a serialization failure, DynamoDB's
+	// TransactionConflict) are the store's, and match [ErrThrottled].
+	// Stores wrap their errors so they match it.
+	ErrRefused = errors.New("store: transaction refused by the function's own writes")
 )
+
+// KeyLimiter is an optional interface for stores that cannot hold keys of
+// every length. MaxKeyBytes returns the longest key, in bytes, that every
+// method of the store accepts, net of any fixed part the store adds to it
+// (a key prefix, a static partition value); 0 or less means no limit. The
+// guard reads it once, when it is built (guard.New), and refuses a
+// longer key as invalid input before it calls the store, instead of
+// sending a request the store can only fail. A store that implements it
+// must hold keys of exactly that length; storetest.Run checks it.
+type KeyLimiter interface {
+	MaxKeyBytes() int
+}

@@ -26,8 +26,8 @@
 //
 //	idemguard.calls           counter: guarded calls, by outcome, scope and
 //	                          store; with idemguard.cache (hit, miss) when the
-//	                          guard has a cache, and error.type when the
-//	                          outcome is error
+//	                          guard has a cache, and error.type (see the
+//	                          ErrorType constants) when the outcome is error
 //	idemguard.lock.wait       histogram, s: time spent waiting for another holder
 //	idemguard.store.duration  histogram, s: store calls, by operation and store
 //	idemguard.lease.lost      counter: calls whose claim was gone when they came
@@ -133,6 +133,35 @@ const (
 	OutcomePayloadMismatch = "payload_mismatch"
 	OutcomeUnguarded       = "unguarded"
 	OutcomeError           = "error"
+)
+
+// ErrorType values of ErrorTypeKey: on idemguard.calls when the outcome is
+// OutcomeError, and on spans that record an error. Each names the guard's
+// error the call ended with; an error that is none of them (the guarded
+// function's own) is named by its Go type.
+const (
+	ErrorTypeInProgress        = "in_progress"
+	ErrorTypePayloadMismatch   = "payload_mismatch"
+	ErrorTypeKeyMissing        = "key_missing"
+	ErrorTypeLeaseLost         = "lease_lost"
+	ErrorTypeResultUnavailable = "result_unavailable"
+	// ErrorTypeNotRecorded: the function ran and the store kept failing
+	// while the guard recorded its outcome (guard.ErrNotRecorded).
+	ErrorTypeNotRecorded = "not_recorded"
+	// ErrorTypeRefused: the function's transaction (guard.DoTx) was
+	// refused at commit by the function's own condition or constraint
+	// (guard.ErrRefused), such as a debit that the balance does not cover.
+	// A business outcome, not a store failure: alerts on store errors
+	// leave it out.
+	ErrorTypeRefused = "refused"
+	// ErrorTypeStore: the store failed (guard.ErrStore).
+	ErrorTypeStore            = "store"
+	ErrorTypeInvalidInput     = "invalid_input"
+	ErrorTypeInvalidOption    = "invalid_option"
+	ErrorTypeCanceled         = "canceled"
+	ErrorTypeDeadlineExceeded = "deadline_exceeded"
+	// ErrorTypePanic: the guarded function panicked.
+	ErrorTypePanic = "panic"
 )
 
 // Metric names.

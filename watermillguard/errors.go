@@ -29,7 +29,11 @@ var ErrPayloadNotJSON = errors.New("watermillguard: the message payload is not J
 //     ([guard.ErrPayloadMismatch], with guard.WithPayloadValidation);
 //   - the message cannot be keyed: no key in it ([guard.ErrKeyMissing]),
 //     or a payload that the key path or payload validation cannot read
-//     ([ErrPayloadNotJSON], [guard.ErrInvalidInput]).
+//     ([ErrPayloadNotJSON], [guard.ErrInvalidInput]);
+//   - the handler's transaction was refused by its own condition
+//     ([guard.ErrRefused], from a guard.DoTx inside the handler): a debit
+//     the balance does not cover is refused again on every redelivery,
+//     until the balance changes.
 //
 // Err is the error itself, so errors.Is and errors.As see through a
 // PermanentError to the guard's errors and the handler's.

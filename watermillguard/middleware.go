@@ -59,6 +59,11 @@ func NewMiddleware(g *guard.Guard, opts ...Option) (message.HandlerMiddleware, e
 	if err != nil {
 		return nil, err
 	}
+	if c.scope != "" {
+		if err := g.CheckScope(c.scope); err != nil {
+			return nil, err
+		}
+	}
 	m.call = slices.Clip(m.call)
 	if err := m.initWait(s, check); err != nil {
 		return nil, err
@@ -129,6 +134,10 @@ func (m *middleware) handle(h message.HandlerFunc, msg *message.Message) ([]*mes
 // outcome out) fails the same way when redelivered.
 func isPermanent(out guard.Outcome, err error) bool {
 	switch {
+	case errors.Is(err, guard.ErrRefused):
+		// The handler's transaction was refused by its own condition:
+		// a redelivery is refused again.
+		return true
 	case out == guard.OutcomeReplayed || out == guard.OutcomeShared:
 		// A stored outcome: a recorded definite error, or a result that
 		// cannot be replayed.

@@ -126,9 +126,10 @@ func (s *Settings) AddGuardOptions(opts []guard.CallOption) { s.Guard = append(s
 //     its "f" member when fingerprint, the outcome hook that fills a
 //     [CallState], and own (the transport's codec and result policy).
 //
-// It checks them against g, and checks that the user's options could be a
+// It checks them against g, checks that the user's options could be a
 // guard's defaults (guard.WithKey and guard.WithClaimToken name one call,
-// and would give every request one key or one claim).
+// and would give every request one key or one claim), and that g's store
+// can hold the keys of the scope (guard.CheckScope).
 func (s *Settings) Finish(g *guard.Guard, fingerprint bool, own ...guard.CallOption) ([]guard.CallOption, error) {
 	if g == nil {
 		return nil, fmt.Errorf("%s: nil guard", s.Pkg)
@@ -141,6 +142,9 @@ func (s *Settings) Finish(g *guard.Guard, fingerprint bool, own ...guard.CallOpt
 	}
 	if s.Logger == nil {
 		s.Logger = slog.Default()
+	}
+	if err := g.CheckScope(s.Scope); err != nil {
+		return nil, fmt.Errorf("%s: WithScope: %w", s.Pkg, err)
 	}
 	if len(s.Guard) > 0 {
 		if _, err := guard.New(g.Store(), toOptions(s.Guard)...); err != nil {

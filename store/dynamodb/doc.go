@@ -50,7 +50,11 @@
 // DynamoDB's limits (100 actions with the completions, 4 MB, 400 KB per
 // item, one action per item) are checked before anything is sent
 // ([*TxLimitError]); a cancelled transaction is reported per action
-// ([*TxCanceledError]). See [TxWrites] and [Store.Begin].
+// ([*TxCanceledError]). A transaction cancelled because a condition of the
+// function's own did not hold (a debit the balance does not cover) matches
+// [store.ErrRefused]: guard.DoTx releases the key and reports it as
+// guard.ErrRefused, the function's outcome, not as a store failure. See
+// [TxWrites] and [Store.Begin].
 //
 // # Layout
 //
@@ -71,6 +75,11 @@
 // ([WithSortKey]) the partition key holds a fixed value and the
 // idempotency key goes in the sort key, so that one table with a composite
 // primary key can hold several applications' records.
+//
+// DynamoDB holds a partition key of up to 2,048 bytes and a sort key of up
+// to 1,024 ([Store.MaxKeyBytes]): a key is the call's scope, "#" and 64
+// hex digits, so a scope may be at most 1,983 bytes (959 in sort-key
+// mode). The guard refuses a longer key before it sends a request.
 //
 // Results larger than [DefaultCompressAbove] bytes (see [WithCompressAbove])
 // are gzip-compressed when that makes them smaller. An item that would

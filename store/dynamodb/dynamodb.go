@@ -41,7 +41,10 @@ type Store struct {
 	txx       txExprs                   // the transactional completion's expressions, built on the first Begin
 }
 
-var _ store.Store = (*Store)(nil)
+var (
+	_ store.Store      = (*Store)(nil)
+	_ store.KeyLimiter = (*Store)(nil)
+)
 
 // New returns a store for table, sending its requests through client. The
 // table must exist with the key schema the options describe (partition key
@@ -72,6 +75,27 @@ func New(client API, table string, opts ...Option) (*Store, error) {
 
 // Table returns the name of the store's table.
 func (s *Store) Table() string { return s.table }
+
+// DynamoDB's limits on the values of an item's key attributes, in bytes of
+// UTF-8.
+const (
+	MaxPartitionKeyBytes = 2048
+	MaxSortKeyBytes      = 1024
+)
+
+// MaxKeyBytes implements [store.KeyLimiter]: the longest idempotency key
+// DynamoDB can hold in the store's layout, [MaxPartitionKeyBytes] when the
+// key is the partition key (the default) and [MaxSortKeyBytes] when it is
+// the sort key ([WithSortKey]; New refuses a static partition value over
+// MaxPartitionKeyBytes). The guard refuses a longer key before it sends a
+// request; a key is the call's scope, "#" and 64 hex digits, so a scope
+// may be at most 1,983 bytes (959 in the sort-key layout).
+func (s *Store) MaxKeyBytes() int {
+	if s.cfg.sortKeyAttr != "" {
+		return MaxSortKeyBytes
+	}
+	return MaxPartitionKeyBytes
+}
 
 // Name returns "dynamodb", the store's name in telemetry (idemguard.store).
 func (s *Store) Name() string { return "dynamodb" }

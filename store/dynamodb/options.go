@@ -128,8 +128,11 @@ func (c *config) validate() error {
 	}
 	if c.sortKeyAttr != "" || c.partitionValue != "" {
 		names = append(names, struct{ opt, name string }{"WithSortKey", c.sortKeyAttr})
-		if c.partitionValue == "" {
+		switch {
+		case c.partitionValue == "":
 			errs = append(errs, errors.New("WithSortKey: the static partition value is empty"))
+		case len(c.partitionValue) > MaxPartitionKeyBytes:
+			errs = append(errs, fmt.Errorf("WithSortKey: the static partition value is %d bytes; DynamoDB holds a partition key of at most %d", len(c.partitionValue), MaxPartitionKeyBytes))
 		}
 	}
 	seen := make(map[string]string)

@@ -1,6 +1,7 @@
 package dynamodb
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -137,6 +138,12 @@ const (
 // for a condition of the function's that did not hold (with the item as it
 // was, when the action asked for it with [ReturnOldOnFailure]).
 //
+// It matches [store.ErrRefused] when a condition of the function's own
+// did not hold (and the guard's completions' did): guard.DoTx then
+// returns a *guard.RefusedError wrapping it, which matches
+// guard.ErrRefused, not guard.ErrStore: a business outcome (a debit the
+// balance does not cover), not a failure of the store.
+//
 // It matches [store.ErrTokenMismatch] when the guard's completion of a
 // record failed its condition (the claim was no longer held under the
 // call's token: its lease lapsed and another caller took it over, or it
@@ -166,7 +173,7 @@ type TxReason struct {
 	Table string
 	// Key is the item's primary key, when the store knows it (always but
 	// for a Put on a table whose key attributes no other action showed).
-	Key map[string]types.AttributeValue
+	Key Item
 	// Code is DynamoDB's cancellation reason: [ReasonNone],
 	// [ReasonConditionFailed], [ReasonConflict], "ThrottlingError",
 	// "ProvisionedThroughputExceeded", "ItemCollectionSizeLimitExceeded",
@@ -176,7 +183,33 @@ type TxReason struct {
 	Message string
 	// Old is the item as it was, for a failed condition of an action built
 	// with [ReturnOldOnFailure] (nil if the item did not exist).
-	Old map[string]types.AttributeValue
+	Old Item
+}
+
+// Item is an item, or an item's key, as a [TxReason] reports it. It prints
+// (String, and so %v) as the JSON its values stand for, attributes in name
+// order: {"balance":100,"pk":"acct#a-1"}. Strings are JSON strings, numbers
+// JSON numbers, binary values base64, sets arrays.
+type Item map[string]types.AttributeValue
+
+// String returns the item as JSON, or "<no item>" for a nil Item.
+func (it Item) String() string {
+	if it == nil {
+		return "<no item>"
+	}
+	m := make(map[string]any, len(it))
+	for name, v := range it {
+		j, err := toJSON(v, 0)
+		if err != nil {
+			j = "<" + typeName(v) + ": " + err.Error() + ">"
+		}
+		m[name] = j
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		return fmt.Sprintf("<item of %d attributes: %v>", len(it), err)
+	}
+	return string(b)
 }
 
 // ConditionFailed returns the reasons of the function's actions whose
@@ -225,12 +258,15 @@ func (e *TxCanceledError) Unwrap() error {
 }
 
 // Is reports whether target is [store.ErrTokenMismatch] and a completion
-// failed, or [store.ErrThrottled] and only conflicts or throttling
-// cancelled the transaction.
+// failed, [store.ErrRefused] and a condition of the function's failed
+// while the completions' held, or [store.ErrThrottled] and only conflicts
+// or throttling cancelled the transaction.
 func (e *TxCanceledError) Is(target error) bool {
 	switch target {
 	case store.ErrTokenMismatch:
 		return len(e.Records) > 0
+	case store.ErrRefused:
+		return len(e.Records) == 0 && len(e.ConditionFailed()) > 0
 	case store.ErrThrottled:
 		return e.retryable()
 	}

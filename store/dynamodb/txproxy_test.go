@@ -2,6 +2,7 @@ package dynamodb_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -13,6 +14,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
@@ -23,16 +25,21 @@ import (
 // the answers of the next `lose` TransactWriteItems requests are lost
 // after DynamoDB applied them (a 500 instead); the next `cancel`
 // TransactWriteItems requests are cancelled without reaching DynamoDB,
-// with a TransactionCanceledException whose every reason is `reason`; and
-// the next `conflict` requests of operation `conflictOp` are refused with
-// TransactionConflictException. It records the ClientRequestToken of every
-// TransactWriteItems request it sees.
+// with a TransactionCanceledException whose every reason is `reason`; the
+// next `conflict` requests of operation `conflictOp` are refused with
+// TransactionConflictException; and the next `delay` TransactWriteItems
+// requests are held for delayBy, then sent to DynamoDB whether or not the
+// client still waits, and their answers sent on `late`. It records the
+// ClientRequestToken of every TransactWriteItems request it sees.
 type txProxy struct {
 	lose       atomic.Int32
 	cancel     atomic.Int32
 	reason     string
 	conflict   atomic.Int32
 	conflictOp string
+	delay      atomic.Int32
+	delayBy    time.Duration
+	late       chan int // the status of each delayed request's answer
 	proxy      *httputil.ReverseProxy
 
 	mu   sync.Mutex
@@ -44,7 +51,7 @@ func newTxProxy(t *testing.T) (*txProxy, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &txProxy{reason: "TransactionConflict", proxy: httputil.NewSingleHostReverseProxy(target)}
+	p := &txProxy{reason: "TransactionConflict", proxy: httputil.NewSingleHostReverseProxy(target), late: make(chan int, 8)}
 	srv := httptest.NewServer(p)
 	t.Cleanup(srv.Close)
 	return p, srv.URL
@@ -77,6 +84,13 @@ func (p *txProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.toks = append(p.toks, in.ClientRequestToken)
 	p.mu.Unlock()
 	switch {
+	case take(&p.delay):
+		time.Sleep(p.delayBy)
+		rec := httptest.NewRecorder()
+		p.proxy.ServeHTTP(rec, r.Clone(context.WithoutCancel(r.Context()))) // sent, though the client gave up
+		p.late <- rec.Code
+		w.WriteHeader(rec.Code)
+		_, _ = w.Write(rec.Body.Bytes())
 	case take(&p.cancel):
 		reasons := make([]string, len(in.TransactItems))
 		codes := make([]string, len(in.TransactItems))

@@ -24,7 +24,10 @@ type Store struct {
 	records map[string]store.Record // protected by mu
 }
 
-var _ store.Store = (*Store)(nil)
+var (
+	_ store.Store      = (*Store)(nil)
+	_ store.KeyLimiter = (*Store)(nil)
+)
 
 // New returns an empty Store.
 func New() *Store { return &Store{} }
@@ -148,3 +151,7 @@ func clone(rec *store.Record) store.Record {
 
 // Name returns "memory", the store's name in telemetry.
 func (s *Store) Name() string { return "memory" }
+
+// MaxKeyBytes implements [store.KeyLimiter]: 0, the store holds keys of
+// any length.
+func (s *Store) MaxKeyBytes() int { return 0 }

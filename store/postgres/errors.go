@@ -21,6 +21,19 @@ import (
 // statement timeout (55P03, 57014), too many connections (53300), a server
 // shutting down or starting up (57P01, 57P02, 57P03), or a context that ran
 // out while waiting for a connection from the pool.
+//
+// An error of [Tx.Commit] matches [store.ErrRefused] when the server
+// refused the commit because of what the guarded function wrote: a
+// constraint it checks at commit (a DEFERRABLE INITIALLY DEFERRED unique,
+// foreign-key or exclusion constraint, or a deferred constraint trigger)
+// failed with an integrity-constraint violation (SQLSTATE class 23), or a
+// deferred constraint trigger raised an exception of its own (RAISE
+// EXCEPTION without an ERRCODE, P0001). Those are the function's outcome,
+// and guard.DoTx reports them as guard.ErrRefused. A serialization failure
+// or deadlock at commit (40001, 40P01: under SERIALIZABLE, which the
+// function may ask for) is the store's: a conflict with concurrent
+// transactions that a retry may not meet, so it matches
+// [store.ErrThrottled] instead.
 
 // throttleCodes are the SQLSTATEs that mean "the same statement may
 // succeed if sent again later".
@@ -38,6 +51,15 @@ var throttleCodes = map[string]bool{
 func isThrottle(err error) bool {
 	var pg *pgconn.PgError
 	return errors.As(err, &pg) && throttleCodes[pg.Code]
+}
+
+// isRefusal reports whether err, an error of COMMIT, is the server's
+// refusal of what the transaction wrote: a constraint checked at commit
+// (SQLSTATE class 23), or a deferred constraint trigger's exception
+// (P0001).
+func isRefusal(err error) bool {
+	var pg *pgconn.PgError
+	return errors.As(err, &pg) && (strings.HasPrefix(pg.Code, "23") || pg.Code == "P0001")
 }
 
 // wrap returns err as a *store.OpError, or nil. Scan errors, which mean a

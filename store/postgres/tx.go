@@ -97,11 +97,18 @@ var errTxEnded = errors.New("the transaction was ended by a COMMIT or ROLLBACK s
 
 // Commit implements [store.Tx]. An error may mean the transaction did not
 // commit (a statement in it had failed, or the server refused the commit)
-// or that the answer was lost; read the record to tell.
+// or that the answer was lost; read the record to tell. The server's
+// refusal of the function's writes, a constraint checked at commit,
+// matches [store.ErrRefused] (see the package's errors).
 func (t *Tx) Commit(ctx context.Context) error {
 	defer t.release()
 	if err := t.tx.Commit(ctx); err != nil {
-		return t.s.wrap("Tx.Commit", "", err)
+		werr := t.s.wrap("Tx.Commit", "", err)
+		var oe *store.OpError
+		if isRefusal(err) && errors.As(werr, &oe) {
+			oe.Refused = true
+		}
+		return werr
 	}
 	return nil
 }

@@ -34,6 +34,7 @@ var (
 	_ store.Store       = (*Store)(nil)
 	_ store.BatchGetter = (*Store)(nil)
 	_ store.Admin       = (*Store)(nil)
+	_ store.KeyLimiter  = (*Store)(nil)
 )
 
 // checkTimeout bounds the server check [New] makes.
@@ -115,6 +116,14 @@ func (s *Store) Name() string { return "redis" }
 
 // Prefix returns the prefix of the store's keys.
 func (s *Store) Prefix() string { return s.prefix }
+
+// maxRedisKey is the longest key Redis holds: 512 MB, its limit on a
+// string.
+const maxRedisKey = 512 << 20
+
+// MaxKeyBytes implements [store.KeyLimiter]: Redis holds keys of up to
+// 512 MB, the store's prefix included, so in practice every key fits.
+func (s *Store) MaxKeyBytes() int { return maxRedisKey - len(s.prefix) }
 
 // MaxResultSize returns the largest result, in bytes before compression,
 // that Complete stores: [WithMaxResultSize], capped by the server's

@@ -10,7 +10,10 @@
 // Run also tests the optional interfaces of package store that the store
 // implements, probed with a type assertion as the guard probes them. For an
 // interface the store does not implement, the subtest named after it
-// (BatchGetter, Admin, Purger) is skipped with a message that says so.
+// (BatchGetter, Admin, Purger, KeyLimiter) is skipped with a message that
+// says so. A [store.KeyLimiter] is held to its word where that is cheap: a
+// key of exactly the length it states, which does not compress, goes
+// through every method.
 //
 // # Linearizability
 //
@@ -109,6 +112,7 @@ func Run(t *testing.T, newStore MakeStore, opts ...Option) {
 	runBatchGetter(t, newStore, cfg)
 	runAdmin(t, newStore)
 	runPurger(t, newStore)
+	runKeyLimiter(t, newStore)
 }
 
 type harness struct {
