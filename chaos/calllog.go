@@ -38,7 +38,9 @@ import (
 // empty token, and the result one of ok, own (a claim that found the
 // caller's own token: its earlier attempt landed), conflict, mismatch
 // (store.ErrTokenMismatch), error; for get, the status read (COMPLETED,
-// INPROGRESS, none) with the record's token.
+// INPROGRESS, none) with the record's token. Fenced writes (extend,
+// complete, txcomplete, commit) also get a line with the result sent, and
+// no end, before they are sent.
 
 // Store calls, as the calls log names them.
 const (
@@ -53,6 +55,11 @@ const (
 
 // Results of store calls in the calls log.
 const (
+	// resSent: a line written before a fenced write (an extension, a
+	// completion, a commit) is sent, so that one the process did not live
+	// to see answered (killed, or paused, while it was slow) still shows;
+	// the line of its answer follows.
+	resSent     = "sent"
 	resOK       = "ok"
 	resOwn      = "own"
 	resConflict = "conflict"
@@ -140,8 +147,32 @@ func readCalls(dir string) ([]storeCall, error) {
 			}
 		}
 	}
+	return foldSent(out), nil
+}
+
+// foldSent drops the sent line of every call whose answer has its own
+// line, and keeps the others as calls never answered (result sent, no
+// end); it sorts the calls by start.
+func foldSent(calls []storeCall) []storeCall {
+	type id struct {
+		pid         int
+		call, token string
+		start       int64
+	}
+	answered := map[id]bool{}
+	for _, c := range calls {
+		if c.result != resSent {
+			answered[id{c.pid, c.call, c.token, c.start.UnixNano()}] = true
+		}
+	}
+	out := calls[:0]
+	for _, c := range calls {
+		if c.result != resSent || !answered[id{c.pid, c.call, c.token, c.start.UnixNano()}] {
+			out = append(out, c)
+		}
+	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].start.Before(out[j].start) })
-	return out, nil
+	return out
 }
 
 // callLog appends the lines of one worker process.
@@ -201,8 +232,15 @@ func (s *loggedStore) Acquire(ctx context.Context, rec *store.Record, now time.T
 	return old, err
 }
 
+// sent writes the line of a fenced write about to be sent.
+func (l *callLog) sent(c storeCall) {
+	c.result = resSent
+	l.write(&c)
+}
+
 func (s *loggedStore) Extend(ctx context.Context, key, token string, leaseExpiresAt, expiresAt time.Time) error {
 	c := storeCall{call: callExtend, key: key, token: token, start: time.Now(), lease: leaseExpiresAt}
+	s.log.sent(c)
 	err := s.Store.Extend(ctx, key, token, leaseExpiresAt, expiresAt)
 	c.end, c.result = time.Now(), result(err)
 	s.log.write(&c)
@@ -211,6 +249,7 @@ func (s *loggedStore) Extend(ctx context.Context, key, token string, leaseExpire
 
 func (s *loggedStore) Complete(ctx context.Context, rec *store.Record) error {
 	c := storeCall{call: callComplete, key: rec.Key, token: rec.Token, start: time.Now()}
+	s.log.sent(c)
 	err := s.Store.Complete(ctx, rec)
 	c.end, c.result = time.Now(), result(err)
 	s.log.write(&c)
@@ -265,6 +304,7 @@ type loggedTx[H any] struct {
 
 func (t *loggedTx[H]) Complete(ctx context.Context, rec *store.Record) error {
 	c := storeCall{call: callTxComplete, key: rec.Key, token: rec.Token, start: time.Now()}
+	t.log.sent(c)
 	err := t.Tx.Complete(ctx, rec)
 	c.end, c.result = time.Now(), result(err)
 	t.log.write(&c)
@@ -276,6 +316,9 @@ func (t *loggedTx[H]) Complete(ctx context.Context, rec *store.Record) error {
 
 func (t *loggedTx[H]) Commit(ctx context.Context) error {
 	start := time.Now()
+	for _, c := range t.completes {
+		t.log.sent(storeCall{call: callCommit, key: c.key, token: c.token, start: start})
+	}
 	err := t.Tx.Commit(ctx)
 	end, res := time.Now(), result(err)
 	for _, c := range t.completes {

@@ -162,6 +162,10 @@ func (cl *claim) analyse(kills []time.Time, pauses []Pause, stopAt time.Time) {
 	for _, x := range cl.calls {
 		switch x.call {
 		case callExtend:
+			if x.result == resSent {
+				cl.failedExt++ // never answered
+				continue
+			}
 			ok := x.result == resOK
 			if ok {
 				cl.extended++
@@ -218,7 +222,7 @@ func (cl *claim) analyse(kills []time.Time, pauses []Pause, stopAt time.Time) {
 		// Its token was gone from the store before its lease ended.
 		cl.lost, cl.fencedLive = true, true
 		return
-	case settled.IsZero(), settled.After(lend), !cl.fenced.IsZero() && cl.completed.IsZero():
+	case settled.IsZero(), settled.After(L), !cl.fenced.IsZero() && cl.completed.IsZero():
 		cl.lost = true
 	default:
 		return
@@ -252,7 +256,8 @@ func (cl *claim) analyse(kills []time.Time, pauses []Pause, stopAt time.Time) {
 		default:
 			continue
 		}
-		if !x.start.Before(conf.Add(-leaseTolerance)) && !x.start.After(lend) && (x.result == resError || x.end.After(lend)) {
+		// Failed, answered after the lease end, or never answered.
+		if !x.start.Before(conf.Add(-leaseTolerance)) && !x.start.After(lend) && (x.result == resError || x.result == resSent || x.end.After(lend)) {
 			cl.cause = causeFault
 			return
 		}

@@ -177,14 +177,17 @@ func DefaultConfig() Config {
 	}
 }
 
-// ShortConfig is the run inside `make test`: 50 workflows of 10 guarded
-// operations (500 keys, 550 executions with the twins), a kill or pause
-// every 2–5 s, so that several land within the run while the
-// (race-enabled) workers get time to start and work between them.
+// ShortConfig is the run inside `make test`: 40 workflows of 10 guarded
+// operations and a conflicting twin (400 keys, 484 executions with the
+// twin workflows), a kill or pause every 2–5 s, so that several land
+// within the run while the (race-enabled) workers get time to start and
+// work between them, one in three of them a pause (after the first
+// three kills), so that zombies show.
 func ShortConfig() Config {
 	c := DefaultConfig()
-	c.Workflows = 50
+	c.Workflows = 40
 	c.InFlight = 8
+	c.PauseRatio = 0.35
 	c.KillMin = 2 * time.Second
 	c.KillMax = 5 * time.Second
 	c.ScheduleToClose = 2 * time.Minute

@@ -878,24 +878,28 @@ func (v *verifier) events(events map[string][]Entry, steps map[string][]Entry) {
 		}
 		for _, e := range events[op] {
 			r.LeaseLostReports++
-			c0 := v.cs.at(e.PID, p.key, e.At)
-			cands := []*claim{}
-			if c0 != nil {
-				cands = append(cands, c0)
-				for k := range skeys {
-					for _, cl := range v.cs.byProc[procKey{e.PID, k}] {
-						if !cl.acquired.Before(c0.first) && !cl.acquired.After(e.At.Add(time.Millisecond)) {
-							cands = append(cands, cl)
-						}
+			// The claim whose loss was reported: the last claim of the
+			// reporting process on the op's key or its steps' keys that
+			// was lost by the time of the report (an attempt of the same
+			// op retried in the same process may have claimed the key
+			// again since).
+			var lost, c0 *claim
+			for _, k := range append([]string{p.key}, sortedKeys(skeys)...) {
+				for _, cl := range v.cs.byProc[procKey{e.PID, k}] {
+					if cl.acquired.After(e.At.Add(time.Millisecond)) {
+						break
+					}
+					if k == p.key {
+						c0 = cl
+					}
+					if cl.lost && (cl.fencedLive || !cl.leaseEnd.After(e.At.Add(time.Millisecond))) && (lost == nil || cl.acquired.After(lost.acquired)) {
+						lost = cl
 					}
 				}
 			}
 			cause := ""
-			for _, cl := range cands {
-				if cl.lost && cl.cause != "" {
-					cause = cl.cause
-					break
-				}
+			if lost != nil {
+				cause, c0 = lost.cause, lost
 			}
 			if v.ev.control {
 				r.violate("control run: op %s: pid %d reported %s at %s", op, e.PID, e.Event, clock(e.At))
@@ -907,6 +911,15 @@ func (v *verifier) events(events map[string][]Entry, steps map[string][]Entry) {
 			}
 		}
 	}
+}
+
+func sortedKeys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }
 
 func describe(es []Entry, kills map[int][]time.Time) string {

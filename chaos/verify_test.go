@@ -276,6 +276,42 @@ func TestVerifyPlainRerunAfterFaultedExtension(t *testing.T) {
 	}
 }
 
+// An extension sent before the lease end that never came back (the
+// process was killed after the lease end, the extension still waiting for
+// its answer) is a slowed extension: it explains the loss.
+func TestVerifyExtensionNeverAnswered(t *testing.T) {
+	s := newScenario(t).happy()
+	s.lostRun().add(callExtend, -10*time.Second+700*time.Millisecond, 0, resSent, s.at(-8*time.Second+700*time.Millisecond))
+	s.ev.calls[len(s.ev.calls)-1].end = time.Time{}
+	s.ev.kills = []Kill{{PID: 7, At: s.at(-7 * time.Second)}}
+	if r := verify(t, s); !r.OK() || r.LeasesLostByFault != 1 || r.ExtraRunsByFault != 1 {
+		t.Fatalf("report %+v", r)
+	}
+	// The calls log keeps the sent line only of a call never answered.
+	calls := foldSent([]storeCall{
+		{pid: 1, call: callExtend, token: "a", start: s.t0, result: resSent},
+		{pid: 1, call: callExtend, token: "a", start: s.t0, end: s.t0.Add(time.Millisecond), result: resOK},
+		{pid: 1, call: callExtend, token: "a", start: s.t0.Add(time.Second), result: resSent},
+	})
+	if len(calls) != 2 || calls[0].result != resOK || calls[1].result != resSent {
+		t.Errorf("foldSent kept %+v", calls)
+	}
+}
+
+// A lease-lost report is matched to the lost claim of the reporting
+// process, though a retry of the same op in that process has claimed the
+// key again by the time the report is written.
+func TestVerifyLeaseLostReportAfterRetry(t *testing.T) {
+	s := newScenario(t).happy()
+	s.lostRun().complete(-3*time.Second, resMismatch)
+	s.ev.pauses = []Pause{{PID: 7, At: s.at(-9 * time.Second), For: 5 * time.Second}}
+	s.claim(7, s.key(s.plain), -3100*time.Millisecond).release(-2 * time.Second)
+	s.ev.entries = append(s.ev.entries, Entry{ID: "event#1", Kind: EntryEvent, Op: s.plain.ID, PID: 7, At: s.at(-2900 * time.Millisecond), Event: activity.ErrorTypeLeaseLost})
+	if r := verify(t, s); !r.OK() || r.LeaseLostReportsExplained != 1 {
+		t.Fatalf("report %+v", r)
+	}
+}
+
 // The guard's report of a lost lease, explained by a pause of the
 // reporting process across the lease end of its claim.
 func TestVerifyLeaseLostReportExplained(t *testing.T) {
