@@ -98,10 +98,12 @@ type Config struct {
 	Control bool
 	// MinKills is the least number of kills a run makes: the first
 	// MinKills moments are kills, not pauses, and the last InFlight
-	// workflows are not started before they have happened (with
-	// transactional bodies, one of them in the window), except one at a
-	// time whenever nothing is in flight.
-	MinKills int
+	// workflows are not started before they have happened (one of them in
+	// the window), except one at a time whenever nothing is in flight.
+	// MinPauses (with a PauseRatio above 0) is the least number of
+	// pauses: the moments after the first MinKills are pauses until
+	// MinPauses have happened, and the last workflows wait for them too.
+	MinKills, MinPauses int
 
 	// Activity options. The guard's lease is the heartbeat timeout, so a
 	// killed worker's claims lapse Heartbeat after its last extension.
@@ -164,6 +166,7 @@ func DefaultConfig() Config {
 		PauseMax:          7 * time.Second,
 		WindowWait:        3 * time.Second,
 		MinKills:          3,
+		MinPauses:         3,
 		Heartbeat:         2 * time.Second,
 		StartToClose:      10 * time.Second,
 		ScheduleToClose:   3 * time.Minute,
@@ -182,12 +185,13 @@ func DefaultConfig() Config {
 // twin workflows), a kill or pause every 2–5 s, so that several land
 // within the run while the (race-enabled) workers get time to start and
 // work between them, one in three of them a pause (after the first
-// three kills), so that zombies show.
+// three kills, and the next two always), so that zombies show.
 func ShortConfig() Config {
 	c := DefaultConfig()
 	c.Workflows = 40
 	c.InFlight = 8
 	c.PauseRatio = 0.35
+	c.MinPauses = 2
 	c.KillMin = 2 * time.Second
 	c.KillMax = 5 * time.Second
 	c.ScheduleToClose = 2 * time.Minute
@@ -217,7 +221,7 @@ func (c Config) Postgres() Config {
 // would count as explained.
 func (c Config) ControlRun() Config {
 	c.Control = true
-	c.PauseRatio, c.MinKills, c.Faults.Rate = 0, 0, 0
+	c.PauseRatio, c.MinKills, c.MinPauses, c.Faults.Rate = 0, 0, 0, 0
 	c.Heartbeat, c.LongWork = 5*time.Second, 7*time.Second
 	c.StartToClose = max(c.StartToClose, 20*time.Second)
 	return c
@@ -264,8 +268,8 @@ func (c *Config) validate() error {
 	if c.Workers < 2 {
 		errs = append(errs, errors.New("need at least 2 workers"))
 	}
-	if c.MinKills < 0 {
-		errs = append(errs, errors.New("negative MinKills"))
+	if c.MinKills < 0 || c.MinPauses < 0 {
+		errs = append(errs, errors.New("negative MinKills or MinPauses"))
 	}
 	if c.WorkerConcurrency < 1 || c.InFlight < 1 {
 		errs = append(errs, errors.New("worker concurrency and in-flight workflows must be positive"))

@@ -229,6 +229,13 @@ func (w *workers) killCount() int {
 	return len(w.kills)
 }
 
+// pauseCount returns the number of pauses so far.
+func (w *workers) pauseCount() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.pauses)
+}
+
 // live returns the slots with a running process.
 func (w *workers) live() []int {
 	w.mu.Lock()

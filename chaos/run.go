@@ -230,8 +230,12 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	var wg sync.WaitGroup
 	// windowKills counts the kills timed into a body's window.
 	var windowKills atomic.Int64
+	minPauses := cfg.MinPauses
+	if cfg.PauseRatio == 0 {
+		minPauses = 0
+	}
 	killsDone := func() bool {
-		return ws.killCount() >= cfg.MinKills && (cfg.MinKills == 0 || windowKills.Load() > 0)
+		return ws.killCount() >= cfg.MinKills && (cfg.MinKills == 0 || windowKills.Load() > 0) && ws.pauseCount() >= minPauses
 	}
 	loadStart := time.Now()
 	wg.Add(1)
@@ -245,7 +249,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 			// for a kill to land in.
 			for n := 0; i >= max(len(plan)-cfg.InFlight, 0) && !killsDone() && len(sem) > 0; n++ {
 				if n == 0 && i == max(len(plan)-cfg.InFlight, 0) {
-					logf("holding the last %d workflows until %d kills have happened", cfg.InFlight, cfg.MinKills)
+					logf("holding the last %d workflows until %d kills and %d pauses have happened", cfg.InFlight, cfg.MinKills, minPauses)
 				}
 				if !sleepCtx(loadCtx, 100*time.Millisecond) {
 					return
@@ -303,7 +307,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 					slot, inWindow = sl, true
 				}
 			}
-			if cfg.PauseRatio > 0 && ws.killCount() >= cfg.MinKills && rng.Float64() < cfg.PauseRatio {
+			if cfg.PauseRatio > 0 && ws.killCount() >= cfg.MinKills && (ws.pauseCount() < minPauses || rng.Float64() < cfg.PauseRatio) {
 				if pa, ok := ws.pause(slot, uniform(rng, cfg.PauseMin, cfg.PauseMax), inWindow); ok {
 					logf("paused worker slot %d pid %d for %s%s", pa.Slot, pa.PID, pa.For.Round(time.Millisecond), map[bool]string{true: " in the window"}[inWindow])
 				}

@@ -44,6 +44,7 @@ func main() {
 	killMin := flag.Duration("kill-min", 0, "shortest pause between kills (default: per mode)")
 	killMax := flag.Duration("kill-max", 0, "longest pause between kills (default: per mode)")
 	pauseRatio := flag.Float64("pause-ratio", def.PauseRatio, "share of chaos moments that pause a worker past its lease instead of killing it")
+	minPauses := flag.Int("min-pauses", -1, "pauses the run makes at least, after the first kills (default: per mode)")
 	pauseMin := flag.Duration("pause-min", def.PauseMin, "shortest pause")
 	pauseMax := flag.Duration("pause-max", def.PauseMax, "longest pause")
 	longWork := flag.Duration("long-work", def.LongWork, "how long a long body works before its side effect (longer than the 2 s lease; 0: no long bodies)")
@@ -80,6 +81,9 @@ func main() {
 	cfg.Faults.Rate = *rate
 	cfg.PauseRatio = *pauseRatio
 	cfg.PauseMin, cfg.PauseMax, cfg.LongWork = *pauseMin, *pauseMax, *longWork
+	if *minPauses >= 0 {
+		cfg.MinPauses = *minPauses
+	}
 	if *killMin > 0 {
 		cfg.KillMin = *killMin
 	}
