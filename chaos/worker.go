@@ -118,7 +118,7 @@ func runWorker(cfg workerConfig) error {
 			return err
 		}
 	}
-	c, err := client.Dial(client.Options{HostPort: cfg.TemporalAddress, Namespace: "default", Logger: quietLogger()})
+	c, err := dialTemporal(cfg.TemporalAddress)
 	if err != nil {
 		return err
 	}
@@ -237,6 +237,22 @@ func runWorker(cfg workerConfig) error {
 // explicitOptions key a call by the op's ID and validate its payload.
 func explicitOptions() []guard.CallOption {
 	return []guard.CallOption{guard.WithKeyPath("op"), guard.WithPayloadValidation("payload")}
+}
+
+// dialTemporal connects to the Temporal server, trying again for a minute:
+// a dev server on a busy machine may not answer a restarted worker's first
+// dial in time, and a worker that gave up would count as one that died by
+// itself.
+func dialTemporal(addr string) (client.Client, error) {
+	var err error
+	for range 6 {
+		var c client.Client
+		if c, err = client.Dial(client.Options{HostPort: addr, Namespace: "default", Logger: quietLogger()}); err == nil {
+			return c, nil
+		}
+		fmt.Fprintln(os.Stderr, "chaos worker: dialing Temporal:", err)
+	}
+	return nil, err
 }
 
 // ledgerWriter is where the keyed and plain bodies write their effects:
