@@ -41,7 +41,7 @@ func (r *Report) Print(w io.Writer) {
 		r.Zombies, r.ZombiesOutrun, r.ZombiesFenced)
 	fmt.Fprintf(w, "  extra runs:        %d: %d explained (%d by a kill, %d by a pause, %d by a faulted or slow store call, %d deliberate failures), %d unexplained\n",
 		r.ExtraRuns, r.ExtraRunsExplained, r.ExtraRunsByKill, r.ExtraRunsByPause, r.ExtraRunsByFault, r.ExtraRunsDeliberate, r.ExtraRunsUnexplained)
-	fmt.Fprintf(w, "  lease-lost reports: %d: %d explained, %d unexplained\n",
+	fmt.Fprintf(w, "  lease lost:        %d reports (IdempotencyLeaseLost, IdempotencyNotRecorded): %d explained, %d unexplained\n",
 		r.LeaseLostReports, r.LeaseLostReportsExplained, r.LeaseLostReportsUnexplained)
 	if r.Store == StorePostgres || r.Store == StoreDynamoDBTx {
 		fmt.Fprintf(w, "  tx bodies:         %d committed rows; %d runs reached the window between a row and the commit, %d rolled back there: %d by a kill, %d by a pause, %d by a faulted or slow store call, %d deliberately; %d unexplained\n",

@@ -235,7 +235,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		minPauses = 0
 	}
 	killsDone := func() bool {
-		return ws.killCount() >= cfg.MinKills && (cfg.MinKills == 0 || windowKills.Load() > 0) && ws.pauseCount() >= minPauses
+		return ws.killCount() >= cfg.MinKills && (cfg.MinKills == 0 || cfg.WindowWait == 0 || windowKills.Load() > 0) && ws.pauseCount() >= minPauses
 	}
 	loadStart := time.Now()
 	wg.Add(1)
