@@ -22,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	goredis "github.com/redis/go-redis/v9"
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 
 	"github.com/idemguard/idemguard/internal/faultproxy"
@@ -518,12 +519,23 @@ func makePlan(cfg Config, runID string, rng *rand.Rand, txMode bool) ([]plannedW
 
 // runWorkflow starts pw and waits for its result.
 func runWorkflow(ctx context.Context, tc client.Client, taskQueue string, timeout time.Duration, pw plannedWorkflow) wfResult {
-	run, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
-		ID:                       pw.id,
-		TaskQueue:                taskQueue,
-		WorkflowExecutionTimeout: timeout,
-		WorkflowTaskTimeout:      3 * time.Second,
-	}, WorkflowName, pw.input)
+	var run client.WorkflowRun
+	var err error
+	for attempt := 0; ; attempt++ {
+		run, err = tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+			ID:                       pw.id,
+			TaskQueue:                taskQueue,
+			WorkflowExecutionTimeout: timeout,
+			WorkflowTaskTimeout:      3 * time.Second,
+		}, WorkflowName, pw.input)
+		// A busy dev server may fail a start for a moment (it once
+		// answered that the default namespace did not exist).
+		var nf *serviceerror.NamespaceNotFound
+		if err == nil || ctx.Err() != nil || attempt >= 5 || !isTransient(err) && !errors.As(err, &nf) {
+			break
+		}
+		time.Sleep(time.Second)
+	}
 	if err != nil {
 		return wfResult{err: fmt.Errorf("starting: %w", err)}
 	}
