@@ -180,7 +180,8 @@ func DefaultConfig() Config {
 	}
 }
 
-// ShortConfig is the run inside `make test`: 40 workflows of 10 guarded
+// ShortConfig is the short run (-short; make test's TestChaosShort runs
+// 30 of its workflows): 40 workflows of 10 guarded
 // operations and a conflicting twin (400 keys, 484 executions with the
 // twin workflows), a kill or pause every 2–5 s, so that several land
 // within the run while the (race-enabled) workers get time to start and
