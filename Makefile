@@ -94,13 +94,17 @@ fmt:
 	gofmt -w .
 
 # make chaos  the chaos suite (chaos/, docs/chaos.md): worker processes
-#             SIGKILLed and restarted, 5% store faults, ≥ 10,000 guarded
-#             operations against the harness's servers; prints the figures
-#             and a JSON line, fails on a duplicate effect or a stuck record.
+#             SIGKILLed, restarted and paused in the window after a side
+#             effect, 5% store faults, 12,100 guarded operations against the
+#             harness's servers; prints the figures and a JSON line, fails on
+#             a duplicate effect, a stuck record, or an extra run or lost
+#             lease that no kill, pause or fault of its own process explains.
 #             Pass flags with CHAOSFLAGS, e.g. CHAOSFLAGS='-workflows 200',
 #             or CHAOSFLAGS='-store postgres' / '-store redis' /
 #             '-store dynamodb-tx' for the other stores and DynamoDB's
-#             transactions. Then the long linearizability run (chaos/cmd/linz):
+#             transactions, or CHAOSFLAGS='-control' for the control run (no
+#             kills, pauses or faults: nothing may run twice, no lease may be
+#             lost). Then the long linearizability run (chaos/cmd/linz):
 #             every store's histories through its fault proxy, checked with
 #             Porcupine; flags in LINZFLAGS, e.g. LINZFLAGS='-rounds 20'.
 .PHONY: chaos
