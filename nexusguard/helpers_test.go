@@ -59,6 +59,13 @@ func (l *ledger) add(name string) {
 	l.n[name]++
 }
 
+// distinct returns the number of names counted.
+func (l *ledger) distinct() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.n)
+}
+
 func (l *ledger) count(name string) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
