@@ -178,3 +178,33 @@ func TestPolicy(t *testing.T) {
 		})
 	}
 }
+
+// An operation guarded both ways, its handler wrapped and the interceptor
+// holding a policy for it, is guarded once, by the interceptor: the
+// wrapped handler runs inside the interceptor's call instead of waiting
+// for it.
+func TestGuardedBothWays(t *testing.T) {
+	var l ledger
+	g := newGuard(t)
+	wi := activity.NewInterceptor(nil, nexusguard.MustPolicy(g, service, operation))
+	startOp := intercepted(wi, syncStart(nexusguard.MustWrap(g, func(ctx context.Context, o Order, opts nexus.StartOperationOptions) (Receipt, error) {
+		if _, err := guard.Step(ctx, "charge", func(ctx context.Context) (bool, error) {
+			l.add("step " + o.OrderID)
+			return true, nil
+		}); err != nil {
+			return Receipt{}, err
+		}
+		return charge(&l)(ctx, o, opts)
+	})))
+	var got [2]Receipt
+	for i := range got {
+		res, err := startOp(handlerContext(), Order{OrderID: "o-1"}, "req-1")
+		if err != nil {
+			t.Fatalf("start %d: %v", i+1, err)
+		}
+		got[i] = receiptOf(t, res)
+	}
+	if got[0] != got[1] || l.count("o-1") != 1 || l.count("step o-1") != 1 {
+		t.Errorf("receipts %+v, charged %d times, stepped %d times; want one charge, replayed", got, l.count("o-1"), l.count("step o-1"))
+	}
+}

@@ -65,6 +65,10 @@ var errNoHandlerContext = &nexus.HandlerError{
 	RetryBehavior: nexus.HandlerErrorRetryBehaviorNonRetryable,
 }
 
+// interceptedKey marks the context of a start the worker interceptor
+// guards, with its request ID.
+type interceptedKey struct{ service, operation string }
+
 // start runs one start request of o, for input with options, guarded:
 // begin starts the operation and returns its result and what is recorded
 // of it (see valueOf). It returns begin's result when this call ran begin
@@ -76,6 +80,12 @@ func start[R any](ctx context.Context, o *operation, input any, options nexus.St
 		return res, nil, false, errNoHandlerContext
 	}
 	info := nexus.ExtractHandlerInfo(ctx)
+	if id, ok := ctx.Value(interceptedKey{info.Service, info.Operation}).(string); ok && id == options.RequestID {
+		// Guarded both ways: the interceptor guards this start already,
+		// and a second claim would find its own claim in progress.
+		r, v, err := begin(ctx)
+		return r, v, true, err
+	}
 	dc := o.converter(ctx, info)
 	st := &startState{requestID: options.RequestID}
 	opts := make([]guard.CallOption, 0, len(o.call)+3)

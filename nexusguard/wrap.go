@@ -112,7 +112,9 @@ func (w *guardedOperation[I, O]) Start(ctx context.Context, in I, options nexus.
 //
 // The interceptor does not know the operation's output type: a replayed
 // synchronous value reaches the worker as a converter.RawValue, which it
-// sends as it is. It reports a nil guard, an empty name or an invalid
+// sends as it is. An operation guarded both ways, by the interceptor and
+// by [Wrap] or [WrapOperation], is guarded once, by the interceptor. It
+// reports a nil guard, an empty name or an invalid
 // option as an error.
 func Policy(g *guard.Guard, service, operation string, opts ...Option) (activity.Policy, error) {
 	if service == "" || operation == "" {
@@ -144,7 +146,7 @@ func (p *policy) NexusOperation() (service, operation string) { return p.service
 
 func (p *policy) StartNexusOperation(ctx context.Context, in interceptor.NexusStartOperationInput, next interceptor.NexusOperationInboundInterceptor) (nexus.HandlerStartOperationResult[any], error) {
 	res, v, ran, err := start(ctx, p.op, in.Input, in.Options, decodeRaw, func(ctx context.Context) (nexus.HandlerStartOperationResult[any], any, error) {
-		r, err := next.StartOperation(ctx, in)
+		r, err := next.StartOperation(context.WithValue(ctx, interceptedKey{p.service, p.operation}, in.Options.RequestID), in)
 		return r, valueOf(r), err
 	})
 	if err != nil || ran {
