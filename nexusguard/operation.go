@@ -59,10 +59,12 @@ func newOperation(g *guard.Guard, opts []Option) (*operation, error) {
 
 // errNoHandlerContext is the error of a guarded start called without a
 // Nexus handler context, which names the operation its key is scoped by.
-var errNoHandlerContext = &nexus.HandlerError{
-	Type:          nexus.HandlerErrorTypeInternal,
-	Message:       "idemguard: a guarded Nexus start needs the handler context the Nexus machinery gives it",
-	RetryBehavior: nexus.HandlerErrorRetryBehaviorNonRetryable,
+func errNoHandlerContext() error {
+	return &nexus.HandlerError{
+		Type:          nexus.HandlerErrorTypeInternal,
+		Message:       "idemguard: a guarded Nexus start needs the handler context the Nexus machinery gives it",
+		RetryBehavior: nexus.HandlerErrorRetryBehaviorNonRetryable,
+	}
 }
 
 // interceptedKey marks the context of a start the worker interceptor
@@ -77,7 +79,7 @@ type interceptedKey struct{ service, operation string }
 // Nexus machinery should get (see nexusError).
 func start[R any](ctx context.Context, o *operation, input any, options nexus.StartOperationOptions, decode decoder, begin func(context.Context) (R, any, error)) (res R, v any, ran bool, err error) {
 	if !nexus.IsHandlerContext(ctx) {
-		return res, nil, false, errNoHandlerContext
+		return res, nil, false, errNoHandlerContext()
 	}
 	info := nexus.ExtractHandlerInfo(ctx)
 	if id, ok := ctx.Value(interceptedKey{info.Service, info.Operation}).(string); ok && id == options.RequestID {

@@ -438,3 +438,14 @@ func TestWrapDefiniteErrors(t *testing.T) {
 		t.Errorf("the handler ran %d times, want 2", n)
 	}
 }
+
+// A start without a request ID (and no key path) has no key: it is
+// refused as a bad request, never run unguarded.
+func TestWrapNoRequestID(t *testing.T) {
+	var l ledger
+	_, err := nexusguard.MustWrap(newGuard(t), charge(&l))(handlerContext(), Order{OrderID: "o-1"}, start(""))
+	cause(t, handlerError(t, err, nexus.HandlerErrorTypeBadRequest, false), activity.ErrorTypeKeyMissing)
+	if n := l.count("o-1"); n != 0 {
+		t.Errorf("charged %d times, want 0", n)
+	}
+}
