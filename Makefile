@@ -29,8 +29,8 @@ GO ?= go
 .PHONY: test unit vet bench tools fmt cli-scale dashboards dashboard-png
 
 # The library module and the nested examples, bench, chaos, CLI, dashboards
-# and Watermill modules (go.work).
-PKGS = ./... ./examples/... ./bench/... ./chaos/... ./cmd/idemguard/... ./dashboards/... ./watermillguard/...
+# Watermill and Lambda modules (go.work).
+PKGS = ./... ./examples/... ./bench/... ./chaos/... ./cmd/idemguard/... ./dashboards/... ./watermillguard/... ./lambdaguard/...
 
 test: vet
 	scripts/harness.sh run $(GO) test -race -count=1 $(PKGS)
