@@ -19,8 +19,8 @@ import (
 	idemddb "github.com/idemguard/idemguard/store/dynamodb"
 )
 
-// Records in the exact format AWS Powertools for Python (3.x; the source
-// at 3.2.1a1) writes — data is json.dumps(response, sort_keys=True) with
+// Records in the exact format AWS Powertools for Python 3.x writes
+// (persistence/base.py, dynamodb.py; the same from 3.2.1a1 to key_prefix) — data is json.dumps(response, sort_keys=True) with
 // its default separators, in_progress_expiration is epoch milliseconds,
 // there is no fencing token — put under the key the Go guard derives, are
 // read by lambdaguard.Wrap: a COMPLETED one replays its data as the
