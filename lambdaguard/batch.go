@@ -38,7 +38,7 @@ import (
 //
 // The claims of an invocation hold until its deadline, as for [Wrap].
 func WrapSQS(g *guard.Guard, fn func(context.Context, events.SQSMessage) error, opts ...Option) (func(context.Context, events.SQSEvent) (events.SQSEventResponse, error), error) {
-	b, err := newBatch(g, fn, opts, "messageId")
+	b, err := newBatch(g, fn, opts, "messageId", sqsWrapper)
 	if err != nil {
 		return nil, err
 	}
@@ -65,7 +65,7 @@ func WrapSQS(g *guard.Guard, fn func(context.Context, events.SQSMessage) error, 
 // order, and those that completed before replay. Use it on an event
 // source mapping with ReportBatchItemFailures.
 func WrapKinesis(g *guard.Guard, fn func(context.Context, events.KinesisEventRecord) error, opts ...Option) (func(context.Context, events.KinesisEvent) (events.KinesisEventResponse, error), error) {
-	b, err := newBatch(g, fn, opts, "kinesis.sequenceNumber")
+	b, err := newBatch(g, fn, opts, "kinesis.sequenceNumber", batchWrapper)
 	if err != nil {
 		return nil, err
 	}
@@ -81,7 +81,7 @@ func WrapKinesis(g *guard.Guard, fn func(context.Context, events.KinesisEventRec
 // WrapDynamoDBStream is [WrapKinesis] for DynamoDB Streams events: records
 // are keyed by their eventID and reported by their sequence number.
 func WrapDynamoDBStream(g *guard.Guard, fn func(context.Context, events.DynamoDBEventRecord) error, opts ...Option) (func(context.Context, events.DynamoDBEvent) (events.DynamoDBEventResponse, error), error) {
-	b, err := newBatch(g, fn, opts, "eventID")
+	b, err := newBatch(g, fn, opts, "eventID", batchWrapper)
 	if err != nil {
 		return nil, err
 	}
@@ -118,8 +118,8 @@ type batch[R any] struct {
 	skipGroup bool
 }
 
-func newBatch[R any](g *guard.Guard, fn func(context.Context, R) error, opts []Option, keyPath string) (*batch[R], error) {
-	c, err := newConfig(g, opts)
+func newBatch[R any](g *guard.Guard, fn func(context.Context, R) error, opts []Option, keyPath string, kind wrapper) (*batch[R], error) {
+	c, err := newConfig(g, opts, kind)
 	if err != nil {
 		return nil, err
 	}

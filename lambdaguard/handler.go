@@ -54,7 +54,7 @@ import (
 // With IDEMGUARD_DISABLED the handler runs unguarded, and guard.Step in
 // it runs its function unguarded.
 func Wrap(g *guard.Guard, handler any, opts ...Option) (lambda.Handler, error) {
-	c, err := newConfig(g, opts)
+	c, err := newConfig(g, opts, handlerWrapper)
 	if err != nil {
 		return nil, err
 	}

@@ -9,9 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/aws/aws-lambda-go/lambda/messages"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/httpguard"
 	"github.com/idemguard/idemguard/lambdaguard"
 	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/store/memory"
@@ -114,6 +117,20 @@ func TestWrapRefuses(t *testing.T) {
 	}
 	if _, err := lambdaguard.Wrap(g, func() {}, lambdaguard.WithScope("fn"), lambdaguard.WithGuardOptions(guard.WithKey("k"))); !errors.Is(err, guard.ErrInvalidOption) {
 		t.Errorf("Wrap with a fixed key = %v, want ErrInvalidOption", err)
+	}
+	// An option where it has no effect is refused, not ignored.
+	for name, err := range map[string]error{
+		"WithHTTPOptions on Wrap":          second(lambdaguard.Wrap(g, func() {}, lambdaguard.WithScope("fn"), lambdaguard.WithHTTPOptions(httpguard.WithSharedKeys()))),
+		"WithSkipGroupOnError on Wrap":     second(lambdaguard.Wrap(g, func() {}, lambdaguard.WithScope("fn"), lambdaguard.WithSkipGroupOnError())),
+		"WithLambdaOptions on WrapSQS":     second(lambdaguard.WrapSQS(g, func(context.Context, events.SQSMessage) error { return nil }, lambdaguard.WithScope("fn"), lambdaguard.WithLambdaOptions(lambda.WithUseNumber(true)))),
+		"WithSkipGroupOnError on a stream": second(lambdaguard.WrapKinesis(g, func(context.Context, events.KinesisEventRecord) error { return nil }, lambdaguard.WithScope("fn"), lambdaguard.WithSkipGroupOnError())),
+		"WithBatchOptions on WrapAPIGateway": second(lambdaguard.WrapAPIGateway(g, func(context.Context, events.APIGatewayProxyRequest) (events.APIGatewayProxyResponse, error) {
+			return events.APIGatewayProxyResponse{}, nil
+		}, lambdaguard.WithScope("fn"), lambdaguard.WithBatchOptions(guard.WithConcurrency(2)))),
+	} {
+		if !errors.Is(err, guard.ErrInvalidOption) {
+			t.Errorf("%s = %v, want ErrInvalidOption", name, err)
+		}
 	}
 	defer func() {
 		if recover() == nil {
@@ -254,3 +271,6 @@ func TestWrapDisabledKeepsSteps(t *testing.T) {
 		t.Errorf("the step ran %d times, want twice (unguarded)", steps.Load())
 	}
 }
+
+// second returns the error of a constructor's results.
+func second[T any](_ T, err error) error { return err }

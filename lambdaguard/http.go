@@ -84,7 +84,7 @@ type exchangeKey struct{}
 func exchangeOf(r *http.Request) *exchange { return r.Context().Value(exchangeKey{}).(*exchange) }
 
 func wrapHTTP[Req, Resp any, F format[Req, Resp]](g *guard.Guard, fn func(context.Context, Req) (Resp, error), opts []Option, f F) (func(context.Context, Req) (Resp, error), error) {
-	c, err := newConfig(g, opts)
+	c, err := newConfig(g, opts, httpWrapper)
 	if err != nil {
 		return nil, err
 	}

@@ -33,9 +33,21 @@ type config struct {
 	skipGroup  bool
 }
 
+// wrapper names the kind of wrapper options are given to, so that an
+// option that has no effect on it is refused rather than ignored.
+type wrapper uint8
+
+const (
+	handlerWrapper wrapper = iota
+	batchWrapper
+	sqsWrapper
+	httpWrapper
+)
+
 // newConfig applies opts and settles the scope: [WithScope], else the
-// function's name from the Lambda environment.
-func newConfig(g *guard.Guard, opts []Option) (*config, error) {
+// function's name from the Lambda environment. An option that has no
+// effect on kind is an error.
+func newConfig(g *guard.Guard, opts []Option, kind wrapper) (*config, error) {
 	if g == nil {
 		return nil, fmt.Errorf("%w: nil guard", guard.ErrInvalidOption)
 	}
@@ -44,6 +56,16 @@ func newConfig(g *guard.Guard, opts []Option) (*config, error) {
 		if o != nil {
 			o.apply(c)
 		}
+	}
+	switch {
+	case len(c.lambdaOpts) > 0 && kind != handlerWrapper:
+		return nil, invalid("WithLambdaOptions applies to Wrap only")
+	case len(c.httpOpts) > 0 && kind != httpWrapper:
+		return nil, invalid("WithHTTPOptions applies to WrapAPIGateway, WrapHTTPAPI and WrapFunctionURL only")
+	case len(c.batchOpts) > 0 && kind != batchWrapper && kind != sqsWrapper:
+		return nil, invalid("WithBatchOptions applies to WrapSQS, WrapKinesis and WrapDynamoDBStream only")
+	case c.skipGroup && kind != sqsWrapper:
+		return nil, invalid("WithSkipGroupOnError applies to WrapSQS only")
 	}
 	if c.scope == "" {
 		c.scope = os.Getenv(FunctionNameEnv)
