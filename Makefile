@@ -2,7 +2,9 @@
 #
 # make test   vet, then the race-enabled tests, against DynamoDB Local, a
 #             Temporal dev server, redis-server and PostgreSQL that
-#             scripts/harness.sh installs (the first two cached in
+#             scripts/harness.sh installs, and Lambda functions under the AWS
+#             Lambda Runtime Interface Emulator (it, DynamoDB Local and the
+#             Temporal CLI cached in
 #             $${XDG_CACHE_HOME:-$$HOME/.cache}/idemguard, redis-server and
 #             PostgreSQL from Debian's packages), starts on free loopback
 #             ports and stops by PID.
@@ -29,8 +31,8 @@ GO ?= go
 .PHONY: test unit vet bench tools fmt cli-scale dashboards dashboard-png
 
 # The library module and the nested examples, bench, chaos, CLI, dashboards
-# and Watermill modules (go.work).
-PKGS = ./... ./examples/... ./bench/... ./chaos/... ./cmd/idemguard/... ./dashboards/... ./watermillguard/...
+# Watermill and Lambda modules (go.work).
+PKGS = ./... ./examples/... ./bench/... ./chaos/... ./cmd/idemguard/... ./dashboards/... ./watermillguard/... ./lambdaguard/...
 
 test: vet
 	scripts/harness.sh run $(GO) test -race -count=1 $(PKGS)

@@ -5,12 +5,14 @@ go 1.26.0
 require (
 	github.com/ThreeDotsLabs/watermill v1.5.1
 	github.com/ThreeDotsLabs/watermill-redisstream v1.4.5
+	github.com/aws/aws-lambda-go v1.55.1
 	github.com/aws/aws-sdk-go-v2 v1.48.0
 	github.com/aws/aws-sdk-go-v2/config v1.33.18
 	github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression v1.10.9
 	github.com/aws/aws-sdk-go-v2/service/dynamodb v1.74.0
 	github.com/aws/smithy-go v1.28.9
 	github.com/idemguard/idemguard v0.0.0
+	github.com/idemguard/idemguard/lambdaguard v0.0.0
 	github.com/idemguard/idemguard/watermillguard v0.0.0
 	github.com/jackc/pgx/v5 v5.13.0
 	github.com/nexus-rpc/sdk-go v0.7.0
@@ -88,3 +90,5 @@ require (
 replace github.com/idemguard/idemguard => ../
 
 replace github.com/idemguard/idemguard/watermillguard => ../watermillguard
+
+replace github.com/idemguard/idemguard/lambdaguard => ../lambdaguard

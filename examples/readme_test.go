@@ -366,6 +366,9 @@ var snippetImports = []string{
 	`"github.com/ThreeDotsLabs/watermill/message"`,
 	`"github.com/ThreeDotsLabs/watermill/message/router/middleware"`,
 	`"github.com/idemguard/idemguard/watermillguard"`,
+	`"github.com/aws/aws-lambda-go/events"`,
+	`"github.com/aws/aws-lambda-go/lambda"`,
+	`"github.com/idemguard/idemguard/lambdaguard"`,
 }
 
 // standIns declare, at package level, the identifiers the snippets use
@@ -389,6 +392,7 @@ var standIns = map[string]string{
 	"t":             "var t struct{ ID string; From, To int; Cents int64 } // a transfer",
 	"router":        "var router *message.Router // a Watermill router",
 	"pub":           "var pub message.Publisher // the broker's publisher",
+	"shipOrder":     "func shipOrder(ctx context.Context, m events.SQSMessage) error { return nil }",
 }
 
 // TestReadmeGoSnippets type-checks every ```go block of the README against
@@ -474,7 +478,7 @@ func wrapSnippet(snippet string) string {
 	}
 	b.WriteString(")\n\n")
 	// Keep every import used, whatever the snippet needs.
-	b.WriteString("var (\n\t_ = context.Background\n\t_ = http.NewServeMux\n\t_ = time.Second\n\t_ = aws.String\n\t_ = dynamodb.New\n\t_ = client.Dial\n\t_ converter.DataConverter\n\t_ interceptor.WorkerInterceptor\n\t_ = worker.New\n\t_ tworkflow.Context\n\t_ = activity.Register\n\t_ = guard.New\n\t_ = httpguard.Middleware\n\t_ store.Store\n\t_ = idemddb.New\n\t_ = memory.New\n\t_ = postgres.New\n\t_ = idemredis.New\n\t_ = redis.NewClient\n\t_ = workflow.StepKey\n\t_ pgx.Tx\n)\n\n")
+	b.WriteString("var (\n\t_ = context.Background\n\t_ = http.NewServeMux\n\t_ = time.Second\n\t_ = aws.String\n\t_ = dynamodb.New\n\t_ = client.Dial\n\t_ converter.DataConverter\n\t_ interceptor.WorkerInterceptor\n\t_ = worker.New\n\t_ tworkflow.Context\n\t_ = activity.Register\n\t_ = guard.New\n\t_ = httpguard.Middleware\n\t_ store.Store\n\t_ = idemddb.New\n\t_ = memory.New\n\t_ = postgres.New\n\t_ = idemredis.New\n\t_ = redis.NewClient\n\t_ = workflow.StepKey\n\t_ pgx.Tx\n\t_ events.SQSMessage\n\t_ = lambda.Start\n\t_ = lambdaguard.Must[int]\n)\n\n")
 	names := make([]string, 0, len(standIns))
 	for name := range standIns {
 		names = append(names, name)
