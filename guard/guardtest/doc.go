@@ -2,7 +2,8 @@
 // run against its real server: the request floor ([RunRequestFloor]: how
 // many round trips each kind of call costs) and the composition suite
 // ([RunComposition]: a guarded step inside every entry point, through
-// replays, errors and takeovers, with each side effect happening once).
+// replays, errors, reused keys, live holders and takeovers, with each side
+// effect happening once; and with the guard disabled, a pass-through).
 //
 // The store's own semantics (atomic claims, fencing, expiry) are package
 // storetest's; this package holds what the guard promises on top of them.
