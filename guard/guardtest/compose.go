@@ -127,9 +127,9 @@ type Stores map[string]func(t *testing.T) store.Store
 //   - Disabled/SecondCallMeetsHolder: a second call runs while the first
 //     is paused in its body.
 //
-// The guards are built with a lease of three seconds (two for the
-// stalled holders) and a clock skew of 50 ms, plus ep.GuardOptions: a
-// default given to guard.New must reach the entry point's calls.
+// The guards are built with a lease of three seconds and a clock skew of
+// 50 ms, plus ep.GuardOptions: a default given to guard.New must reach the
+// entry point's calls.
 func RunComposition(t *testing.T, ep EntryPoint, stores Stores) {
 	for name, mk := range stores {
 		t.Run(name, func(t *testing.T) {
@@ -191,13 +191,11 @@ type composeHarness struct {
 	effects        map[string]int // by key and name, when the suite counts them; protected by mu
 }
 
-// composeLease and composeSkew are the guards' lease and clock skew;
-// stallLease is the lease of a holder whose process stalls, and
+// composeLease and composeSkew are the guards' lease and clock skew, and
 // composeWait the wait budget of the calls that wait.
 const (
 	composeLease = 3 * time.Second
 	composeSkew  = 50 * time.Millisecond
-	stallLease   = 2 * time.Second
 	composeWait  = 30 * time.Second
 )
 
@@ -324,12 +322,14 @@ type result struct {
 }
 
 // start makes a call in its own goroutine; its result arrives on the
-// channel returned.
+// channel returned. A Run that gives up with t.Fatal, which ends only the
+// goroutine, delivers an error, so that the case does not wait for it.
 func (h *composeHarness) start(t *testing.T, g *guard.Guard, payload string, b Body) <-chan result {
 	done := make(chan result, 1)
 	go func() {
-		v, err := h.call(t, g, payload, b)
-		done <- result{v, err}
+		r := result{err: errors.New("guardtest: the call gave up (t.Fatal in EntryPoint.Run)")}
+		defer func() { done <- r }()
+		r.v, r.err = h.call(t, g, payload, b)
 	}()
 	return done
 }

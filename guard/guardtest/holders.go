@@ -101,7 +101,7 @@ func composeLiveHolder(t *testing.T, h *composeHarness) {
 func (h *composeHarness) stalledHolder(t *testing.T, zombie bool) (*stallClock, *paused, <-chan result) {
 	clk := &stallClock{}
 	p := newPause(clk.stall)
-	g := h.guard(t, guard.WithClock(clk), guard.WithLease(stallLease))
+	g := h.guard(t, guard.WithClock(clk))
 	done := h.start(t, g, "order 1", h.body(how{by: "holder", pause: p.pause, zombie: zombie}))
 	h.reach(t, p, done, "holder")
 	return clk, p, done
@@ -145,9 +145,17 @@ func (h *composeHarness) takerResult(t *testing.T, taken <-chan result) result {
 	return r
 }
 
-// stallWait is how long a case waits for a transactional taker held up
-// by the stalled holder's transaction before it resumes the holder.
-const stallWait = stallLease + 3*time.Second
+// heldUp returns a channel that is closed once a transactional taker may
+// be held up by the stalled holder's transaction, which holds the rows it
+// wrote (DoTx on PostgreSQL): well after the holder's lease has lapsed.
+// For other entry points nothing holds the taker up, and the channel is
+// never closed.
+func (h *composeHarness) heldUp() <-chan time.Time {
+	if !h.transactional() {
+		return nil
+	}
+	return time.After(composeLease + 3*time.Second)
+}
 
 func composeTakeover(t *testing.T, h *composeHarness) {
 	clk, p, held := h.stalledHolder(t, false)
@@ -156,13 +164,12 @@ func composeTakeover(t *testing.T, h *composeHarness) {
 	waited := false
 	select {
 	case r = <-taken:
-	case <-time.After(stallWait):
-		// Where the stalled holder's transaction holds a row the taker
-		// needs (DoTx), the taker waits for it: resume the holder.
-		if !h.transactional() {
-			t.Fatal("the taker never took the key over from the stalled holder")
-		}
+	case <-h.heldUp():
+		// The stalled holder's transaction holds a row the taker needs
+		// (DoTx): resume the holder.
 		waited = true
+	case <-h.ctx.Done():
+		t.Fatal("the taker never took the key over from the stalled holder")
 	}
 	// Resumed, the holder's lease keeper wakes to a lapsed lease and ends
 	// its context: the holder ships nothing.
@@ -193,12 +200,11 @@ func composeZombie(t *testing.T, h *composeHarness) {
 		// It gave up on the row the stalled holder's transaction holds;
 		// its retry comes after the holder.
 		taken = closedResult(r)
-	case <-time.After(stallWait):
-		if !h.transactional() {
-			t.Fatal("the taker never took the key over from the stalled holder")
-		}
+	case <-h.heldUp():
 		// Held up by the stalled holder's transaction (DoTx): resume the
 		// holder first.
+	case <-h.ctx.Done():
+		t.Fatal("the taker never took the key over from the stalled holder")
 	}
 	// The holder runs again, its timers still held: its completion reaches
 	// the store before its lease keeper wakes, and must be fenced out.
