@@ -237,7 +237,8 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case err == nil && (out == guard.OutcomeReplayed || out == guard.OutcomeShared):
 		m.serve(w, resp, StatusReplayed, st.ExpiresAt)
 	case err == nil:
-		// Unguarded: the guard is disabled (IDEMGUARD_DISABLED).
+		// Unguarded (the guard was disabled, which passThrough serves,
+		// or the selection was empty): served as it ran.
 		if fresh != nil {
 			m.serve(w, fresh, "", time.Time{})
 		}
