@@ -262,6 +262,7 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // function unguarded. The response is the handler's, without idempotency
 // headers.
 func (m *middleware) passThrough(w http.ResponseWriter, r *http.Request) {
+	// A disabled Do fails only on an empty scope, which WithScope refuses.
 	_, _ = guard.Do(r.Context(), m.g, m.c.Scope, nil, func(ctx context.Context) (struct{}, error) {
 		m.next.ServeHTTP(w, r.WithContext(ctx))
 		return struct{}{}, nil

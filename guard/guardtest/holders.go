@@ -132,24 +132,23 @@ func (h *composeHarness) checkTaker(t *testing.T, r result) string {
 	return want
 }
 
-// takerResult waits for the taker's result. A transactional taker may
-// have given up while the holder's stalled transaction held a row it
-// needed (a step completed inside it, DoTx on PostgreSQL); the retry
-// finds the row free.
-func (h *composeHarness) takerResult(t *testing.T, taken <-chan result) result {
+// retried is the taker's result r, or, if a transactional taker gave up
+// while the stalled holder's transaction held a row it needed (a step
+// completed inside it, DoTx on PostgreSQL), its retry's, which finds the
+// row free.
+func (h *composeHarness) retried(t *testing.T, r result) result {
 	t.Helper()
-	r := h.wait(t, taken, "taker")
 	if r.err != nil && h.transactional() {
 		r.v, r.err = h.call(t, h.guard(t), "order 1", h.body(how{by: "taker"}))
 	}
 	return r
 }
 
-// heldUp returns a channel that is closed once a transactional taker may
+// heldUp returns a channel that delivers once a transactional taker may
 // be held up by the stalled holder's transaction, which holds the rows it
 // wrote (DoTx on PostgreSQL): well after the holder's lease has lapsed.
-// For other entry points nothing holds the taker up, and the channel is
-// never closed.
+// For other entry points nothing holds the taker up, and the channel
+// never delivers.
 func (h *composeHarness) heldUp() <-chan time.Time {
 	if !h.transactional() {
 		return nil
@@ -179,11 +178,9 @@ func composeTakeover(t *testing.T, h *composeHarness) {
 		t.Errorf("the resumed holder = %q; want an error, its claim lost", hr.v)
 	}
 	if waited {
-		r = h.takerResult(t, taken)
-	} else if r.err != nil && h.transactional() {
-		r.v, r.err = h.call(t, h.guard(t), "order 1", h.body(how{by: "taker"}))
+		r = h.wait(t, taken, "taker")
 	}
-	h.checkTaker(t, r)
+	h.checkTaker(t, h.retried(t, r))
 	h.wantEffects(t, 1, 1)
 }
 
@@ -216,7 +213,7 @@ func composeZombie(t *testing.T, h *composeHarness) {
 		t.Errorf("the resumed zombie holder = %q, %v; want guard.ErrLeaseLost (or the transport's answer for it): its completion fenced out", hr.v, hr.err)
 	}
 	close(tp.resume)
-	want := h.checkTaker(t, h.takerResult(t, taken))
+	want := h.checkTaker(t, h.retried(t, h.wait(t, taken, "taker")))
 	if v, err := h.call(t, h.guard(t), "order 1", h.body(how{by: "late"})); err != nil || v != want {
 		t.Errorf("a later call = %q, %v; want the taker's result, %q", v, err, want)
 	}
