@@ -92,10 +92,10 @@ type Stores map[string]func(t *testing.T) store.Store
 //   - PayloadReusedAfterCompletion: a call completes; a call with the same
 //     key and another payload is refused (guard.ErrPayloadMismatch) and
 //     runs nothing; the first payload still replays.
-//   - SecondCallMeetsLiveHolder: while a holder runs (paused in its body
-//     for longer than its lease, which its lease keeper extends), a call
-//     that rejects gets guard.ErrInProgress and one that waits gets the
-//     holder's result once it completes: the function ran once.
+//   - SecondCallMeetsLiveHolder: while a holder runs (paused in its body,
+//     its lease live), a call that rejects gets guard.ErrInProgress and
+//     one that waits gets the holder's result once it completes: the
+//     function ran once.
 //   - TakeoverOfPausedHolder: a holder's process stalls after its step,
 //     its clock and timers standing still, until its lease has lapsed by
 //     more than the skew on every clock; a second call takes the key over,
