@@ -4,7 +4,7 @@ go 1.26.7
 
 require (
 	github.com/grafana/grafana-foundation-sdk/go v0.0.22
-	github.com/idemguard/idemguard v0.0.0
+	github.com/idemguard/idemguard v0.1.0
 	github.com/jonboulle/clockwork v0.5.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
@@ -107,5 +107,3 @@ require (
 	k8s.io/klog/v2 v2.140.0 // indirect
 	k8s.io/utils v0.0.0-20260626114624-be93311217bd // indirect
 )
-
-replace github.com/idemguard/idemguard => ../

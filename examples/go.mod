@@ -10,8 +10,8 @@ require (
 	github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression v1.10.9
 	github.com/aws/aws-sdk-go-v2/service/dynamodb v1.74.0
 	github.com/aws/smithy-go v1.28.9
-	github.com/idemguard/idemguard v0.0.0
-	github.com/idemguard/idemguard/watermillguard v0.0.0
+	github.com/idemguard/idemguard v0.1.0
+	github.com/idemguard/idemguard/watermillguard v0.1.0
 	github.com/jackc/pgx/v5 v5.13.0
 	github.com/redis/go-redis/v9 v9.23.0
 	go.opentelemetry.io/otel v1.47.0
@@ -84,7 +84,3 @@ require (
 	google.golang.org/grpc v1.85.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )
-
-replace github.com/idemguard/idemguard => ../
-
-replace github.com/idemguard/idemguard/watermillguard => ../watermillguard
