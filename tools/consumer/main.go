@@ -3,8 +3,10 @@
 // fetched as a user fetches them (docs/releasing.md): a guarded call on the
 // memory store runs once and its duplicate replays. It imports
 // store/dynamodb and watermillguard as well, so that the build proves the
-// README's install lines fetch them. Inside the repository it builds
-// against the working tree, so an API change that breaks it fails make vet.
+// README's install lines fetch them. Its go.mod is the workspace's only:
+// make release-check copies main.go alone into a new module. Inside the
+// repository it builds against the working tree, so an API change that
+// breaks it fails make vet.
 package main
 
 import (

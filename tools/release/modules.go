@@ -27,9 +27,10 @@ var released = []string{".", "cmd/idemguard", "watermillguard"}
 // unpublished lists the workspace's modules that a release does not tag:
 // they are the repository's own programs and tests (the examples, the
 // benchmarks, the chaos suite, the dashboard and alert generator, this
-// tool), not something to import. They require the released version like
-// the others, and go.work gives them the working tree.
-var unpublished = []string{"bench", "chaos", "dashboards", "examples", "tools"}
+// tool, the consumer make release-check builds), not something to import.
+// They require the released version like the others, and go.work gives
+// them the working tree.
+var unpublished = []string{"bench", "chaos", "dashboards", "examples", "tools", "tools/consumer"}
 
 // A mod is one module of the workspace.
 type mod struct {
