@@ -75,7 +75,7 @@ log "idemguard key: $key"
 buildinfo=$(go version -m "$bin")
 while read -r mod version sum; do
 	[ "$mod" = github.com/idemguard/idemguard/watermillguard ] && continue # not in the CLI
-	grep -q -E "(mod|dep)[[:space:]]+$mod[[:space:]]+$version[[:space:]]+$sum" <<<"$buildinfo" ||
+	awk -v m="$mod" -v v="$version" -v s="$sum" '($1 == "mod" || $1 == "dep") && $2 == m && $3 == v && $4 == s { found = 1 } END { exit !found }' <<<"$buildinfo" ||
 		fail "the binary was not built from $mod $version $sum:"$'\n'"$buildinfo"
 done <"$work/proxy/sums.txt"
 
