@@ -311,7 +311,7 @@ func TestPrepare(t *testing.T) {
 	if err := prepare(repo, wf, mods, "v0.2.1", "2026-11-28", io.Discard); err == nil || !strings.Contains(err.Error(), "nothing under") {
 		t.Errorf("a second prepare with an empty Unreleased section: %v", err)
 	}
-	if _, err := cutChangelog(cl, "v0.2.0", "2026-11-28"); err == nil {
+	if _, err := cutChangelog(cl, "v0.2.0", "2026-11-28", ""); err == nil {
 		t.Error("a second section for v0.2.0 was allowed")
 	}
 }
