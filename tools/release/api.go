@@ -533,8 +533,8 @@ func releaseModules(apiFileData []byte, mods []mod) []string {
 
 // apiDiff compares, with apidiff, the released modules of release prev —
 // as the module proxy serves them (GOPROXY), what users have — with the
-// working tree, and returns the incompatible changes, each prefixed with
-// its module's path.
+// working tree, and returns the incompatible changes, each naming its
+// object by package path.
 //
 // The previous release's packages need type information, which its API
 // file alone does not give; the module proxy serves them to any clone,
@@ -565,11 +565,25 @@ func apiDiff(repo string, mods []mod, prev string) ([]string, error) {
 		cur := &apidiff.Module{Path: m.Path, Packages: newPkgs[m.Path]}
 		for _, c := range apidiff.ModuleChanges(old, cur).Changes {
 			if !c.Compatible {
-				out = append(out, m.Path+": "+c.Message)
+				out = append(out, qualifyChange(m.Path, c.Message))
 			}
 		}
 	}
 	return out, nil
+}
+
+// qualifyChange spells the object an apidiff message of module modPath
+// names by its full package path: apidiff names it relative to the module
+// ("./store.Store: removed", "Do: removed" in the root package).
+func qualifyChange(modPath, msg string) string {
+	switch {
+	case strings.HasPrefix(msg, "package "):
+		return msg
+	case strings.HasPrefix(msg, "./"):
+		return modPath + "/" + msg[2:]
+	default:
+		return modPath + "." + msg
+	}
 }
 
 // loadRelease loads the library packages of modules at version v from the

@@ -119,7 +119,7 @@ func run(args []string) error {
 			if err := checkAPI(repo, mods); err != nil {
 				return err
 			}
-			fmt.Printf("api: the exported API is %s\n", rel(repo, apiFile(repo)))
+			fmt.Printf("api: the exported API matches %s\n", rel(repo, apiFile(repo)))
 		default:
 			return errors.New("usage: release api [check]")
 		}

@@ -198,6 +198,8 @@ func workspaceRepo(t *testing.T, v string) string {
 		"LICENSE":      "the licence\n",
 		"CHANGELOG.md": "# Changelog\n\nIntro.\n\n## Unreleased\n\n### Added\n\n- a thing\n\n## v0.0.9 — 2026-01-01\n\n- old\n",
 		"go.work":      "go 1.26.0\n\nuse (\n",
+		// No package has exported features yet.
+		"api/current.txt": "",
 	}
 	req := func(dir string) string {
 		s := "module " + rootPath
