@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"go/types"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
@@ -488,9 +489,11 @@ func checkAPI(repo string, mods []mod) error {
 
 var releaseAPIFile = regexp.MustCompile(`^(v[0-9]+\.[0-9]+\.[0-9]+(?:-[0-9A-Za-z.-]+)?)\.txt$`)
 
-// previousRelease returns the newest release below v whose API api/ keeps
-// (api/VERSION.txt), or "" before the first.
-func previousRelease(repo, v string) (string, error) {
+// previousRelease returns the release before v: the newest of the
+// releases below v whose API api/ keeps (api/VERSION.txt), and of the
+// version the modules require of the released modules when it is below v
+// (between releases they require the last one); "" before the first.
+func previousRelease(repo string, mods []mod, v string) (string, error) {
 	entries, err := os.ReadDir(filepath.Join(repo, apiDir))
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return "", err
@@ -501,9 +504,12 @@ func previousRelease(repo, v string) (string, error) {
 		if m == nil || !semver.IsValid(m[1]) || semver.Compare(m[1], v) >= 0 {
 			continue
 		}
-		if prev == "" || semver.Compare(m[1], prev) > 0 {
+		if semver.Compare(m[1], prev) > 0 {
 			prev = m[1]
 		}
+	}
+	if req, err := requiredVersion(repo, mods); err == nil && semver.Compare(req, v) < 0 && semver.Compare(req, prev) > 0 {
+		prev = req
 	}
 	return prev, nil
 }
@@ -541,13 +547,20 @@ func releaseModules(apiFileData []byte, mods []mod) []string {
 // shallow or without tags, and the checksum database vouches that they are
 // what was released.
 func apiDiff(repo string, mods []mod, prev string) ([]string, error) {
-	data, err := os.ReadFile(filepath.Join(repo, apiDir, prev+".txt"))
+	newPkgs, err := apiPackages(repo, mods)
 	if err != nil {
 		return nil, err
 	}
-	oldPaths := releaseModules(data, mods)
-	newPkgs, err := apiPackages(repo, mods)
-	if err != nil {
+	// The modules that had packages in prev: as its API file says, or,
+	// without one, those that have packages now.
+	var oldPaths []string
+	data, err := os.ReadFile(filepath.Join(repo, apiDir, prev+".txt"))
+	switch {
+	case err == nil:
+		oldPaths = releaseModules(data, mods)
+	case errors.Is(err, os.ErrNotExist):
+		oldPaths = slices.Sorted(maps.Keys(newPkgs))
+	default:
 		return nil, err
 	}
 	oldPkgs := map[string][]*types.Package{}

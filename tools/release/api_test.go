@@ -198,11 +198,22 @@ func TestPrepareListsIncompatibleChanges(t *testing.T) {
 	}
 }
 
+// The previous release is the newest below the new one that api/ keeps,
+// or that the modules require.
 func TestPreviousRelease(t *testing.T) {
-	repo := t.TempDir()
-	writeFiles(t, repo, map[string]string{"api/current.txt": "", "api/v0.1.0.txt": "", "api/v0.10.0.txt": "", "api/v0.2.0.txt": "", "api/v0.2.1.txt": "", "api/notes.md": ""})
+	repo := workspaceRepo(t, "v0.1.0")
+	_, mods, err := workspace(repo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for v, want := range map[string]string{"v0.1.0": "", "v0.2.0": "v0.1.0"} {
+		if got, err := previousRelease(repo, mods, v); got != want || err != nil {
+			t.Errorf("without api/VERSION.txt: previousRelease(%s) = %q, %v; want %q", v, got, err, want)
+		}
+	}
+	writeFiles(t, repo, map[string]string{"api/v0.1.0.txt": "", "api/v0.10.0.txt": "", "api/v0.2.0.txt": "", "api/v0.2.1.txt": "", "api/notes.md": ""})
 	for v, want := range map[string]string{"v0.1.0": "", "v0.2.0": "v0.1.0", "v0.3.0": "v0.2.1", "v0.11.0": "v0.10.0", "v0.2.1-rc.1": "v0.2.0"} {
-		if got, err := previousRelease(repo, v); got != want || err != nil {
+		if got, err := previousRelease(repo, mods, v); got != want || err != nil {
 			t.Errorf("previousRelease(%s) = %q, %v; want %q", v, got, err, want)
 		}
 	}

@@ -171,7 +171,7 @@ func prepare(repo string, wf *modfile.WorkFile, mods []mod, v, date string, w io
 	if err := checkAPI(repo, mods); err != nil {
 		return err
 	}
-	prev, err := previousRelease(repo, v)
+	prev, err := previousRelease(repo, mods, v)
 	if err != nil {
 		return err
 	}
