@@ -174,6 +174,10 @@ func TestPrepareListsIncompatibleChanges(t *testing.T) {
 	if err := run([]string{"api"}); err != nil {
 		t.Fatal(err)
 	}
+	// A patch release breaks nothing.
+	if err := prepare(repo, wf, mods, "v0.1.1", "2026-12-01", &out); err == nil || !strings.Contains(err.Error(), "patch release") || !strings.Contains(err.Error(), "lib.Removed: removed") {
+		t.Fatalf("prepare of a patch release with an incompatible change: %v", err)
+	}
 	out.Reset()
 	if err := prepare(repo, wf, mods, "v0.2.0", "2026-12-01", &out); err != nil {
 		t.Fatal(err)

@@ -42,6 +42,7 @@ import (
 	"time"
 
 	"golang.org/x/mod/modfile"
+	"golang.org/x/mod/semver"
 )
 
 func main() {
@@ -180,6 +181,10 @@ func prepare(repo string, wf *modfile.WorkFile, mods []mod, v, date string, w io
 		if incompatible, err = apiDiff(repo, mods, prev); err != nil {
 			return err
 		}
+	}
+	if len(incompatible) > 0 && semver.MajorMinor(prev) == semver.MajorMinor(v) {
+		return fmt.Errorf("%s would be a patch release of %s, which breaks nothing, but apidiff finds incompatible changes since %s:\n\t%s\nrelease a new minor version instead, or undo them",
+			v, semver.MajorMinor(prev), prev, strings.Join(incompatible, "\n\t"))
 	}
 	if cl, err = cutChangelog(cl, v, date, incompatibleSection(prev, incompatible)); err != nil {
 		return err
