@@ -150,14 +150,7 @@ func typeFeatures(w *typeWriter, obj *types.TypeName) []string {
 	switch u := named.Underlying().(type) {
 	case *types.Struct:
 		fs = append(fs, head+" struct")
-		for f := range u.Fields() {
-			switch {
-			case f.Embedded() && (f.Exported() || !types.IsInterface(f.Type()) && hasExportedMembers(f.Type())):
-				fs = append(fs, head+" struct, embedded "+w.str(f.Type()))
-			case f.Exported():
-				fs = append(fs, head+" struct, "+f.Name()+" "+w.str(f.Type()))
-			}
-		}
+		fs = append(fs, structFields(w, head, u, map[*types.Struct]bool{})...)
 	case *types.Interface:
 		var methods []string
 		unexported := false
@@ -208,6 +201,33 @@ func typeFeatures(w *typeWriter, obj *types.TypeName) []string {
 				}
 				fs = append(fs, "method ("+rs+") "+m.Name()+w.sig(m.Signature()))
 			}
+		}
+	}
+	return fs
+}
+
+// structFields lists the exported fields of s and its embedded fields,
+// and the exported fields that embedded fields of unexported struct types
+// promote (their methods are in the method set).
+func structFields(w *typeWriter, head string, s *types.Struct, seen map[*types.Struct]bool) []string {
+	seen[s] = true
+	var fs []string
+	for f := range s.Fields() {
+		switch {
+		case f.Embedded() && (f.Exported() || !types.IsInterface(f.Type()) && hasExportedMembers(f.Type())):
+			fs = append(fs, head+" struct, embedded "+w.str(f.Type()))
+			if f.Exported() {
+				continue
+			}
+			t := f.Type()
+			if p, ok := t.(*types.Pointer); ok {
+				t = p.Elem()
+			}
+			if inner, ok := t.Underlying().(*types.Struct); ok && !seen[inner] {
+				fs = append(fs, structFields(w, head, inner, seen)...)
+			}
+		case f.Exported():
+			fs = append(fs, head+" struct, "+f.Name()+" "+w.str(f.Type()))
 		}
 	}
 	return fs

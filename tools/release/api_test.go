@@ -2,8 +2,14 @@ package main
 
 import (
 	"bytes"
+	"go/ast"
+	"go/importer"
+	"go/parser"
+	"go/token"
+	"go/types"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -220,5 +226,95 @@ func TestPreviousRelease(t *testing.T) {
 		if got, err := previousRelease(repo, mods, v); got != want || err != nil {
 			t.Errorf("previousRelease(%s) = %q, %v; want %q", v, got, err, want)
 		}
+	}
+}
+
+// Each kind of feature, spelled as api/ spells it.
+func TestPackageFeatures(t *testing.T) {
+	const src = `package p
+
+import (
+	"context"
+	"io"
+)
+
+const Typed Mode = 2
+const Untyped = "s"
+
+var Var map[string][]chan<- int
+
+type Mode int
+
+func (m Mode) String() string { return "" }
+
+type Alias = io.Reader
+
+type Generic[K comparable, V any] = map[K]V
+
+type Number interface{ ~int | ~float64 }
+
+type Closed interface {
+	io.Closer
+	Name(ctx context.Context) string
+	hidden()
+}
+
+type inner struct{ Promoted int }
+
+func (*inner) Inner() {}
+
+type Outer struct {
+	inner
+	io.Reader
+	Exported [4]byte
+	Fn       func(n int, rest ...string) (ok bool, err error)
+	unexported int
+}
+
+func Sum[N Number](ns ...N) N { var z N; return z }
+
+func Recv(<-chan struct{ A int }) interface{ M() } { return nil }
+`
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, "p.go", src, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pkg, err := (&types.Config{Importer: importer.Default()}).Check("example.com/p", fset, []*ast.File{f}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"const Typed Mode",
+		"const Typed = 2",
+		"const Untyped untyped string",
+		`const Untyped = "s"`,
+		"var Var map[string][]chan<- int",
+		"type Mode int",
+		"method (Mode) String() string",
+		"type Alias = io.Reader",
+		"type Generic[K comparable, V any] = map[K]V",
+		"type Number interface, type set interface{ ~int | ~float64 }",
+		"type Number interface {}",
+		"type Closed interface, Close() error",
+		"type Closed interface, Name(context.Context) string",
+		"type Closed interface, unexported methods",
+		"type Closed interface { Close, Name }",
+		"type Outer struct",
+		"type Outer struct, embedded inner",
+		"type Outer struct, Promoted int",
+		"type Outer struct, embedded io.Reader",
+		"type Outer struct, Exported [4]byte",
+		"type Outer struct, Fn func(int, ...string) (bool, error)",
+		"method (Outer) Read([]byte) (int, error)",
+		"method (*Outer) Inner()",
+		"func Sum[N Number](...N) N",
+		"func Recv(<-chan struct{A int}) interface{ M() }",
+	}
+	got := packageFeatures(pkg)
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("features:\n\t%s\nwant:\n\t%s", strings.Join(got, "\n\t"), strings.Join(want, "\n\t"))
 	}
 }
