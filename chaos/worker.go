@@ -488,6 +488,16 @@ func (wk *chaosWorker) wrap(guarded func(context.Context, Op) (OpResult, error))
 			wk.mu.Unlock()
 			return r, nil
 		}
+		if ctx.Err() != nil {
+			// Temporal ended the attempt: the SDK cancels an attempt's
+			// context when a heartbeat is answered that the attempt
+			// timed out on the server (on a loaded machine, its process
+			// may not have heartbeated in time) or was cancelled.
+			wk.mu.Lock()
+			fmt.Fprintf(wk.done, "cancel %s - %d -\n", op.ID, time.Now().UnixMilli())
+			wk.mu.Unlock()
+			fmt.Fprintf(os.Stderr, "chaos worker: op %s attempt %d: failed once its context ended: %v\n", op.ID, tactivity.GetInfo(ctx).Attempt, context.Cause(ctx))
+		}
 		var ae *temporal.ApplicationError
 		if errors.As(err, &ae) && (ae.Type() == activity.ErrorTypeLeaseLost || ae.Type() == activity.ErrorTypeNotRecorded) {
 			ev := &Entry{ID: "event#" + randomID(), Kind: EntryEvent, Op: op.ID, PID: wk.pid, At: time.Now(),
