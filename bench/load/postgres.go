@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -81,13 +82,22 @@ SELECT $1, 'INPROGRESS', $2::text, $3::text, 0, NULL, $4::timestamptz, $5::times
 ON CONFLICT (key) DO UPDATE SET status = 'INPROGRESS', token = excluded.token, payload_hash = excluded.payload_hash,
     result_kind = 0, result = NULL, expires_at = excluded.expires_at, lease_expires_at = excluded.lease_expires_at
 WHERE t.expires_at <= $6 OR (t.status = 'INPROGRESS' AND t.lease_expires_at <= $6)
-RETURNING true)
+RETURNING NOT (t.xmax = 0) AS replaced)
 SELECT * FROM live
 UNION ALL
-SELECT '', '', '', '', 0::smallint, NULL::bytea, NULL::timestamptz, NULL::timestamptz, true FROM claim`,
-		complete: `UPDATE ` + t + ` SET status = 'COMPLETED', payload_hash = '', result_kind = 0, result = $3,
+SELECT COALESCE(o.key, ''), COALESCE(o.status, ''), COALESCE(o.token, ''), COALESCE(o.payload_hash, ''),
+    COALESCE(o.result_kind, 0::smallint), o.result, o.expires_at, o.lease_expires_at, true
+FROM claim LEFT JOIN LATERAL (
+    SELECT ` + cols + ` FROM ` + t + ` WHERE claim.replaced AND key = $1 AND status = 'INPROGRESS' AND expires_at > $6 OFFSET 0
+) o ON true`,
+		// The completion notifies the table's channel of the key in the
+		// same statement (store/postgres's Watch).
+		complete: `WITH done AS (
+UPDATE ` + t + ` SET status = 'COMPLETED', payload_hash = '', result_kind = 0, result = $3,
     expires_at = $4, lease_expires_at = NULL
-WHERE key = $1 AND token = $2`,
+WHERE key = $1 AND token = $2
+RETURNING key)
+SELECT pg_notify('idemguard_' || '` + strings.ReplaceAll(t, "'", "''") + `'::regclass::oid::text, key) FROM done`,
 		insertEffect: `INSERT INTO ` + pgx.Identifier{effects}.Sanitize() + ` (order_id, amount) VALUES ($1, $2)`,
 	}
 }
