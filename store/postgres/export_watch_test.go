@@ -19,10 +19,6 @@ func WatchChannel(ctx context.Context, s *Store) (string, error) {
 	return ch, err
 }
 
-// ListenSQL is the statement the listener's connection sends, and sends
-// again to check itself: what pg_stat_activity shows as its query.
-func ListenSQL(channel string) string { return listenSQL(channel) }
-
 // ListenSessions returns how many LISTEN connections s has opened.
 func ListenSessions(s *Store) int {
 	s.listen.mu.Lock()

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemguard/idemguard/internal/postgrestest"
@@ -13,31 +14,33 @@ import (
 	"github.com/idemguard/idemguard/store/storetest"
 )
 
-// watchProbe counts and drops a store's LISTEN connection through
-// pg_stat_activity: the listener's last statement is its LISTEN, which
-// it also sends to check itself.
+// watchProbe counts and drops a store's subscriptions through pg_locks:
+// a process watching a key holds a shared advisory lock on it, classed by
+// the table's channel, on its LISTEN connection.
 func watchProbe(pool *pgxpool.Pool) storetest.WatchProbe {
-	listen := func(t *testing.T, s store.Store) string {
+	channel := func(t *testing.T, s store.Store) string {
 		t.Helper()
 		ch, err := postgres.WatchChannel(context.Background(), s.(*postgres.Store))
 		if err != nil {
 			t.Fatalf("the store's channel: %v", err)
 		}
-		return postgres.ListenSQL(ch)
+		return ch
 	}
 	return storetest.WatchProbe{
-		Subscriptions: func(t *testing.T, s store.Store, _ string) int {
+		Subscriptions: func(t *testing.T, s store.Store, key string) int {
 			var n int
-			if err := pool.QueryRow(context.Background(),
-				`SELECT count(*) FROM pg_stat_activity WHERE query = $1`, listen(t, s)).Scan(&n); err != nil {
-				t.Fatalf("pg_stat_activity: %v", err)
+			if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_locks
+WHERE locktype = 'advisory' AND classid = hashtext($1)::oid AND objid = hashtext($2)::oid AND objsubid = 2
+  AND mode = 'ShareLock' AND granted`, channel(t, s), key).Scan(&n); err != nil {
+				t.Fatalf("pg_locks: %v", err)
 			}
 			return n
 		},
 		Drop: func(t *testing.T, s store.Store) {
 			var n int
-			if err := pool.QueryRow(context.Background(),
-				`SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE query = $1`, listen(t, s)).Scan(&n); err != nil || n != 1 {
+			if err := pool.QueryRow(context.Background(), `SELECT count(pg_terminate_backend(pid)) FROM (
+SELECT DISTINCT pid FROM pg_locks WHERE locktype = 'advisory' AND classid = hashtext($1)::oid AND objsubid = 2) AS p`,
+				channel(t, s)).Scan(&n); err != nil || n != 1 {
 				t.Fatalf("pg_terminate_backend of the LISTEN connection: %d, %v; want 1", n, err)
 			}
 		},
@@ -156,5 +159,146 @@ func TestWatchOneConnectionPerStore(t *testing.T) {
 	}
 	for _, sub := range subs {
 		sub.Stop()
+	}
+}
+
+// TestWatchNotifiesOnlyWatchedKeys: a completion or release of a key no
+// process watches sends no NOTIFY (PostgreSQL serialises the commits of
+// notifying transactions), one of a watched key does. A connection of
+// the test's own listens on the table's channel and sees what is sent.
+func TestWatchNotifiesOnlyWatchedKeys(t *testing.T) {
+	pool := postgrestest.NewPool(t)
+	s := postgrestest.NewStore(t, pool)
+	ctx := context.Background()
+	channel, err := postgres.WatchChannel(ctx, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spy, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer spy.Release()
+	if _, err := spy.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	defer spy.Exec(ctx, "UNLISTEN *")
+	now := time.Now()
+	claim := func(key string) *store.Record {
+		rec := &store.Record{Key: key, Status: store.StatusInProgress, Token: "tok-" + key,
+			ExpiresAt: now.Add(time.Hour), LeaseExpiresAt: now.Add(time.Minute)}
+		if _, err := s.Acquire(ctx, rec, now); err != nil {
+			t.Fatalf("Acquire(%q) = %v", key, err)
+		}
+		return rec
+	}
+	complete := func(rec *store.Record) {
+		done := *rec
+		done.Status, done.Result = store.StatusCompleted, []byte(`1`)
+		if err := s.Complete(ctx, &done); err != nil {
+			t.Fatal(err)
+		}
+	}
+	complete(claim("scope#unwatched-completed"))
+	released := claim("scope#unwatched-released")
+	if err := s.Release(ctx, released.Key, released.Token); err != nil {
+		t.Fatal(err)
+	}
+	watched := claim("scope#watched")
+	sub, err := s.Watch(ctx, watched.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Stop()
+	complete(watched)
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	// Notifications arrive in commit order: the first one seen must be
+	// the watched key's.
+	n, err := spy.Conn().WaitForNotification(wctx)
+	if err != nil {
+		t.Fatalf("no notification of the watched key's completion: %v", err)
+	}
+	if n.Payload != watched.Key {
+		t.Errorf("the first notification sent was of %q; want %q, the only watched key", n.Payload, watched.Key)
+	}
+}
+
+// TestWatchWaitsForACommittingCompletion: a Watch made while a
+// completion of its key is written but not committed (a DoTx transaction
+// between its completion and its COMMIT, which holds the key's lock)
+// returns only once the completion commits, so the read that follows it
+// sees the completion; meanwhile the store's connection keeps serving
+// other keys.
+func TestWatchWaitsForACommittingCompletion(t *testing.T) {
+	pool := postgrestest.NewPool(t)
+	s := postgrestest.NewStore(t, pool)
+	ctx := context.Background()
+	now := time.Now()
+	rec := &store.Record{Key: "scope#committing", Status: store.StatusInProgress, Token: "tok",
+		ExpiresAt: now.Add(time.Hour), LeaseExpiresAt: now.Add(time.Minute)}
+	if _, err := s.Acquire(ctx, rec, now); err != nil {
+		t.Fatal(err)
+	}
+	other := &store.Record{Key: "scope#other", Status: store.StatusInProgress, Token: "tok2",
+		ExpiresAt: now.Add(time.Hour), LeaseExpiresAt: now.Add(time.Minute)}
+	if _, err := s.Acquire(ctx, other, now); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := s.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	done := *rec
+	done.Status, done.Result = store.StatusCompleted, []byte(`1`)
+	if err := tx.Complete(ctx, &done); err != nil {
+		t.Fatal(err)
+	}
+	type watched struct {
+		sub store.Subscription
+		err error
+	}
+	ch := make(chan watched, 1)
+	go func() {
+		sub, err := s.Watch(ctx, rec.Key)
+		ch <- watched{sub, err}
+	}()
+	// Another key's watch and notification go through meanwhile.
+	osub, err := s.Watch(ctx, other.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer osub.Stop()
+	odone := *other
+	odone.Status = store.StatusCompleted
+	if err := s.Complete(ctx, &odone); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-osub.Done():
+	case <-time.After(20 * time.Second):
+		t.Fatal("a watch of another key was not notified while a completion was committing")
+	}
+	select {
+	case w := <-ch:
+		t.Fatalf("Watch returned (%v) before the completion of its key committed: a read now would miss it, and so would the watch", w.err)
+	default:
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var w watched
+	select {
+	case w = <-ch:
+	case <-time.After(20 * time.Second):
+		t.Fatal("Watch did not return after the completion committed")
+	}
+	if w.err != nil {
+		t.Fatal(w.err)
+	}
+	defer w.sub.Stop()
+	if got, err := s.Get(ctx, rec.Key); err != nil || got.Status != store.StatusCompleted {
+		t.Fatalf("Get after Watch = %v, %v; want the committed completion", got, err)
 	}
 }
