@@ -72,6 +72,7 @@ type pgStatements struct {
 func newPgStatements(table, effects string) pgStatements {
 	t := pgx.Identifier{table}.Sanitize()
 	const cols = "key, status, token, payload_hash, result_kind, result, expires_at, lease_expires_at"
+	channel := `('idemguard_' || '` + strings.ReplaceAll(t, "'", "''") + `'::regclass::oid::text)`
 	return pgStatements{
 		claim: `WITH live AS (
 SELECT ` + cols + `, false FROM ` + t + `
@@ -91,13 +92,15 @@ FROM claim LEFT JOIN LATERAL (
     SELECT ` + cols + ` FROM ` + t + ` WHERE claim.replaced AND key = $1 AND status = 'INPROGRESS' AND expires_at > $6 OFFSET 0
 ) o ON true`,
 		// The completion notifies the table's channel of the key in the
-		// same statement (store/postgres's Watch).
+		// same statement when a process watches the key (store/postgres's
+		// Watch): the key's advisory lock, tried, is held by a watcher.
 		complete: `WITH done AS (
 UPDATE ` + t + ` SET status = 'COMPLETED', payload_hash = '', result_kind = 0, result = $3,
     expires_at = $4, lease_expires_at = NULL
 WHERE key = $1 AND token = $2
 RETURNING key)
-SELECT pg_notify('idemguard_' || '` + strings.ReplaceAll(t, "'", "''") + `'::regclass::oid::text, key) FROM done`,
+SELECT CASE WHEN pg_try_advisory_xact_lock(hashtext(` + channel + `), hashtext(key)) THEN 0
+    ELSE (SELECT 1 FROM pg_notify(` + channel + `, key)) END FROM done`,
 		insertEffect: `INSERT INTO ` + pgx.Identifier{effects}.Sanitize() + ` (order_id, amount) VALUES ($1, $2)`,
 	}
 }
