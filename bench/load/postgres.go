@@ -132,6 +132,10 @@ func newPgBench(ctx context.Context, cfg Config, runID string, body func(context
 		p.close()
 		return nil, err
 	}
+	if err := replaceStoreIndex(ctx, p.pool, p.table, cfg.StoreIndex); err != nil {
+		p.close()
+		return nil, err
+	}
 	if cfg.HandIndex {
 		// The index store/postgres keeps for Purge, which the hand-written
 		// table then pays for too.
@@ -251,4 +255,34 @@ func (p *pgBench) rawTx(ctx context.Context, b *bench, in Order) error {
 		return err
 	}
 	return tx.Commit(ctx)
+}
+
+// replaceStoreIndex replaces the (expires_at, key) index of the store's
+// table by the index kind names (see Config.StoreIndex).
+func replaceStoreIndex(ctx context.Context, pool *pgxpool.Pool, table, kind string) error {
+	t := pgx.Identifier{table}.Sanitize()
+	var create string
+	switch kind {
+	case "":
+		return nil
+	case "expires_at":
+		create = `CREATE INDEX ON ` + t + ` (expires_at)`
+	case "brin":
+		create = `CREATE INDEX ON ` + t + ` USING brin (expires_at)`
+	case "none":
+	default:
+		return fmt.Errorf("-store-index %q: want expires_at, brin or none", kind)
+	}
+	var name string
+	if err := pool.QueryRow(ctx, `SELECT indexrelid::regclass::text FROM pg_index WHERE indrelid = $1::regclass AND NOT indisprimary`, t).Scan(&name); err != nil {
+		return fmt.Errorf("finding the store's expiry index: %w", err)
+	}
+	if _, err := pool.Exec(ctx, `DROP INDEX `+name); err != nil {
+		return err
+	}
+	if create != "" {
+		_, err := pool.Exec(ctx, create)
+		return err
+	}
+	return nil
 }
