@@ -539,8 +539,12 @@ func WithWait(budget time.Duration) CallOption {
 }
 
 // WithWaitBackoff sets the first and the longest pause between polls in
-// [Wait] mode (defaults [DefaultWaitInitial], [DefaultWaitMax]). Pauses grow
-// exponentially with jitter and never run past the holder's lease end.
+// [Wait] mode (defaults [DefaultWaitInitial], [DefaultWaitMax]), on a store
+// that does not push completions ([store.Watcher]): each pause is about as
+// long as the call has been seen running, within these bounds (a random part
+// of up to a quarter taken off, never above the longest), and never runs
+// past the holder's lease end. The duplicates of a key waiting in one
+// process share the polls.
 func WithWaitBackoff(initial, max time.Duration) CallOption {
 	return opt(setWaitBackoff, func(c *config) {
 		if c.check(initial > 0 && max >= initial, "wait backoff needs 0 < initial <= max, got %v, %v", initial, max) {

@@ -208,13 +208,16 @@ func (g *Guard) runWait(ctx context.Context, c *config, w *keyWaiter, rec *store
 }
 
 // pollPause is the pause before the next read of a record whose claim has
-// been seen running for running, on a store that does not push: half of
-// that (a call seen running for a while is likely to run a while longer),
+// been seen running for running, on a store that does not push: as long
+// again (a call seen running for a while is likely to run a while longer),
 // from WithWaitBackoff's first pause up to its longest, less a random part
 // of up to a quarter so that the processes waiting for a key spread their
-// reads. It never exceeds the longest pause.
+// reads. It never exceeds the longest pause. A process therefore reads a
+// key whose call runs for D about log2(min(D, max)/initial) + 1 times, and
+// then once per longest pause (at most D/(0.75·max) more), plus once at the
+// holder's lease end if it comes first.
 func pollPause(c *config, running time.Duration) time.Duration {
-	p := min(max(running/2, c.waitInitial), c.waitMax)
+	p := min(max(running, c.waitInitial), c.waitMax)
 	return p - time.Duration(rand.Int64N(int64(p/4)+1))
 }
 
