@@ -68,6 +68,7 @@ var errWaitBudget = errors.New("wait budget spent")
 func (g *Guard) waitHeld(ctx context.Context, c *config, key string, old *store.Record, waitEnd time.Time) (*store.Record, error) {
 	w := g.joinWait(ctx, c, key, old)
 	defer w.leave()
+	defer beatWhileWaiting(ctx)()
 	budget := make(chan struct{})
 	stop := g.clock.AfterFunc(waitEnd.Sub(g.clock.Now()), func() { close(budget) })
 	defer stop()
