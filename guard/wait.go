@@ -28,10 +28,18 @@ import (
 // holder's lease lapsed; the duplicates then try Acquire, and one of them
 // runs the function (or takes the claim over).
 
-// watchSafetyPoll is how often a waiter whose store pushes completions
-// reads the record anyway, in case a notification was lost without its
-// subscription knowing.
-const watchSafetyPoll = 5 * time.Second
+// A waiter whose store pushes completions reads the record anyway, in case
+// a notification was lost without its subscription knowing (a lost
+// connection ends the subscription, and is read after at once): after as
+// long as the call has been seen running, from watchSafetyMin up to
+// watchSafetyMax. A call's lone waiter thus reads at most about
+// log2(D/watchSafetyMin) times more for a call that runs D, and a lost
+// notification delays it by at most the time the call had been running,
+// or a minute.
+const (
+	watchSafetyMin = 10 * time.Second
+	watchSafetyMax = time.Minute
+)
 
 // waitKey identifies a shared waiter: the store, the key, and what decides
 // when a lease has lapsed (the guard's skew tolerance, and its clock when
@@ -185,10 +193,11 @@ func (g *Guard) runWait(ctx context.Context, c *config, w *keyWaiter, rec *store
 			w.finish(nil, reads)
 			return
 		}
-		pause := watchSafetyPoll
+		var pause time.Duration
 		var notified <-chan struct{}
 		if sub != nil {
 			notified = sub.Done()
+			pause = min(max(now.Sub(seen), watchSafetyMin), watchSafetyMax)
 		} else {
 			pause = pollPause(c, now.Sub(seen))
 		}
