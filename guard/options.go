@@ -49,11 +49,12 @@ const (
 	// Powertools; it suits callers that retry with backoff themselves, such
 	// as Temporal activities.
 	Reject Mode = iota
-	// Wait polls the store with backoff and jitter until the other call
-	// completes (and replays its result), fails or lapses (and runs the
-	// function), or the wait budget ends ([ErrInProgress]). A duplicate in
-	// the same process waits for the running call the same way, without
-	// polling.
+	// Wait waits until the other call completes (and replays its result),
+	// fails or lapses (and runs the function), or the wait budget ends
+	// ([ErrInProgress]): told of the outcome by a store that pushes it
+	// ([store.Watcher]), else polling the record ([WithWaitBackoff]). The
+	// duplicates of a key in one process share one wait; a duplicate in
+	// the same guard waits for the running call without a store call.
 	Wait
 )
 
