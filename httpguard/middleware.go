@@ -163,6 +163,11 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			call = append(slices.Clip(call), guard.WithTTL(ttl))
 		}
 	}
+	if d, ok := preferWait(r.Header); ok {
+		// Prefer: wait=N (RFC 7240) shortens a duplicate's wait; it never
+		// lengthens the one the API allows.
+		call = m.preferredWait(call, d)
+	}
 	in := idemkey.Input{K: idemkey.Selection{Key: key, Method: r.Method}}
 	switch {
 	case m.c.principal != nil:
