@@ -145,7 +145,7 @@ func run(pattern string, list, baseline, keep bool, timeout time.Duration) error
 				return err
 			}
 			if failed {
-				fmt.Printf("%-34s caught by %-26s (%v)\n", m.Name, n.Name, d)
+				fmt.Printf("%-34s caught by %-26s (%v): %s\n", m.Name, n.Name, d, reason(log))
 				continue
 			}
 			fmt.Printf("%-34s SURVIVED %-26s (%v)\n%s\n", m.Name, n.Name, d, tail(log))
@@ -372,6 +372,24 @@ func copyFile(src, dst string) error {
 		return err
 	}
 	return o.Close()
+}
+
+// failure finds the first line of a net's output that says why it failed:
+// a chaos run's violation or a test's error.
+var failure = regexp.MustCompile(`(?m)^\s*(VIOLATION: .*|\S+\.go:\d+: .*)$`)
+
+// reason returns the first line of a net's output that says why it
+// failed, cut to a line's width.
+func reason(log []byte) string {
+	m := failure.FindSubmatch(log)
+	if m == nil {
+		return "(no test error or violation in its output; see its log)"
+	}
+	r := string(m[1])
+	if len(r) > 160 {
+		r = r[:160] + "…"
+	}
+	return r
 }
 
 // tail returns the last lines of a net's output.

@@ -206,3 +206,17 @@ func TestTables(t *testing.T) {
 		t.Errorf("the checker's mutants in docs/chaos.md are %v, in store/storetest/mutants.go %v", got, want)
 	}
 }
+
+// A catch is reported with the first violation or test error of the net's
+// output.
+func TestReason(t *testing.T) {
+	for _, c := range []struct{ log, want string }{
+		{"chaos run: FAIL\n  payloads: 1 violations\n  VIOLATION: op 1: not refused\n  VIOLATION: op 2\n", "VIOLATION: op 1: not refused"},
+		{"=== RUN   TestX\n        holders.go:79: a call that rejects = ok\n--- FAIL: TestX\n", "holders.go:79: a call that rejects = ok"},
+		{"exit status 1\n", "(no test error or violation in its output; see its log)"},
+	} {
+		if got := reason([]byte(c.log)); got != c.want {
+			t.Errorf("reason(%q) = %q, want %q", c.log, got, c.want)
+		}
+	}
+}
