@@ -374,14 +374,24 @@ func copyFile(src, dst string) error {
 	return o.Close()
 }
 
-// failure finds the first line of a net's output that says why it failed:
-// a chaos run's violation or a test's error.
-var failure = regexp.MustCompile(`(?m)^\s*(VIOLATION: .*|\S+\.go:\d+: .*)$`)
+// A net's output says why it failed in a chaos run's violation or a
+// test's error; a failed test prints its logs too, so a line that reads
+// like an error is preferred to the first line a test printed.
+var (
+	violation = regexp.MustCompile(`(?m)^\s*(VIOLATION: .*)$`)
+	testError = regexp.MustCompile(`(?mi)^\s*(\S+\.go:\d+: .*(want|NOT LINEARIZABLE|fail|unexpected|got).*)$`)
+	testLine  = regexp.MustCompile(`(?m)^\s*(\S+\.go:\d+: .*)$`)
+)
 
-// reason returns the first line of a net's output that says why it
-// failed, cut to a line's width.
+// reason returns the line of a net's output that says why it failed, cut
+// to a line's width.
 func reason(log []byte) string {
-	m := failure.FindSubmatch(log)
+	var m [][]byte
+	for _, re := range []*regexp.Regexp{violation, testError, testLine} {
+		if m = re.FindSubmatch(log); m != nil {
+			break
+		}
+	}
 	if m == nil {
 		return "(no test error or violation in its output; see its log)"
 	}

@@ -213,6 +213,8 @@ func TestReason(t *testing.T) {
 	for _, c := range []struct{ log, want string }{
 		{"chaos run: FAIL\n  payloads: 1 violations\n  VIOLATION: op 1: not refused\n  VIOLATION: op 2\n", "VIOLATION: op 1: not refused"},
 		{"=== RUN   TestX\n        holders.go:79: a call that rejects = ok\n--- FAIL: TestX\n", "holders.go:79: a call that rejects = ok"},
+		{"    x_test.go:21: recorded 40 operations\n    x.go:80: NOT LINEARIZABLE: 40 operations\n", "x.go:80: NOT LINEARIZABLE: 40 operations"},
+		{"    x_test.go:21: recorded 40 operations\n--- FAIL: TestX\n", "x_test.go:21: recorded 40 operations"},
 		{"exit status 1\n", "(no test error or violation in its output; see its log)"},
 	} {
 		if got := reason([]byte(c.log)); got != c.want {
