@@ -48,10 +48,21 @@
 # make cli-scale  loads 100,000 records into DynamoDB Local and lists them
 #             with the idemguard CLI, reporting time and peak RSS
 #             (docs/cli.md); about a minute and a half, so not in make test.
+# make mutants  the mutation check (tools/mutants, docs/chaos.md "What the
+#             nets catch"): each deliberate bug of its list put into a copy of
+#             the working tree, one at a time, and the nets named for it run
+#             against the harness's servers (store suites, the composition
+#             suite through the entry points' tests, chaos control runs);
+#             fails unless every named net catches every mutant, or when an
+#             anchor of a mutant is not in the tree. MUTANTSFLAGS passes
+#             flags, e.g. MUTANTSFLAGS='-run redis -baseline=false'. Too long
+#             for make test (see docs/chaos.md for its run time); make test
+#             checks the anchors and the docs' table (TestAnchors,
+#             TestTables).
 
 GO ?= go
 
-.PHONY: test unit vet bench tools fmt cli-scale dashboards dashboard-png release release-check vulncheck tidy api api-check
+.PHONY: test unit vet bench tools fmt cli-scale dashboards dashboard-png release release-check vulncheck tidy api api-check mutants
 
 # The library module and the nested examples, bench, chaos, CLI, dashboards,
 # release tools, Watermill and Lambda modules (go.work).
@@ -109,6 +120,9 @@ dashboard-png:
 .PHONY: failover
 failover:
 	IDEMGUARD_SERVICES="redis postgres" scripts/harness.sh run $(GO) test -count=1 -v -run '^(TestFailover|TestStandbyFailover)$$' ./store/redis/ ./store/postgres/ -failover
+
+mutants:
+	CI=true scripts/harness.sh run $(GO) run ./tools/mutants $(MUTANTSFLAGS)
 
 cli-scale:
 	IDEMGUARD_SERVICES=dynamodb scripts/harness.sh run $(GO) test -count=1 -run '^TestListScale$$' -v ./cmd/idemguard/ -list-records 100000

@@ -18,6 +18,22 @@ type mutant struct {
 	wrap func(store.Store) store.Store
 }
 
+// forgeTimeout bounds a mutant's forgery.
+const forgeTimeout = 10 * time.Second
+
+// forging returns the context of a mutant's forgery: the operation's,
+// without its deadline, for at most forgeTimeout. A forgery takes two or
+// three calls where the real store takes one; under the operation's own
+// deadline (a quarter of HistoryConfig.OpTimeout to all of it) a slow
+// store, as DynamoDB Local is on a loaded machine, ran most forgeries out
+// of time, so that the broken write was recorded as an answer lost, which
+// the checker rightly accepts as possibly applied, or never made — and
+// the mutant went uncaught. The forgery still ends before the operation
+// returns, so the history holds it within the operation's span.
+func forging(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), forgeTimeout)
+}
+
 // mutants are the checker's mutation test: each breaks one condition.
 var mutants = []mutant{
 	{"ClaimAlwaysSucceeds", func(s store.Store) store.Store { return claimAlways{s} }},
@@ -43,7 +59,12 @@ func (m takeoverUnreported) Acquire(ctx context.Context, rec *store.Record, now 
 type claimAlways struct{ store.Store }
 
 func (m claimAlways) Acquire(ctx context.Context, rec *store.Record, now time.Time) (*store.Record, error) {
-	for range 3 {
+	fctx, cancel := forging(ctx)
+	defer cancel()
+	for i := range 3 {
+		if i > 0 {
+			ctx = fctx
+		}
 		old, err := m.Store.Acquire(ctx, rec, now)
 		if !errors.Is(err, store.ErrConflict) {
 			return old, err
@@ -76,6 +97,8 @@ func (m completeUnfenced) Complete(ctx context.Context, rec *store.Record) error
 	if !errors.Is(err, store.ErrTokenMismatch) {
 		return err
 	}
+	ctx, cancel := forging(ctx)
+	defer cancel()
 	cur, gerr := m.Store.Get(ctx, rec.Key)
 	if gerr != nil {
 		if errors.Is(gerr, store.ErrNotFound) {
@@ -97,6 +120,8 @@ func (m releaseIgnoresToken) Release(ctx context.Context, key, token string) err
 	if !errors.Is(err, store.ErrTokenMismatch) {
 		return err
 	}
+	ctx, cancel := forging(ctx)
+	defer cancel()
 	cur, gerr := m.Store.Get(ctx, key)
 	if gerr != nil {
 		if errors.Is(gerr, store.ErrNotFound) {

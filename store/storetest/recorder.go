@@ -55,6 +55,11 @@ type HistoryConfig struct {
 	// now, so that a store's own expiry (Redis PEXPIREAT, DynamoDB TTL)
 	// never removes a record during the run.
 	Base time.Time
+
+	// stalls is the chance that a holder stalls past its lease at each
+	// point where it may; default 0.3. RunMutants raises it: every broken
+	// condition but the claim's shows only in a holder's late write.
+	stalls float64
 }
 
 func (c *HistoryConfig) defaults() {
@@ -75,6 +80,9 @@ func (c *HistoryConfig) defaults() {
 	}
 	if c.Tick <= 0 {
 		c.Tick = 10 * time.Millisecond
+	}
+	if c.stalls <= 0 {
+		c.stalls = 0.3
 	}
 	if c.Prefix == "" {
 		var b [6]byte
@@ -350,7 +358,7 @@ func (c *client) claim(ctx context.Context, key string) bool {
 // one who took the key over holds it, and must be fenced off. It reports
 // whether it stalled, and false when the run is over.
 func (c *client) maybeStall(ctx context.Context, key, tok string, lease int64) (stalled, ok bool) {
-	if lease == 0 || !c.chance(0.3) {
+	if lease == 0 || !c.chance(c.r.cfg.stalls) {
 		return false, true
 	}
 	for {
