@@ -15,6 +15,10 @@
 // key of exactly the length it states, which does not compress, goes
 // through every method.
 //
+// Given [WithNewerFormat], a way to mark a stored record as written in a
+// newer format than the store reads, Run checks the store's answer to
+// such records (subtest NewerFormat); without it that subtest is skipped.
+//
 // # Linearizability
 //
 // [RunLinearizable] checks a store's histories instead of chosen cases: it
@@ -52,7 +56,8 @@ type MakeStore func(t *testing.T) store.Store
 type Option func(*config)
 
 type config struct {
-	tooLarge int
+	tooLarge   int
+	markFormat MarkFormat
 }
 
 // WithTooLarge tells the suite that the store refuses a record whose Result
@@ -113,6 +118,7 @@ func Run(t *testing.T, newStore MakeStore, opts ...Option) {
 	runAdmin(t, newStore)
 	runPurger(t, newStore)
 	runKeyLimiter(t, newStore)
+	runNewerFormat(t, newStore, cfg)
 }
 
 type harness struct {
