@@ -28,7 +28,7 @@ func TestConformance(t *testing.T) {
 		t.Run(mode.name, func(t *testing.T) {
 			storetest.Run(t, func(t *testing.T) store.Store {
 				return redistest.NewStore(t, client, mode.opts...)
-			}, mode.suite...)
+			}, append(mode.suite, storetest.WithNewerFormat(idemredis.MarkFormat))...)
 		})
 	}
 }
