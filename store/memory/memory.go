@@ -5,7 +5,9 @@
 // implements [store.BatchGetter], so batches replay their completed items
 // with one lookup, and [store.Admin], for tests that play an operator. It
 // keeps records only for the life of the process and shares them only between
-// guards that use the same *Store. It checks expiry lazily against the time
+// guards that use the same *Store, all of one build: its records carry no
+// format (see store.FormatVersion), since no other release ever reads
+// them. It checks expiry lazily against the time
 // the guard passes in, so it starts no goroutine and needs no Close; expired
 // records are dropped when the key is next acquired or by [Store.Sweep].
 package memory
