@@ -70,23 +70,27 @@ type pgStatements struct {
 
 func newPgStatements(table, effects string) pgStatements {
 	t := pgx.Identifier{table}.Sanitize()
-	const cols = "key, status, token, payload_hash, result_kind, result, expires_at, lease_expires_at"
+	const cols = "key, status, token, payload_hash, result_kind, result, expires_at, lease_expires_at, format"
 	return pgStatements{
 		claim: `WITH live AS (
 SELECT ` + cols + `, false FROM ` + t + `
 WHERE key = $1 AND expires_at > $6 AND (status <> 'INPROGRESS' OR lease_expires_at IS NULL OR lease_expires_at > $6)
 ), claim AS (
 INSERT INTO ` + t + ` AS t (` + cols + `)
-SELECT $1, 'INPROGRESS', $2::text, $3::text, 0, NULL, $4::timestamptz, $5::timestamptz WHERE NOT EXISTS (SELECT FROM live)
+SELECT $1, 'INPROGRESS', $2::text, $3::text, 0, NULL, $4::timestamptz, $5::timestamptz, 1 WHERE NOT EXISTS (SELECT FROM live)
 ON CONFLICT (key) DO UPDATE SET status = 'INPROGRESS', token = excluded.token, payload_hash = excluded.payload_hash,
-    result_kind = 0, result = NULL, expires_at = excluded.expires_at, lease_expires_at = excluded.lease_expires_at
+    result_kind = 0, result = NULL, expires_at = excluded.expires_at, lease_expires_at = excluded.lease_expires_at, format = 1
 WHERE t.expires_at <= $6 OR (t.status = 'INPROGRESS' AND t.lease_expires_at <= $6)
-RETURNING true)
+RETURNING NOT (t.xmax = 0) AS replaced)
 SELECT * FROM live
 UNION ALL
-SELECT '', '', '', '', 0::smallint, NULL::bytea, NULL::timestamptz, NULL::timestamptz, true FROM claim`,
+SELECT COALESCE(o.key, ''), COALESCE(o.status, ''), COALESCE(o.token, ''), COALESCE(o.payload_hash, ''),
+    COALESCE(o.result_kind, 0::smallint), o.result, o.expires_at, o.lease_expires_at, COALESCE(o.format, 1::smallint), true
+FROM claim LEFT JOIN LATERAL (
+    SELECT ` + cols + ` FROM ` + t + ` WHERE claim.replaced AND key = $1 AND status = 'INPROGRESS' AND expires_at > $6 OFFSET 0
+) o ON true`,
 		complete: `UPDATE ` + t + ` SET status = 'COMPLETED', payload_hash = '', result_kind = 0, result = $3,
-    expires_at = $4, lease_expires_at = NULL
+    expires_at = $4, lease_expires_at = NULL, format = 1
 WHERE key = $1 AND token = $2`,
 		insertEffect: `INSERT INTO ` + pgx.Identifier{effects}.Sanitize() + ` (order_id, amount) VALUES ($1, $2)`,
 	}
@@ -171,11 +175,11 @@ func ceilMicro(t time.Time) time.Time {
 func (p *pgBench) rawClaim(ctx context.Context, key, token string, now time.Time) (won bool, result []byte, err error) {
 	var (
 		k, status, tok, ph string
-		kind               int16
+		kind, format       int16
 		exp, lease         pgtype.Timestamptz
 	)
 	err = p.pool.QueryRow(ctx, p.sql.claim, key, token, "", ceilMicro(now.Add(max(rawTTL, rawLease))), ceilMicro(now.Add(rawLease)),
-		now.Add(-guard.DefaultClockSkew)).Scan(&k, &status, &tok, &ph, &kind, &result, &exp, &lease, &won)
+		now.Add(-guard.DefaultClockSkew)).Scan(&k, &status, &tok, &ph, &kind, &result, &exp, &lease, &format, &won)
 	if err != nil {
 		return false, nil, err
 	}

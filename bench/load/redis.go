@@ -138,7 +138,7 @@ func (r *redisBench) rawClaim(ctx context.Context, key, token string, now time.T
 	exp := epoch.CeilSeconds(now.Add(max(rawTTL, rawLease)))
 	return r.client.EvalSha(ctx, r.acquireSHA, []string{r.prefix + key},
 		epoch.FloorMillis(seen), exp*1000+r.grace, exp, token, epoch.CeilMillis(now.Add(rawLease)),
-		idemredis.FieldFormat, store.FormatVersion).Result()
+		idemredis.FieldFormat, int64(store.FormatVersion)).Result()
 }
 
 // rawMiss claims key, runs the function and completes the claim with its
@@ -159,7 +159,7 @@ func (r *redisBench) rawMiss(ctx context.Context, b *bench, key string, in Order
 	}
 	exp := epoch.CeilSeconds(time.Now().Add(rawTTL))
 	v, err = r.client.EvalSha(ctx, r.completeSHA, []string{r.prefix + key},
-		token, exp*1000+r.grace, exp, idemredis.FieldFormat, store.FormatVersion, idemredis.FieldData, data).Result()
+		token, exp*1000+r.grace, exp, idemredis.FieldFormat, int64(store.FormatVersion), idemredis.FieldData, data).Result()
 	if err != nil {
 		return err
 	}
