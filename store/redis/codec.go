@@ -63,9 +63,9 @@ var (
 // returns), for a claim its token and its lease end (epoch ms, or "" for
 // none), and then, as field, value pairs for HSET, the record's format and
 // the fields a record has only sometimes: the lease end of a completed
-// record, payload hash, result kind, encoding and result. The script writes the status, and the fields
-// given by position. Times are int64s, which
-// go-redis writes as decimal text, without a string of their own. encode
+// record, payload hash, result kind, encoding and result. The script
+// writes the status, and the fields given by position. Times are int64s,
+// which go-redis writes as decimal text, without a string of their own. encode
 // refuses times it could not store, and results over the store's limit
 // with an error matching [store.ErrTooLarge].
 func (s *Store) encode(sc *script, rec *store.Record, claim bool, header ...any) (args []any, expiry int64, err error) {
@@ -256,7 +256,8 @@ func (s *Store) decodePacked(key, v string) (*store.Record, error) {
 }
 
 // decode reads the fields f of the record key. It never panics; fields it
-// cannot read give a [*store.DecodeError].
+// cannot read give a [*store.DecodeError], and a format newer than the
+// store reads a [*store.FormatError].
 func (s *Store) decode(key string, f *fields) (*store.Record, error) {
 	// The format first: nothing else of a newer one is read.
 	if f.has&hasFormat != 0 {
