@@ -37,7 +37,7 @@ func runComposeActivity(t *testing.T, fn any, interceptors []interceptor.WorkerI
 	env.RegisterActivityWithOptions(fn, tactivity.RegisterOptions{Name: "Compose"})
 	v, err := env.ExecuteActivity("Compose", in)
 	if err != nil {
-		return "", err
+		return "", temporaltest.GuardError(err)
 	}
 	var out string
 	if err := v.Get(&out); err != nil {
@@ -49,7 +49,11 @@ func runComposeActivity(t *testing.T, fn any, interceptors []interceptor.WorkerI
 // A guarded activity joins the composition suite on every store, guarded
 // by activity.Wrap and by the interceptor's policy: a guard.Step inside
 // it, first call and replay, an error after the step and Temporal's retry,
-// a payload reused after the step, and a paused holder taken over.
+// a payload reused after the step or the completion
+// (IdempotencyPayloadMismatch), a duplicate while the first runs
+// (IdempotencyInProgress, or the first's result after waiting), paused
+// holders taken over (the zombie's IdempotencyLeaseLost), and the disabled
+// guard's pass-through.
 func TestCompositionActivity(t *testing.T) {
 	for _, tc := range []struct {
 		name        string

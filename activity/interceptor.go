@@ -3,26 +3,48 @@ package activity
 import (
 	"context"
 
+	"github.com/nexus-rpc/sdk-go/nexus"
 	tactivity "go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/interceptor"
 	tworkflow "go.temporal.io/sdk/workflow"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/temporalerr"
 	"github.com/idemguard/idemguard/internal/wfkey"
 )
 
-// Policy says how [NewInterceptor] guards one activity type.
+// Package nexusguard maps guard errors for Nexus callers through the
+// activity mapping: one table for both.
+func init() { temporalerr.FromGuard = temporalError }
+
+// Policy says how [NewInterceptor] guards one activity type, or one Nexus
+// operation.
 type Policy struct {
 	// Activity is the activity type name, as registered (see [Name]).
 	Activity string
 	// Options configure the guard for this activity type.
 	Options []Option
+	// Nexus, given instead of Activity and Options, guards the starts of
+	// a Nexus operation. Package nexusguard makes such policies
+	// (nexusguard.Policy).
+	Nexus NexusOperation
+}
+
+// NexusOperation guards the starts of one Nexus operation for
+// [NewInterceptor]. Package nexusguard implements it: nexusguard.Policy
+// returns a [Policy] that holds one.
+type NexusOperation interface {
+	// NexusOperation returns the names of the service and of the
+	// operation whose starts it guards.
+	NexusOperation() (service, operation string)
+	// StartNexusOperation starts the operation through next, guarded.
+	StartNexusOperation(ctx context.Context, in interceptor.NexusStartOperationInput, next interceptor.NexusOperationInboundInterceptor) (nexus.HandlerStartOperationResult[any], error)
 }
 
 // NewInterceptor returns idemguard's worker interceptor. Register it in
 // worker.Options.Interceptors (or client.Options.Interceptors, not both) of
-// every worker that runs workflows setting keys or guarded activities. It
-// does three things:
+// every worker that runs workflows setting keys, guarded activities or
+// guarded Nexus operations. It does four things:
 //
 //   - On the workflow side, it stamps the key a workflow set with
 //     workflow.ContextWithKey into the header of each activity (and local
@@ -40,14 +62,24 @@ type Policy struct {
 //     with the data converter of [WithDataConverter] and replayed through
 //     the worker's own data converter, so that its payload codecs apply to
 //     what reaches the history as they do when the activity runs.
+//   - It guards the starts of the Nexus operations named by policies made
+//     by package nexusguard, each with the guard its policy was made
+//     with, and turns guard.ErrNotInCall returned by a Nexus operation it
+//     does not guard into the same non-retryable error.
 //
-// With no policies it only hands keys on, and g may be nil. An activity
-// guarded both ways is guarded once, by the interceptor. NewInterceptor
-// panics on invalid options, an empty activity name, two policies for one
-// activity type, or policies without a guard.
+// With no activity policies it only hands keys on, and g may be nil. An
+// activity guarded both ways is guarded once, by the interceptor.
+// NewInterceptor panics on invalid options, an empty activity name, two
+// policies for one activity type or Nexus operation, a policy naming both
+// an activity and a Nexus operation, or activity policies without a
+// guard.
 func NewInterceptor(g *guard.Guard, policies ...Policy) interceptor.WorkerInterceptor {
 	wi := &workerInterceptor{policies: make(map[string]*runner, len(policies))}
 	for _, p := range policies {
+		if p.Nexus != nil {
+			wi.addNexus(p)
+			continue
+		}
 		if p.Activity == "" {
 			panic("idemguard/activity: NewInterceptor: policy without an activity name")
 		}
@@ -62,6 +94,50 @@ func NewInterceptor(g *guard.Guard, policies ...Policy) interceptor.WorkerInterc
 type workerInterceptor struct {
 	interceptor.WorkerInterceptorBase
 	policies map[string]*runner // by activity type; read-only after NewInterceptor
+	nexus    map[nexusName]NexusOperation
+}
+
+// nexusName names a Nexus operation: its service and its name.
+type nexusName struct{ service, operation string }
+
+// addNexus adds p, a Nexus operation's policy.
+func (w *workerInterceptor) addNexus(p Policy) {
+	service, operation := p.Nexus.NexusOperation()
+	n := nexusName{service, operation}
+	switch _, dup := w.nexus[n]; {
+	case p.Activity != "" || len(p.Options) > 0:
+		panic("idemguard/activity: NewInterceptor: a policy names both activity " + p.Activity + " and Nexus operation " + service + "/" + operation)
+	case service == "" || operation == "":
+		panic("idemguard/activity: NewInterceptor: Nexus policy without a service or operation name")
+	case dup:
+		panic("idemguard/activity: NewInterceptor: two policies for Nexus operation " + service + "/" + operation)
+	}
+	if w.nexus == nil {
+		w.nexus = make(map[nexusName]NexusOperation)
+	}
+	w.nexus[n] = p.Nexus
+}
+
+func (w *workerInterceptor) InterceptNexusOperation(ctx context.Context, next interceptor.NexusOperationInboundInterceptor) interceptor.NexusOperationInboundInterceptor {
+	n := &nexusInbound{ops: w.nexus}
+	n.Next = next
+	return n
+}
+
+type nexusInbound struct {
+	interceptor.NexusOperationInboundInterceptorBase
+	ops map[nexusName]NexusOperation
+}
+
+func (n *nexusInbound) StartOperation(ctx context.Context, in interceptor.NexusStartOperationInput) (nexus.HandlerStartOperationResult[any], error) {
+	if nexus.IsHandlerContext(ctx) {
+		info := nexus.ExtractHandlerInfo(ctx)
+		if op, ok := n.ops[nexusName{info.Service, info.Operation}]; ok {
+			return op.StartNexusOperation(ctx, in, n.Next)
+		}
+	}
+	res, err := n.Next.StartOperation(ctx, in)
+	return res, unguardedError(err)
 }
 
 func (w *workerInterceptor) InterceptActivity(ctx context.Context, next interceptor.ActivityInboundInterceptor) interceptor.ActivityInboundInterceptor {

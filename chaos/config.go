@@ -41,14 +41,25 @@ type Config struct {
 	TemporalAddress string
 
 	// Workflows is the number of workflows; each runs OpsPerWorkflow
-	// guarded activities at once, half of them keyed and half plain.
+	// guarded activities at once: in the DynamoDB and Redis scenarios, of
+	// every ten, three keyed, three plain, two explicitly keyed with
+	// payload validation and two stepped; in the transactional ones, six
+	// transactional bodies, two explicitly keyed and two stepped. The
+	// first explicitly keyed operation of each workflow has a conflicting
+	// twin (its id with another payload), started 0–1.5 s after it; one
+	// operation of each workflow is long (its body works for LongWork,
+	// longer than the lease).
 	Workflows      int
 	OpsPerWorkflow int
 	// TwinEvery gives every TwinEvery-th workflow a twin, started at the
 	// same moment with the same operations (so the same keys): the two
 	// contend for every key, usually on different workers. 0: no twins.
 	TwinEvery int
-	// InFlight is how many workflows run at once.
+	// InFlight is how many workflows run at once. Keep InFlight ×
+	// (OpsPerWorkflow + 1) near Workers × WorkerConcurrency: activities
+	// beyond the workers' slots queue, and a retry (of a killed or paused
+	// worker's activity) waits behind them, which delays takeovers past
+	// the pauses meant to make zombies.
 	InFlight int
 
 	// Workers is the number of worker processes (at least 2), each running
@@ -70,17 +81,29 @@ type Config struct {
 	RestartMin, RestartMax time.Duration
 	// PauseRatio is the share of those moments at which the chosen
 	// worker is paused (SIGSTOP) for PauseMin..PauseMax and then resumed
-	// (SIGCONT) instead of killed: a pause longer than the lease makes it
-	// a zombie holder, whose claims others take over and whose writes
-	// the fencing token must refuse. 0: kills only.
+	// (SIGCONT) instead of killed: a pause longer than the lease and the
+	// guard's clock-skew tolerance, long enough for Temporal to retry the
+	// activity elsewhere and the retry to take the key over and complete
+	// it, makes it a zombie holder, whose writes the fencing token must
+	// refuse. 0: kills only.
 	PauseRatio         float64
 	PauseMin, PauseMax time.Duration
+	// Kills and pauses are timed into the window between a side effect
+	// and its completion: at each moment the driver waits up to
+	// WindowWait for a worker to report a body in that window, and picks
+	// that worker (else a random one).
+	WindowWait time.Duration
+	// Control makes a control run: no kills, pauses or store faults. No
+	// body may then run twice and no lease may be lost.
+	Control bool
 	// MinKills is the least number of kills a run makes: the first
 	// MinKills moments are kills, not pauses, and the last InFlight
-	// workflows are not started before they have happened (with
-	// transactional bodies, one of them in the window), except one at a
-	// time whenever nothing is in flight.
-	MinKills int
+	// workflows are not started before they have happened (one of them in
+	// the window), except one at a time whenever nothing is in flight.
+	// MinPauses (with a PauseRatio above 0) is the least number of
+	// pauses: the moments after the first MinKills are pauses until
+	// MinPauses have happened, and the last workflows wait for them too.
+	MinKills, MinPauses int
 
 	// Activity options. The guard's lease is the heartbeat timeout, so a
 	// killed worker's claims lapse Heartbeat after its last extension.
@@ -94,8 +117,11 @@ type Config struct {
 
 	// An activity body works for up to BodyWork before its side effect and
 	// up to BodyAfter after it (the window between the side effect and the
-	// completion write that a kill can hit).
+	// completion write that a kill can hit); a long one works LongWork
+	// more before its side effect, longer than its lease (the heartbeat
+	// timeout) and the clock-skew tolerance together.
 	BodyWork, BodyAfter time.Duration
+	LongWork            time.Duration
 
 	// Timeout bounds the whole run, set-up and checks included.
 	Timeout time.Duration
@@ -112,9 +138,11 @@ type Config struct {
 }
 
 // DefaultConfig is the full run of `make chaos`: 1,000 workflows of 10
-// guarded operations (10,000 keys; with the twins, 11,000 guarded activity
-// executions), three workers, 5% faults, a kill every 1–4 s (one in five
-// a pause of 2.5–4 s instead, longer than the 2 s lease).
+// guarded operations and a conflicting twin (10,000 keys; with the twin
+// workflows, 12,100 guarded activity executions), three workers, 5%
+// faults, a kill every 1–4 s (one in five a pause of 5–7 s instead, longer
+// than the 2 s lease and the 1 s skew tolerance), each timed into the
+// window after a side effect when one comes within 3 s.
 func DefaultConfig() Config {
 	return Config{
 		Store:             StoreDynamoDB,
@@ -125,7 +153,7 @@ func DefaultConfig() Config {
 		Workflows:         1000,
 		OpsPerWorkflow:    10,
 		TwinEvery:         10,
-		InFlight:          24,
+		InFlight:          12,
 		Workers:           3,
 		WorkerConcurrency: 16,
 		Faults:            FaultConfig{Rate: 0.05, MaxLatency: 300 * time.Millisecond},
@@ -134,9 +162,11 @@ func DefaultConfig() Config {
 		RestartMin:        200 * time.Millisecond,
 		RestartMax:        time.Second,
 		PauseRatio:        0.2,
-		PauseMin:          2500 * time.Millisecond,
-		PauseMax:          4 * time.Second,
+		PauseMin:          5 * time.Second,
+		PauseMax:          7 * time.Second,
+		WindowWait:        3 * time.Second,
 		MinKills:          3,
+		MinPauses:         3,
 		Heartbeat:         2 * time.Second,
 		StartToClose:      10 * time.Second,
 		ScheduleToClose:   3 * time.Minute,
@@ -145,19 +175,24 @@ func DefaultConfig() Config {
 		WorkflowTimeout:   5 * time.Minute,
 		BodyWork:          20 * time.Millisecond,
 		BodyAfter:         100 * time.Millisecond,
+		LongWork:          4 * time.Second,
 		Timeout:           40 * time.Minute,
 	}
 }
 
-// ShortConfig is the run inside `make test`: 50 workflows of 10 guarded
-// operations (500 keys, 550 executions with the twins), a kill or pause
-// every 2–5 s, so that several land within the run while the
-// (race-enabled) workers get time to start and work between them.
+// ShortConfig is the short run (-short; make test's TestChaosShort runs
+// 30 of its workflows): 40 workflows of 10 guarded
+// operations and a conflicting twin (400 keys, 484 executions with the
+// twin workflows), a kill or pause every 2–5 s, so that several land
+// within the run while the (race-enabled) workers get time to start and
+// work between them, one in three of them a pause (after the first
+// three kills, and the next two always), so that zombies show.
 func ShortConfig() Config {
 	c := DefaultConfig()
-	c.Workflows = 50
-	c.InFlight = 20
-	c.WorkerConcurrency = 8
+	c.Workflows = 40
+	c.InFlight = 8
+	c.PauseRatio = 0.35
+	c.MinPauses = 2
 	c.KillMin = 2 * time.Second
 	c.KillMax = 5 * time.Second
 	c.ScheduleToClose = 2 * time.Minute
@@ -167,15 +202,29 @@ func ShortConfig() Config {
 }
 
 // Postgres returns c set for the PostgreSQL transactional scenario: Store
-// is [StorePostgres], and pauses last 4–6 s instead of 2.5–4 s. A paused
-// worker's claim can be taken over only once its lease (the 2 s heartbeat
-// timeout) and the guard's 1 s clock skew have run out and Temporal has
-// retried the activity elsewhere, which at 2.5–4 s rarely happens before
-// the worker resumes: the longer pauses make zombies, whose transactions
-// must then roll back.
+// is [StorePostgres]. A paused worker's claim can be taken over only once
+// its lease (the 2 s heartbeat timeout) and the guard's 1 s clock skew
+// have run out and Temporal has retried the activity elsewhere, which the
+// 5–7 s pauses leave time for: they make zombies, whose transactions must
+// then roll back.
 func (c Config) Postgres() Config {
 	c.Store = StorePostgres
-	c.PauseMin, c.PauseMax = 4*time.Second, 6*time.Second
+	return c
+}
+
+// ControlRun returns c as a control run ([Config.Control]): no kills,
+// pauses or store faults, and a 5 s lease (heartbeat timeout) instead of
+// 2 s, with long bodies of 7 s, longer than the lease and the clock-skew
+// tolerance. A control run fails on any lease lost, whatever explains it;
+// the longer lease keeps a store call slowed by a busy machine (DynamoDB
+// Local was seen to take 1.9 s to answer one extension while other builds
+// loaded the machine) from losing a 2 s lease, which a run with faults
+// would count as explained.
+func (c Config) ControlRun() Config {
+	c.Control = true
+	c.PauseRatio, c.MinKills, c.MinPauses, c.Faults.Rate = 0, 0, 0, 0
+	c.Heartbeat, c.LongWork = 5*time.Second, 7*time.Second
+	c.StartToClose = max(c.StartToClose, 20*time.Second)
 	return c
 }
 
@@ -220,11 +269,17 @@ func (c *Config) validate() error {
 	if c.Workers < 2 {
 		errs = append(errs, errors.New("need at least 2 workers"))
 	}
-	if c.MinKills < 0 {
-		errs = append(errs, errors.New("negative MinKills"))
+	if c.MinKills < 0 || c.MinPauses < 0 {
+		errs = append(errs, errors.New("negative MinKills or MinPauses"))
 	}
 	if c.WorkerConcurrency < 1 || c.InFlight < 1 {
 		errs = append(errs, errors.New("worker concurrency and in-flight workflows must be positive"))
+	}
+	if c.Control && (c.PauseRatio > 0 || c.MinKills > 0 || c.Faults.Rate > 0) {
+		errs = append(errs, errors.New("a control run makes no kills, pauses or faults (PauseRatio, MinKills and Faults.Rate must be 0)"))
+	}
+	if c.LongWork < 0 || c.WindowWait < 0 {
+		errs = append(errs, errors.New("negative LongWork or WindowWait"))
 	}
 	if c.KillMin <= 0 || c.KillMax < c.KillMin || c.RestartMin < 0 || c.RestartMax < c.RestartMin ||
 		c.PauseRatio < 0 || c.PauseRatio > 1 || c.PauseRatio > 0 && (c.PauseMin <= 0 || c.PauseMax < c.PauseMin) {

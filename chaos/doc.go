@@ -1,9 +1,12 @@
 // Package chaos is idemguard's chaos suite: guarded Temporal activities run
-// by several worker processes that are SIGKILLed and restarted at random,
-// against an idempotency store (DynamoDB Local) behind a proxy that
-// injects errors, throttling and latency; a ledger of every side effect;
-// and checks, after the run, that no effect happened twice where the
-// library promises it cannot and that no record was left stuck.
+// by several worker processes that are SIGKILLed, restarted and paused at
+// random moments timed into the window after a side effect, against an
+// idempotency store (DynamoDB Local) behind a proxy that injects errors,
+// throttling and latency; a ledger of every side effect; a log of every
+// store call each worker's guard made; and checks, after the run, that no
+// effect happened twice where the library promises it cannot, that no
+// record was left stuck, and that every extra run and every lost lease has
+// a cause the suite injected, in the right process at the right time.
 //
 // # What runs
 //
@@ -11,54 +14,73 @@
 // table and the ledger, starts a fault-injecting reverse proxy (the
 // repository's internal/faultproxy) on 127.0.0.1 in front of DynamoDB
 // Local, and starts Config.Workers worker processes (this executable
-// again, with [WorkerEnv] set; see [RunWorkerIfChild]). Each worker
-// registers [Workflow] and two activities guarded with activity.Wrap over
-// the DynamoDB store, whose client goes through the proxy:
+// again, with [WorkerEnv] set; see [RunWorkerIfChild]). Each registers
+// [Workflow] and four activities guarded with activity.Wrap over the
+// DynamoDB store, whose client goes through the proxy, the store wrapped so
+// that every call is written to the worker's calls log:
 //
 //   - ChaosKeyed passes guard.KeyFromContext downstream: its side effect is
 //     a ledger write conditional on the key not being there yet, as a
 //     payment provider deduplicates on an Idempotency-Key header;
-//   - ChaosPlain does not: each run writes a new ledger entry.
+//   - ChaosPlain does not: each run writes a new ledger entry;
+//   - ChaosExplicit is the plain body keyed by an explicit id with payload
+//     validation; a conflicting twin (the id with another payload) must be
+//     refused;
+//   - ChaosSteps runs two steps (guard.Step), and fails after the first on
+//     its first attempt; the retry must replay it and run the second.
 //
-// The driver starts Config.Workflows workflows (plus a twin with the same
-// operations, hence the same keys, for every Config.TwinEvery-th), each
-// running its guarded activities at once, and meanwhile SIGKILLs a random
-// worker every KillMin–KillMax and restarts it; at some of those moments
-// (Config.PauseRatio) it pauses the worker instead (SIGSTOP, then SIGCONT
-// after longer than a lease), making it a zombie holder whose claims others
-// take over and whose late writes the fencing token must refuse.
-// Activities have a 2 s heartbeat timeout, which is also the guard's
-// lease, so a killed worker's claims lapse within seconds, and an
-// unlimited retry policy bounded by ScheduleToClose.
+// One operation of each workflow works for longer than its lease, which
+// the guard must extend. The driver starts Config.Workflows workflows
+// (plus a twin with the same operations, hence the same keys, for every
+// Config.TwinEvery-th), each running its guarded activities at once, and
+// meanwhile SIGKILLs a worker every KillMin–KillMax — the first to report a
+// body in the window between its side effect and its completion — and
+// restarts it; at some of those moments (Config.PauseRatio) it pauses the
+// worker instead (SIGSTOP, then SIGCONT after longer than a lease, the
+// skew tolerance and a retry elsewhere), making it a zombie holder whose
+// key another worker takes over and whose late writes the fencing token
+// must refuse. A control run (Config.Control) does none of that, and
+// injects no fault.
 //
 // # What is checked
 //
 // After every workflow has ended, the workers are stopped, the longest
-// lease is waited out, and the idempotency table and the ledger are read:
+// lease is waited out, and the idempotency table, the ledger, the done
+// files and the calls logs are read:
 //
 //   - every workflow completed;
+//   - every claim whose lease was lost (its lease end passed before it
+//     completed or was released, or a fenced call found its token gone)
+//     lost it to a kill of its process before the lease end, a pause across
+//     it, or an extension or completion that failed or came back late; no
+//     claim was taken over while its lease was live, or after an outcome
+//     was recorded; the store accepted no fenced write under a token after
+//     a takeover; no two processes were told different results;
+//   - every extra run (a body run that did not make the recorded outcome)
+//     and every IdempotencyLeaseLost or IdempotencyNotRecorded report is
+//     tied to such a loss of its own claim; otherwise it is a violation
+//     (for plain, explicit and step effects, a duplicate effect);
 //   - keyed operations: exactly one effect per key, and the result every
 //     workflow got (twins alike) is that effect;
-//   - plain operations: at least one effect. A plain body can legitimately
-//     run again when its worker dies after the side effect and before the
-//     completion write (the window documented in package guard); every
-//     extra run must be explained by a SIGKILL of the earlier run's process
-//     after its effect, by a pause of it around its effect, or by the guard
-//     reporting IdempotencyLeaseLost or IdempotencyNotRecorded for it. An extra run with no such explanation,
-//     or any run after a result was recorded, counts as a duplicate effect;
-//   - keyed operations whose body ran more than once are held to the same
-//     rule (the ledger closed the window, but the guard must not have
-//     opened it without cause);
+//   - of an explicit id's two payloads one is recorded, every execution of
+//     the other was refused and none was handed another payload's result;
+//     each step ran under one key, and its record holds what every
+//     execution got;
 //   - every key the guard derived is the documented one (scope, "#",
-//     SHA-256 of the RFC 8785 canonical JSON of the input);
+//     SHA-256 of the RFC 8785 canonical JSON of the input, or of the id);
 //   - every key's record is COMPLETED and holds the result the workflows
-//     got; none is left INPROGRESS (stuck).
+//     got; none is left INPROGRESS (stuck);
+//   - a control run has no lost lease, no extra run (but the stepped
+//     bodies' deliberate ones) and no lease-lost report at all.
 //
 // The ledger is a DynamoDB table reached without the proxy, with one item
 // per entry whose id no other entry can take, so it can neither lose nor
-// merge effects. Workers also append a line to a per-process file (O_APPEND,
-// one write per line) whenever the guard returns an effect of theirs as
-// recorded; SIGKILL does not lose a write that returned.
+// merge effects. Workers also append lines to per-process files (O_APPEND,
+// one write per line; SIGKILL does not lose a write that returned): the
+// done file (results the guard returned as recorded, bodies in their
+// window, deliberate failures) and the calls log (every store call, with
+// its start, end, lease end and answer, on the machine clock every process
+// shares).
 //
 // # Other stores
 //
@@ -77,7 +99,8 @@
 //	make chaos                                              # the full run (cmd/chaos)
 //	make chaos CHAOSFLAGS='-store redis'                    # the same on Redis
 //	make chaos CHAOSFLAGS='-store dynamodb-tx'              # transactional bodies on DynamoDB
-//	scripts/harness.sh run go test -count=1 -v ./chaos/...  # the short run (TestChaosShort)
+//	make chaos CHAOSFLAGS='-control'                        # the control run
+//	scripts/harness.sh run go test -count=1 -v ./chaos/...  # the short runs of make test
 //
 // See docs/chaos.md for the options and recorded figures.
 package chaos

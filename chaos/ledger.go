@@ -24,6 +24,8 @@ import (
 //	keyed#<idem key>   keyed   the keyed body, conditional on the id not existing: the downstream dedup
 //	dedup#<random>     dedup   the keyed body, when that condition failed (a re-run closed downstream)
 //	plain#<effect id>  plain   the plain body, once per run (each run a fresh effect id)
+//	explicit#<effect>  explicit the explicitly keyed body, once per run, with its payload
+//	step#<effect id>   step    a step of the stepped body, once per run of the step, with its name
 //	event#<random>     event   the activity wrapper, when the guard reports the documented window
 //	                           (IdempotencyLeaseLost, IdempotencyNotRecorded)
 //
@@ -35,6 +37,15 @@ const (
 	EntryDedup = "dedup"
 	EntryPlain = "plain"
 	EntryEvent = "event"
+	// EntryExplicit: the explicitly keyed body's effect (a plain effect
+	// with its payload).
+	EntryExplicit = "explicit"
+	// EntryStep: a step's effect (a plain effect with the step's name and
+	// key).
+	EntryStep = "step"
+	// EntryTxStep: a transactional step's row, committed with its call's
+	// transaction or not at all.
+	EntryTxStep = "txstep"
 	// EntryTx: the transactional body's row (the postgres scenario),
 	// committed with the operation's record or not at all.
 	EntryTx = "tx"
@@ -51,6 +62,8 @@ type Entry struct {
 	At      time.Time
 	Attempt int
 	Event   string // for EntryEvent: the application error type
+	Payload string // the run's payload (explicitly keyed bodies)
+	Step    string // the step's name (EntryStep, EntryTxStep)
 }
 
 func (e *Entry) item() map[string]types.AttributeValue {
@@ -75,6 +88,12 @@ func (e *Entry) item() map[string]types.AttributeValue {
 	if e.Event != "" {
 		it["event"] = s(e.Event)
 	}
+	if e.Payload != "" {
+		it["payload"] = s(e.Payload)
+	}
+	if e.Step != "" {
+		it["step"] = s(e.Step)
+	}
 	return it
 }
 
@@ -95,6 +114,7 @@ func entryFromItem(it map[string]types.AttributeValue) (Entry, error) {
 	e := Entry{
 		ID: str("id"), Kind: str("kind"), Op: str("op"), Key: str("key"), Effect: str("effect"),
 		PID: int(num("pid")), At: time.UnixMilli(num("at")), Attempt: int(num("attempt")), Event: str("event"),
+		Payload: str("payload"), Step: str("step"),
 	}
 	if e.ID == "" || e.Kind == "" || e.Op == "" {
 		return e, fmt.Errorf("chaos: ledger item without id, kind or op: %v", it)

@@ -10,9 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
-	tactivity "go.temporal.io/sdk/activity"
 
-	"github.com/idemguard/idemguard/activity"
 	"github.com/idemguard/idemguard/guard"
 )
 
@@ -41,7 +39,8 @@ func (l *pgLedger) ident() string { return pgx.Identifier{l.table}.Sanitize() }
 func createPgLedger(ctx context.Context, pool *pgxpool.Pool, table string) error {
 	_, err := pool.Exec(ctx, `CREATE TABLE `+pgx.Identifier{table}.Sanitize()+` (
     id text PRIMARY KEY, kind text NOT NULL, op text NOT NULL, key text NOT NULL DEFAULT '',
-    effect text NOT NULL DEFAULT '', pid int NOT NULL, at_ms bigint NOT NULL, attempt int NOT NULL, event text NOT NULL DEFAULT '')`)
+    effect text NOT NULL DEFAULT '', pid int NOT NULL, at_ms bigint NOT NULL, attempt int NOT NULL, event text NOT NULL DEFAULT '',
+    payload text NOT NULL DEFAULT '', step text NOT NULL DEFAULT '')`)
 	if err != nil {
 		return fmt.Errorf("chaos: creating the ledger table %s: %w", table, err)
 	}
@@ -54,8 +53,8 @@ type execer interface {
 }
 
 func (l *pgLedger) put(ctx context.Context, db execer, e *Entry) error {
-	_, err := db.Exec(ctx, `INSERT INTO `+l.ident()+` (id, kind, op, key, effect, pid, at_ms, attempt, event)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`, e.ID, e.Kind, e.Op, e.Key, e.Effect, e.PID, e.At.UnixMilli(), e.Attempt, e.Event)
+	_, err := db.Exec(ctx, `INSERT INTO `+l.ident()+` (id, kind, op, key, effect, pid, at_ms, attempt, event, payload, step)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`, e.ID, e.Kind, e.Op, e.Key, e.Effect, e.PID, e.At.UnixMilli(), e.Attempt, e.Event, e.Payload, e.Step)
 	return err
 }
 
@@ -64,14 +63,14 @@ func (l *pgLedger) Put(ctx context.Context, e *Entry) error { return l.put(ctx, 
 
 // Scan reads every entry.
 func (l *pgLedger) Scan(ctx context.Context) ([]Entry, error) {
-	rows, err := l.pool.Query(ctx, `SELECT id, kind, op, key, effect, pid, at_ms, attempt, event FROM `+l.ident())
+	rows, err := l.pool.Query(ctx, `SELECT id, kind, op, key, effect, pid, at_ms, attempt, event, payload, step FROM `+l.ident())
 	if err != nil {
 		return nil, fmt.Errorf("chaos: reading the ledger: %w", err)
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Entry, error) {
 		var e Entry
 		var at int64
-		err := r.Scan(&e.ID, &e.Kind, &e.Op, &e.Key, &e.Effect, &e.PID, &at, &e.Attempt, &e.Event)
+		err := r.Scan(&e.ID, &e.Kind, &e.Op, &e.Key, &e.Effect, &e.PID, &at, &e.Attempt, &e.Event, &e.Payload, &e.Step)
 		e.At = time.UnixMilli(at)
 		return e, err
 	})
@@ -94,39 +93,8 @@ func checkLoopbackURL(raw string) error {
 	return nil
 }
 
-// txActivity is the registered ChaosTx activity: guard.DoTx with the
-// activity's lease (its heartbeat timeout) and Temporal's payload codec, so
-// that records hold what activity.Wrap would store.
-func (wk *chaosWorker) txActivity(ctx context.Context, op Op) (OpResult, error) {
-	opts := []guard.CallOption{guard.WithCodec(activity.PayloadCodec{})}
-	if hb := tactivity.GetInfo(ctx).HeartbeatTimeout; hb > 0 {
-		opts = append(opts, guard.WithLease(hb))
-	}
-	r, err := guard.DoTx(ctx, wk.g, TxActivity, op, func(ctx context.Context, tx pgx.Tx) (OpResult, error) {
-		return wk.txBody(ctx, tx, op)
-	}, opts...)
-	return r, activity.TemporalError(err)
-}
-
-// txBody is the transactional body: its side effect is a ledger row
-// written in the guard's transaction. After the row, and before it lingers
-// (the window in which a kill or a pause lands between the side effect and
-// the commit), it notes the run in its done file, so the checks can count
-// the runs that were rolled back.
-func (wk *chaosWorker) txBody(ctx context.Context, tx pgx.Tx, op Op) (OpResult, error) {
-	key, _ := guard.KeyFromContext(ctx)
-	if err := work(ctx, wk.cfg.BodyWork); err != nil {
-		return OpResult{}, err
-	}
-	e := &Entry{Kind: EntryTx, Op: op.ID, Key: key, Effect: randomID(), PID: wk.pid, At: time.Now(), Attempt: int(tactivity.GetInfo(ctx).Attempt)}
-	e.ID = "tx#" + e.Effect
-	if err := wk.pg.put(ctx, tx, e); err != nil {
-		return OpResult{}, fmt.Errorf("ledger: %w", err)
-	}
-	wk.remember(e.Effect)
-	wk.mu.Lock()
-	fmt.Fprintf(wk.done, "window %s %s %d\n", op.ID, e.Effect, e.At.UnixMilli())
-	wk.mu.Unlock()
-	work(context.WithoutCancel(ctx), wk.cfg.BodyAfter) // the crash window: the row written, not committed
-	return OpResult{Op: op.ID, Key: key, EffectID: e.Effect, PID: wk.pid}, nil
+// pgTxActivity is the registered transactional activity name of the
+// PostgreSQL scenario: its rows are written in the guard's pgx.Tx.
+func (wk *chaosWorker) pgTxActivity(name string, opts []guard.CallOption) func(context.Context, Op) (OpResult, error) {
+	return txActivity(wk, name, opts, func(ctx context.Context, tx pgx.Tx, e *Entry) error { return wk.pg.put(ctx, tx, e) })
 }

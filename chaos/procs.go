@@ -12,20 +12,23 @@ import (
 	"time"
 )
 
-// Kill is one SIGKILL the driver sent.
+// Kill is one SIGKILL the driver sent; InWindow: timed into the window
+// after a side effect.
 type Kill struct {
-	Slot int       `json:"slot"`
-	PID  int       `json:"pid"`
-	At   time.Time `json:"at"`
+	Slot     int       `json:"slot"`
+	PID      int       `json:"pid"`
+	At       time.Time `json:"at"`
+	InWindow bool      `json:"in_window,omitempty"`
 }
 
 // Pause is one SIGSTOP the driver sent, followed by a SIGCONT For later:
 // the process is a zombie holder if its leases lapse meanwhile.
 type Pause struct {
-	Slot int           `json:"slot"`
-	PID  int           `json:"pid"`
-	At   time.Time     `json:"at"`
-	For  time.Duration `json:"for"`
+	Slot     int           `json:"slot"`
+	PID      int           `json:"pid"`
+	At       time.Time     `json:"at"`
+	For      time.Duration `json:"for"`
+	InWindow bool          `json:"in_window,omitempty"` // timed into the window after a side effect
 }
 
 // proc is one worker process.
@@ -166,7 +169,7 @@ func (w *workers) start(slot int) error {
 
 // kill SIGKILLs the process in slot (its whole group) and waits until it is
 // reaped. It returns false if the slot is down.
-func (w *workers) kill(slot int) (Kill, bool) {
+func (w *workers) kill(slot int, inWindow bool) (Kill, bool) {
 	w.mu.Lock()
 	p := w.slots[slot]
 	w.mu.Unlock()
@@ -174,7 +177,7 @@ func (w *workers) kill(slot int) (Kill, bool) {
 		return Kill{}, false
 	}
 	p.expect()
-	k := Kill{Slot: slot, PID: p.pid, At: time.Now()}
+	k := Kill{Slot: slot, PID: p.pid, At: time.Now(), InWindow: inWindow}
 	syscall.Kill(-p.pid, syscall.SIGKILL)
 	select {
 	case <-p.done:
@@ -188,20 +191,21 @@ func (w *workers) kill(slot int) (Kill, bool) {
 
 // pause stops the process in slot (SIGSTOP) for d, then lets it go on
 // (SIGCONT). It returns false if the slot is down.
-func (w *workers) pause(slot int, d time.Duration) (Pause, bool) {
+func (w *workers) pause(slot int, d time.Duration, inWindow bool) (Pause, bool) {
 	w.mu.Lock()
 	p := w.slots[slot]
 	w.mu.Unlock()
 	if p == nil {
 		return Pause{}, false
 	}
-	pa := Pause{Slot: slot, PID: p.pid, At: time.Now(), For: d}
+	pa := Pause{Slot: slot, PID: p.pid, At: time.Now(), For: d, InWindow: inWindow}
 	syscall.Kill(-p.pid, syscall.SIGSTOP)
 	select {
 	case <-p.done:
 	case <-time.After(d):
 	}
 	syscall.Kill(-p.pid, syscall.SIGCONT)
+	pa.For = time.Since(pa.At) // as long as it lasted, to the SIGCONT
 	w.mu.Lock()
 	w.pauses = append(w.pauses, pa)
 	w.mu.Unlock()
@@ -223,6 +227,13 @@ func (w *workers) killCount() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return len(w.kills)
+}
+
+// pauseCount returns the number of pauses so far.
+func (w *workers) pauseCount() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.pauses)
 }
 
 // live returns the slots with a running process.

@@ -22,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	goredis "github.com/redis/go-redis/v9"
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 
 	"github.com/idemguard/idemguard/internal/faultproxy"
@@ -71,7 +72,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	logf := func(format string, args ...any) {
 		logMu.Lock()
 		defer logMu.Unlock()
-		fmt.Fprintf(logw, "chaos: "+format+"\n", args...)
+		fmt.Fprintf(logw, "chaos: %s "+format+"\n", append([]any{time.Now().Format("15:04:05.000")}, args...)...)
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
@@ -194,6 +195,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		Concurrency:     cfg.WorkerConcurrency,
 		BodyWork:        cfg.BodyWork,
 		BodyAfter:       cfg.BodyAfter,
+		LongWork:        cfg.LongWork,
 		Deadline:        began.Add(cfg.Timeout + time.Minute),
 		Store:           cfg.Store,
 		PostgresURL:     cfg.PostgresURL,
@@ -213,47 +215,11 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	logf("run %s (seed %d) on %s: %d workers, %d workflows × %d ops, twins every %d, faults %.1f%%; work dir %s",
 		runID, cfg.Seed, storeName(cfg.Store), cfg.Workers, cfg.Workflows, cfg.OpsPerWorkflow, cfg.TwinEvery, 100*cfg.Faults.Rate, workDir)
 
-	// The plan: workflows, their ops, and the twins.
-	var plan []plannedWorkflow
-	opsOf := map[string]*opPlan{}
-	for i := range cfg.Workflows {
-		in := WorkflowInput{
-			StartToClose: cfg.StartToClose, Heartbeat: cfg.Heartbeat, ScheduleToClose: cfg.ScheduleToClose,
-			RetryInitial: cfg.RetryInitial, RetryMax: cfg.RetryMax,
-		}
-		for j := range cfg.OpsPerWorkflow {
-			kind := KeyedActivity
-			switch {
-			case txMode:
-				kind = TxActivity
-			case j%2 == 1:
-				kind = PlainActivity
-			}
-			op := Op{ID: fmt.Sprintf("%s-w%05d-%s%02d", runID, i, strings.ToLower(kind[5:6]), j)}
-			switch kind {
-			case KeyedActivity:
-				in.Keyed = append(in.Keyed, op)
-			case PlainActivity:
-				in.Plain = append(in.Plain, op)
-			default:
-				in.Tx = append(in.Tx, op)
-			}
-			key, err := expectedKey(kind, op)
-			if err != nil {
-				return nil, err
-			}
-			opsOf[op.ID] = &opPlan{id: op.ID, kind: kind, key: key}
-		}
-		id := fmt.Sprintf("chaos-%s-w%05d", runID, i)
-		plan = append(plan, plannedWorkflow{id: id, input: in})
-		if cfg.TwinEvery > 0 && i%cfg.TwinEvery == 0 {
-			plan = append(plan, plannedWorkflow{id: id + "-twin", input: in})
-		}
-	}
-	for _, pw := range plan {
-		for _, op := range append(append(append([]Op(nil), pw.input.Keyed...), pw.input.Plain...), pw.input.Tx...) {
-			opsOf[op.ID].workflows = append(opsOf[op.ID].workflows, pw.id)
-		}
+	// The plan: workflows, their ops, the conflicting twins of explicitly
+	// keyed ops, and the twin workflows.
+	plan, opsOf, err := makePlan(cfg, runID, rng, txMode)
+	if err != nil {
+		return nil, err
 	}
 
 	// The load.
@@ -263,11 +229,14 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	var completed, failed atomic.Int64
 	sem := make(chan struct{}, cfg.InFlight)
 	var wg sync.WaitGroup
-	// windowKills counts the kills timed into a transactional body's
-	// window (txMode).
+	// windowKills counts the kills timed into a body's window.
 	var windowKills atomic.Int64
+	minPauses := cfg.MinPauses
+	if cfg.PauseRatio == 0 {
+		minPauses = 0
+	}
 	killsDone := func() bool {
-		return ws.killCount() >= cfg.MinKills && (!txMode || cfg.MinKills == 0 || windowKills.Load() > 0)
+		return ws.killCount() >= cfg.MinKills && (cfg.MinKills == 0 || cfg.WindowWait == 0 || windowKills.Load() > 0) && ws.pauseCount() >= minPauses
 	}
 	loadStart := time.Now()
 	wg.Add(1)
@@ -281,7 +250,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 			// for a kill to land in.
 			for n := 0; i >= max(len(plan)-cfg.InFlight, 0) && !killsDone() && len(sem) > 0; n++ {
 				if n == 0 && i == max(len(plan)-cfg.InFlight, 0) {
-					logf("holding the last %d workflows until %d kills have happened", cfg.InFlight, cfg.MinKills)
+					logf("holding the last %d workflows until %d kills and %d pauses have happened", cfg.InFlight, cfg.MinKills, minPauses)
 				}
 				if !sleepCtx(loadCtx, 100*time.Millisecond) {
 					return
@@ -310,11 +279,11 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		}
 	}()
 
-	// The killer.
+	// The killer (none in a control run).
 	killerDone := make(chan struct{})
 	go func() {
 		defer close(killerDone)
-		for {
+		for !cfg.Control {
 			if !sleepCtx(loadCtx, uniform(rng, cfg.KillMin, cfg.KillMax)) {
 				return
 			}
@@ -324,28 +293,28 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 			}
 			slot := live[rng.IntN(len(live))]
 			inWindow := false
-			if txMode {
-				// Time the kill or pause: wait until a worker has written
-				// a row and not committed it (a "window" line in its done
-				// file), so that it lands in the crash window; the first
-				// worker to do so is the one.
+			if cfg.WindowWait > 0 {
+				// Time the kill or pause: wait until a worker has made a
+				// side effect and not completed it (a "window" line in its
+				// done file), so that it lands in the crash window; the
+				// first worker to do so is the one.
 				pids := map[int]int{}
 				for _, sl := range live {
 					if pid, ok := ws.pid(sl); ok {
 						pids[sl] = pid
 					}
 				}
-				if sl, ok := awaitWindow(loadCtx, doneDir, pids, 3*time.Second); ok {
+				if sl, ok := awaitWindow(loadCtx, doneDir, pids, cfg.WindowWait); ok {
 					slot, inWindow = sl, true
 				}
 			}
-			if cfg.PauseRatio > 0 && ws.killCount() >= cfg.MinKills && rng.Float64() < cfg.PauseRatio {
-				if pa, ok := ws.pause(slot, uniform(rng, cfg.PauseMin, cfg.PauseMax)); ok {
+			if cfg.PauseRatio > 0 && ws.killCount() >= cfg.MinKills && (ws.pauseCount() < minPauses || rng.Float64() < cfg.PauseRatio) {
+				if pa, ok := ws.pause(slot, uniform(rng, cfg.PauseMin, cfg.PauseMax), inWindow); ok {
 					logf("paused worker slot %d pid %d for %s%s", pa.Slot, pa.PID, pa.For.Round(time.Millisecond), map[bool]string{true: " in the window"}[inWindow])
 				}
 				continue
 			}
-			if k, ok := ws.kill(slot); ok {
+			if k, ok := ws.kill(slot, inWindow); ok {
 				if inWindow {
 					windowKills.Add(1)
 				}
@@ -386,6 +355,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	loadCancel()
 	<-killerDone
 	<-progressDone
+	stopAt := time.Now()
 	ws.stop(5 * time.Second)
 	stoppedAt := time.Now()
 	logf("load done in %s: %d completed, %d failed; workers stopped", loadElapsed.Round(time.Millisecond), completed.Load(), failed.Load())
@@ -396,7 +366,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	sleepCtx(ctx, time.Until(stoppedAt.Add(leaseWait)))
 	checkedAt := time.Now()
 
-	ev := evidence{plan: opsOf, workflows: plan, results: results, checkedAt: checkedAt, window: cfg.StartToClose}
+	ev := evidence{plan: opsOf, workflows: plan, results: results, checkedAt: checkedAt, stopAt: stopAt, control: cfg.Control}
 	ev.kills, ev.pauses, ev.unexpected, ev.started = ws.report()
 	sctx := context.WithoutCancel(ctx)
 	sctx, scancel := context.WithTimeout(sctx, 5*time.Minute)
@@ -435,6 +405,9 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	if ev.done, err = readDone(doneDir); err != nil {
 		return nil, err
 	}
+	if ev.calls, err = readCalls(doneDir); err != nil {
+		return nil, err
+	}
 	rep = ev.verify()
 	rep.Seed = cfg.Seed
 	rep.RunID = runID
@@ -469,16 +442,100 @@ type opPlan struct {
 	kind      string
 	key       string   // the key the guard must derive
 	workflows []string // the workflows that run it
+	long      bool     // its body works for longer than the lease
+	payload   string   // explicitly keyed: its payload
+	conflict  string   // explicitly keyed: the payload of its conflicting twin, if it has one
+}
+
+// Operation kinds by position in a workflow, cycling.
+var (
+	opKinds   = []string{KeyedActivity, PlainActivity, KeyedActivity, PlainActivity, KeyedActivity, PlainActivity, ExplicitActivity, ExplicitActivity, StepsActivity, StepsActivity}
+	txOpKinds = []string{TxActivity, TxActivity, TxActivity, TxActivity, TxActivity, TxActivity, TxExplicitActivity, TxExplicitActivity, TxStepsActivity, TxStepsActivity}
+)
+
+// Payloads of the explicitly keyed operations and of their conflicting
+// twins.
+const (
+	payloadOriginal = "original"
+	payloadConflict = "conflict"
+)
+
+// makePlan returns the workflows of a run and its operations by ID.
+func makePlan(cfg Config, runID string, rng *rand.Rand, txMode bool) ([]plannedWorkflow, map[string]*opPlan, error) {
+	kinds := opKinds
+	if txMode {
+		kinds = txOpKinds
+	}
+	var plan []plannedWorkflow
+	opsOf := map[string]*opPlan{}
+	for i := range cfg.Workflows {
+		in := WorkflowInput{
+			StartToClose: cfg.StartToClose, Heartbeat: cfg.Heartbeat, ScheduleToClose: cfg.ScheduleToClose,
+			RetryInitial: cfg.RetryInitial, RetryMax: cfg.RetryMax,
+		}
+		conflicted := false
+		for j := range cfg.OpsPerWorkflow {
+			kind := kinds[j%len(kinds)]
+			op := Op{
+				ID:   fmt.Sprintf("%s-w%05d-%s%02d", runID, i, strings.ToLower(kind[5:6]), j),
+				Long: cfg.LongWork > 0 && j == i%cfg.OpsPerWorkflow,
+			}
+			if explicitKeyed(kind) {
+				op.Payload = payloadOriginal
+			}
+			key, err := expectedKey(kind, op)
+			if err != nil {
+				return nil, nil, err
+			}
+			p := &opPlan{id: op.ID, kind: kind, key: key, long: op.Long, payload: op.Payload}
+			opsOf[op.ID] = p
+			in.Calls = append(in.Calls, Call{Activity: kind, Op: op})
+			if explicitKeyed(kind) && !conflicted {
+				// Its conflicting twin: the same id, another payload, a
+				// little later, so that it meets the original in progress
+				// or completed (or, now and then, runs first).
+				conflicted = true
+				c := op
+				c.Payload, c.Delay = payloadConflict, uniform(rng, 0, 1500*time.Millisecond)
+				p.conflict = c.Payload
+				in.Calls = append(in.Calls, Call{Activity: kind, Op: c})
+			}
+		}
+		id := fmt.Sprintf("chaos-%s-w%05d", runID, i)
+		plan = append(plan, plannedWorkflow{id: id, input: in})
+		if cfg.TwinEvery > 0 && i%cfg.TwinEvery == 0 {
+			plan = append(plan, plannedWorkflow{id: id + "-twin", input: in})
+		}
+	}
+	for _, pw := range plan {
+		for _, c := range pw.input.Calls {
+			if p := opsOf[c.Op.ID]; c.Op.Payload == p.payload {
+				p.workflows = append(p.workflows, pw.id)
+			}
+		}
+	}
+	return plan, opsOf, nil
 }
 
 // runWorkflow starts pw and waits for its result.
 func runWorkflow(ctx context.Context, tc client.Client, taskQueue string, timeout time.Duration, pw plannedWorkflow) wfResult {
-	run, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
-		ID:                       pw.id,
-		TaskQueue:                taskQueue,
-		WorkflowExecutionTimeout: timeout,
-		WorkflowTaskTimeout:      3 * time.Second,
-	}, WorkflowName, pw.input)
+	var run client.WorkflowRun
+	var err error
+	for attempt := 0; ; attempt++ {
+		run, err = tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+			ID:                       pw.id,
+			TaskQueue:                taskQueue,
+			WorkflowExecutionTimeout: timeout,
+			WorkflowTaskTimeout:      3 * time.Second,
+		}, WorkflowName, pw.input)
+		// A busy dev server may fail a start for a moment (it once
+		// answered that the default namespace did not exist).
+		var nf *serviceerror.NamespaceNotFound
+		if err == nil || ctx.Err() != nil || attempt >= 5 || !isTransient(err) && !errors.As(err, &nf) {
+			break
+		}
+		time.Sleep(time.Second)
+	}
 	if err != nil {
 		return wfResult{err: fmt.Errorf("starting: %w", err)}
 	}
@@ -526,13 +583,16 @@ func scanRecords(ctx context.Context, c *dynamodb.Client, table string) (map[str
 
 // doneLine is a line of a worker's done file: "done", the guard returned
 // effect, made by that process, as op's result, so the store recorded it;
-// or "window" (the transactional body), the process wrote effect in its
-// transaction and was about to linger before the guard's commit.
+// "window", the process made effect under key (in a transactional body:
+// wrote it in its transaction) and was about to linger before the
+// completion (the commit); "fail", a stepped body failed on purpose after
+// its first step.
 type doneLine struct {
-	kind       string // "done" or "window"
+	kind       string // "done", "window" or "fail"
 	op, effect string
 	pid        int
 	at         time.Time
+	key        string // window, fail
 }
 
 func readDone(dir string) ([]doneLine, error) {
@@ -550,11 +610,20 @@ func readDone(dir string) ([]doneLine, error) {
 		sc := bufio.NewScanner(strings.NewReader(string(b)))
 		for sc.Scan() {
 			fs := strings.Fields(sc.Text())
-			if len(fs) != 4 || fs[0] != "done" && fs[0] != "window" {
+			if len(fs) < 4 || len(fs) > 5 || fs[0] != "done" && fs[0] != "window" && fs[0] != "fail" {
 				continue // a line cut by SIGKILL mid-write
 			}
-			ms, _ := strconv.ParseInt(fs[3], 10, 64)
-			out = append(out, doneLine{kind: fs[0], op: fs[1], effect: fs[2], pid: pid, at: time.UnixMilli(ms)})
+			ms, err := strconv.ParseInt(fs[3], 10, 64)
+			if err != nil {
+				continue
+			}
+			d := doneLine{kind: fs[0], op: fs[1], effect: fs[2], pid: pid, at: time.UnixMilli(ms)}
+			if len(fs) == 5 {
+				d.key = fs[4]
+			} else if d.kind != "done" {
+				continue // cut short
+			}
+			out = append(out, d)
 		}
 	}
 	return out, nil

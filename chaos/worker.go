@@ -8,11 +8,13 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	tactivity "go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
@@ -47,6 +49,7 @@ type workerConfig struct {
 	Concurrency     int           `json:"concurrency"`
 	BodyWork        time.Duration `json:"body_work"`
 	BodyAfter       time.Duration `json:"body_after"`
+	LongWork        time.Duration `json:"long_work"`
 	Deadline        time.Time     `json:"deadline"`
 	// The postgres scenario.
 	Store       string `json:"store,omitempty"`
@@ -115,7 +118,7 @@ func runWorker(cfg workerConfig) error {
 			return err
 		}
 	}
-	c, err := client.Dial(client.Options{HostPort: cfg.TemporalAddress, Namespace: "default", Logger: quietLogger()})
+	c, err := dialTemporal(cfg.TemporalAddress)
 	if err != nil {
 		return err
 	}
@@ -126,6 +129,12 @@ func runWorker(cfg workerConfig) error {
 		return err
 	}
 	defer done.Close()
+	calls, err := os.OpenFile(callsFile(cfg.DoneDir, os.Getpid()), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return err
+	}
+	defer calls.Close()
+	cl := &callLog{f: calls}
 	wk := &chaosWorker{
 		cfg:  cfg,
 		done: done,
@@ -139,9 +148,10 @@ func runWorker(cfg workerConfig) error {
 		if err != nil {
 			return err
 		}
-		// A connection per running activity's transaction, and a few for
-		// claims and the lease keepers' extensions.
-		pcfg.MaxConns = int32(cfg.Concurrency + 4)
+		// A connection per running activity's transaction, and more for
+		// the claims of its steps, the releases and the lease keepers'
+		// extensions, which must not wait behind the transactions.
+		pcfg.MaxConns = int32(cfg.Concurrency + 8)
 		pool, err := pgxpool.NewWithConfig(context.Background(), pcfg)
 		if err != nil {
 			return err
@@ -151,7 +161,7 @@ func runWorker(cfg workerConfig) error {
 		if err != nil {
 			return err
 		}
-		s = ps
+		s = logStore[pgx.Tx](ps, cl)
 		wk.pg = &pgLedger{pool: pool, table: cfg.LedgerTable}
 		wk.events = wk.pg
 	case StoreRedis:
@@ -166,19 +176,23 @@ func runWorker(cfg workerConfig) error {
 		// script whose reply was lost runs again and meets its own write;
 		// slot 0 turns that off, so that its lost replies reach the store
 		// and the guard as errors after the write happened.
-		sc := redisClient(cfg.StoreEndpoint, cfg.Concurrency+4, cfg.Slot != 0)
+		sc := redisClient(cfg.StoreEndpoint, cfg.Concurrency+8, cfg.Slot != 0)
 		defer sc.Close()
-		if s, err = idemredis.New(sc, idemredis.WithPrefix(cfg.IdemTable), idemredis.WithLogger(logger)); err != nil {
+		rs, err := idemredis.New(sc, idemredis.WithPrefix(cfg.IdemTable), idemredis.WithLogger(logger))
+		if err != nil {
 			return err
 		}
+		s = logStore[struct{}](rs, cl)
 		lc := redisClient(cfg.LedgerEndpoint, cfg.Concurrency+4, true)
 		defer lc.Close()
 		wk.ledger = &redisLedger{client: lc, prefix: cfg.LedgerTable}
 		wk.events = wk.ledger
 	default:
-		if s, err = idemddb.New(dynamodb.New(dynamoOptions(cfg.StoreEndpoint)), cfg.IdemTable); err != nil {
+		ds, err := idemddb.New(dynamodb.New(dynamoOptions(cfg.StoreEndpoint)), cfg.IdemTable)
+		if err != nil {
 			return err
 		}
+		s = logStore[*idemddb.TxWrites](ds, cl)
 		l := &Ledger{Client: dynamodb.New(dynamoOptions(cfg.LedgerEndpoint)), Table: cfg.LedgerTable}
 		wk.ledger, wk.events = l, l
 	}
@@ -192,14 +206,24 @@ func runWorker(cfg workerConfig) error {
 		WorkerStopTimeout:                      2 * time.Second,
 	})
 	w.RegisterWorkflowWithOptions(Workflow, workflow.RegisterOptions{Name: WorkflowName})
+	register := func(name string, fn func(context.Context, Op) (OpResult, error)) {
+		w.RegisterActivityWithOptions(wk.wrap(fn), tactivity.RegisterOptions{Name: name})
+	}
+	explicit := activity.WithGuardOptions(explicitOptions()...)
 	switch cfg.Store {
 	case StorePostgres:
-		w.RegisterActivityWithOptions(wk.wrap(wk.txActivity), tactivity.RegisterOptions{Name: TxActivity})
+		register(TxActivity, wk.pgTxActivity(TxActivity, nil))
+		register(TxExplicitActivity, wk.pgTxActivity(TxExplicitActivity, explicitOptions()))
+		register(TxStepsActivity, wk.pgTxActivity(TxStepsActivity, nil))
 	case StoreDynamoDBTx:
-		w.RegisterActivityWithOptions(wk.wrap(wk.dynamoTxActivity), tactivity.RegisterOptions{Name: TxActivity})
+		register(TxActivity, wk.dynamoTxActivity(TxActivity, nil))
+		register(TxExplicitActivity, wk.dynamoTxActivity(TxExplicitActivity, explicitOptions()))
+		register(TxStepsActivity, wk.dynamoTxActivity(TxStepsActivity, nil))
 	default:
-		w.RegisterActivityWithOptions(wk.wrap(activity.Wrap(wk.g, wk.keyedBody)), tactivity.RegisterOptions{Name: KeyedActivity})
-		w.RegisterActivityWithOptions(wk.wrap(activity.Wrap(wk.g, wk.plainBody)), tactivity.RegisterOptions{Name: PlainActivity})
+		register(KeyedActivity, activity.Wrap(wk.g, wk.keyedBody))
+		register(PlainActivity, activity.Wrap(wk.g, wk.plainBody))
+		register(ExplicitActivity, activity.Wrap(wk.g, wk.explicitBody, explicit))
+		register(StepsActivity, activity.Wrap(wk.g, wk.stepsBody))
 	}
 	if err := w.Start(); err != nil {
 		return err
@@ -208,6 +232,27 @@ func runWorker(cfg workerConfig) error {
 	<-worker.InterruptCh()
 	w.Stop()
 	return nil
+}
+
+// explicitOptions key a call by the op's ID and validate its payload.
+func explicitOptions() []guard.CallOption {
+	return []guard.CallOption{guard.WithKeyPath("op"), guard.WithPayloadValidation("payload")}
+}
+
+// dialTemporal connects to the Temporal server, trying again for a minute:
+// a dev server on a busy machine may not answer a restarted worker's first
+// dial in time, and a worker that gave up would count as one that died by
+// itself.
+func dialTemporal(addr string) (client.Client, error) {
+	var err error
+	for range 6 {
+		var c client.Client
+		if c, err = client.Dial(client.Options{HostPort: addr, Namespace: "default", Logger: quietLogger()}); err == nil {
+			return c, nil
+		}
+		fmt.Fprintln(os.Stderr, "chaos worker: dialing Temporal:", err)
+	}
+	return nil, err
 }
 
 // ledgerWriter is where the keyed and plain bodies write their effects:
@@ -238,7 +283,12 @@ func work(ctx context.Context, d time.Duration) error {
 	if d <= 0 {
 		return ctx.Err()
 	}
-	t := time.NewTimer(rand.N(d))
+	return sleep(ctx, rand.N(d))
+}
+
+// sleep pauses for d, or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
@@ -248,17 +298,47 @@ func work(ctx context.Context, d time.Duration) error {
 	}
 }
 
+// bodyWork is what a body does before its side effect: up to BodyWork,
+// and LongWork more for a long op, longer than the lease, which the guard
+// must extend meanwhile.
+func (wk *chaosWorker) bodyWork(ctx context.Context, op Op) error {
+	if op.Long {
+		if err := sleep(ctx, wk.cfg.LongWork); err != nil {
+			return err
+		}
+	}
+	return work(ctx, wk.cfg.BodyWork)
+}
+
+// window notes in the done file that the run of key has made its side
+// effect and is about to linger before its completion: the driver times
+// kills and pauses into that window, and the checks count the
+// transactional runs that reached it.
+func (wk *chaosWorker) window(op, effect, key string) {
+	wk.mu.Lock()
+	defer wk.mu.Unlock()
+	fmt.Fprintf(wk.done, "window %s %s %d %s\n", op, effect, time.Now().UnixMilli(), key)
+}
+
+// linger is the window between a side effect and the completion write,
+// which a kill or a pause can hit; the effect happened, so the activity's
+// cancellation does not cut it short.
+func (wk *chaosWorker) linger(ctx context.Context) {
+	work(context.WithoutCancel(ctx), wk.cfg.BodyAfter)
+}
+
+func attempt(ctx context.Context) int { return int(tactivity.GetInfo(ctx).Attempt) }
+
 // keyedBody is the body that passes its idempotency key downstream: the
 // effect is a ledger write conditional on the key, which a re-run finds
 // done (it then returns the original effect, as a payment provider returns
 // the original charge).
 func (wk *chaosWorker) keyedBody(ctx context.Context, op Op) (OpResult, error) {
 	key, _ := guard.KeyFromContext(ctx)
-	if err := work(ctx, wk.cfg.BodyWork); err != nil {
+	if err := wk.bodyWork(ctx, op); err != nil {
 		return OpResult{}, err
 	}
-	attempt := int(tactivity.GetInfo(ctx).Attempt)
-	e := &Entry{ID: "keyed#" + key, Kind: EntryKeyed, Op: op.ID, Key: key, Effect: randomID(), PID: wk.pid, At: time.Now(), Attempt: attempt}
+	e := &Entry{ID: "keyed#" + key, Kind: EntryKeyed, Op: op.ID, Key: key, Effect: randomID(), PID: wk.pid, At: time.Now(), Attempt: attempt(ctx)}
 	// Not cancelled with the activity: once sent, the effect is what it is.
 	wctx := context.WithoutCancel(ctx)
 	got, created, err := wk.ledger.PutOnce(wctx, e)
@@ -268,31 +348,104 @@ func (wk *chaosWorker) keyedBody(ctx context.Context, op Op) (OpResult, error) {
 	if created {
 		wk.remember(e.Effect)
 	} else {
-		d := &Entry{ID: "dedup#" + randomID(), Kind: EntryDedup, Op: op.ID, Key: key, Effect: got.Effect, PID: wk.pid, At: time.Now(), Attempt: attempt}
+		d := &Entry{ID: "dedup#" + randomID(), Kind: EntryDedup, Op: op.ID, Key: key, Effect: got.Effect, PID: wk.pid, At: time.Now(), Attempt: e.Attempt}
 		if err := wk.ledger.Put(wctx, d); err != nil {
 			return OpResult{}, fmt.Errorf("ledger: %w", err)
 		}
 	}
-	work(wctx, wk.cfg.BodyAfter) // the crash window: after the effect, before the completion write
+	wk.window(op.ID, got.Effect, key)
+	wk.linger(ctx)
 	return OpResult{Op: op.ID, Key: key, EffectID: got.Effect, PID: got.PID}, nil
 }
 
 // plainBody is the body that does not pass its key on: every run writes a
 // new effect.
 func (wk *chaosWorker) plainBody(ctx context.Context, op Op) (OpResult, error) {
+	return wk.effectBody(ctx, op, EntryPlain)
+}
+
+// explicitBody is the plain body of the explicitly keyed activity: its
+// effect and result carry its payload.
+func (wk *chaosWorker) explicitBody(ctx context.Context, op Op) (OpResult, error) {
+	return wk.effectBody(ctx, op, EntryExplicit)
+}
+
+func (wk *chaosWorker) effectBody(ctx context.Context, op Op, kind string) (OpResult, error) {
 	key, _ := guard.KeyFromContext(ctx)
-	if err := work(ctx, wk.cfg.BodyWork); err != nil {
+	if err := wk.bodyWork(ctx, op); err != nil {
 		return OpResult{}, err
 	}
-	e := &Entry{Kind: EntryPlain, Op: op.ID, Key: key, Effect: randomID(), PID: wk.pid, At: time.Now(), Attempt: int(tactivity.GetInfo(ctx).Attempt)}
-	e.ID = "plain#" + e.Effect
-	wctx := context.WithoutCancel(ctx)
-	if err := wk.ledger.Put(wctx, e); err != nil {
+	e := &Entry{Kind: kind, Op: op.ID, Key: key, Effect: randomID(), PID: wk.pid, At: time.Now(), Attempt: attempt(ctx), Payload: op.Payload}
+	e.ID = kind + "#" + e.Effect
+	if err := wk.ledger.Put(context.WithoutCancel(ctx), e); err != nil {
 		return OpResult{}, fmt.Errorf("ledger: %w", err)
 	}
 	wk.remember(e.Effect)
-	work(wctx, wk.cfg.BodyAfter)
-	return OpResult{Op: op.ID, Key: key, EffectID: e.Effect, PID: wk.pid}, nil
+	wk.window(op.ID, e.Effect, key)
+	wk.linger(ctx)
+	return OpResult{Op: op.ID, Key: key, EffectID: e.Effect, PID: wk.pid, Payload: op.Payload}, nil
+}
+
+// stepNames are the steps of the stepped bodies, in order; the first
+// attempt of an activity fails after the first.
+var stepNames = []string{"a", "b"}
+
+// errDeliberate is the stepped bodies' failure after their first step: an
+// error of the activity's own, retryable, that releases the call's key.
+func errDeliberate() error {
+	return temporal.NewApplicationError("chaos: deliberate failure after the first step", "ChaosDeliberate")
+}
+
+// fail notes in the done file that the body fails on purpose.
+func (wk *chaosWorker) fail(op, key string) {
+	wk.mu.Lock()
+	defer wk.mu.Unlock()
+	fmt.Fprintf(wk.done, "fail %s - %d %s\n", op, time.Now().UnixMilli(), key)
+}
+
+// runSteps runs the steps of a stepped body, each through guard.Step with
+// effect as its side effect, failing after the first on the activity's
+// first attempt; the result's effect names every step's effect.
+func (wk *chaosWorker) runSteps(ctx context.Context, op Op, effect func(ctx context.Context, name string) (string, error)) (OpResult, error) {
+	key, _ := guard.KeyFromContext(ctx)
+	if err := wk.bodyWork(ctx, op); err != nil {
+		return OpResult{}, err
+	}
+	res := OpResult{Op: op.ID, Key: key, PID: wk.pid, Steps: map[string]string{}}
+	for i, name := range stepNames {
+		e, err := guard.Step(ctx, name, func(ctx context.Context) (string, error) { return effect(ctx, name) })
+		if err != nil {
+			return OpResult{}, err
+		}
+		res.Steps[name] = e
+		if i == 0 && attempt(ctx) == 1 {
+			wk.fail(op.ID, key)
+			return OpResult{}, errDeliberate()
+		}
+	}
+	parts := make([]string, len(stepNames))
+	for i, name := range stepNames {
+		parts[i] = name + "=" + res.Steps[name]
+	}
+	res.EffectID = "steps:" + strings.Join(parts, ",")
+	wk.remember(res.EffectID)
+	return res, nil
+}
+
+// stepsBody is the stepped body: each step's effect is a plain ledger
+// entry, written once per run of the step.
+func (wk *chaosWorker) stepsBody(ctx context.Context, op Op) (OpResult, error) {
+	return wk.runSteps(ctx, op, func(ctx context.Context, name string) (string, error) {
+		key, _ := guard.KeyFromContext(ctx) // the step's own key
+		e := &Entry{Kind: EntryStep, Op: op.ID, Key: key, Step: name, Effect: randomID(), PID: wk.pid, At: time.Now(), Attempt: attempt(ctx)}
+		e.ID = "step#" + e.Effect
+		if err := wk.ledger.Put(context.WithoutCancel(ctx), e); err != nil {
+			return "", fmt.Errorf("ledger: %w", err)
+		}
+		wk.window(op.ID, e.Effect, key)
+		wk.linger(ctx)
+		return e.Effect, nil
+	})
 }
 
 func (wk *chaosWorker) remember(effect string) {

@@ -8,7 +8,9 @@ package examples
 //     go run ./examples/workerpool), other examples are built and their flags
 //     parsed, make targets must exist in the Makefile, docker compose must
 //     name services of docker-compose.yml, scripts must exist, and go
-//     test/vet/build must name packages that exist. A command the test does
+//     test/vet/build must name packages that exist; the install lines (go
+//     get, go install …@latest) must name packages of the repository, and
+//     make release-check runs them from outside it. A command the test does
 //     not know fails it: teach commandChecker.check below.
 //   - every ```go block type-checks against the real packages (see
 //     TestReadmeGoSnippets for the wrapper it is compiled in);
@@ -206,11 +208,35 @@ func (c *commandChecker) check(at string, w []string) {
 		c.compose(at, w[2:])
 	case w[0] == "scripts/harness.sh":
 		c.harness(at, w[1:])
+	case len(w) == 3 && w[0] == "go" && (w[1] == "get" || w[1] == "install"):
+		c.goFetch(at, w[1], w[2])
 	case len(w) >= 2 && w[0] == "idemguard":
 		// The operator's CLI: its subcommand exists and parses --help.
 		c.goRun(at, "./cmd/idemguard", []string{w[1], "--help"})
 	default:
 		c.errorf(at, "%q is not a command readme_test.go knows how to check; teach commandChecker.check", strings.Join(w, " "))
+	}
+}
+
+// goFetch checks an install line (go get or go install of a package of the
+// repository at @latest): the package exists, and go install's is a
+// command. make release-check runs these lines as written, outside the
+// repository, against the working tree packaged as a release
+// (scripts/release-check.sh).
+func (c *commandChecker) goFetch(at, verb, arg string) {
+	c.t.Helper()
+	pkg, version, _ := strings.Cut(arg, "@")
+	if version != "latest" || (pkg != "github.com/idemguard/idemguard" && !strings.HasPrefix(pkg, "github.com/idemguard/idemguard/")) {
+		c.errorf(at, "go %s %s: want a package of github.com/idemguard/idemguard at @latest", verb, arg)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := goCmd(ctx, root, "list", "-f", "{{.Name}}", pkg)
+	if err != nil {
+		c.errorf(at, "go %s %s: %v\n%s", verb, arg, err, out)
+	} else if verb == "install" && strings.TrimSpace(out) != "main" {
+		c.errorf(at, "go install %s: not a command (package %s)", arg, strings.TrimSpace(out))
 	}
 }
 
@@ -366,6 +392,9 @@ var snippetImports = []string{
 	`"github.com/ThreeDotsLabs/watermill/message"`,
 	`"github.com/ThreeDotsLabs/watermill/message/router/middleware"`,
 	`"github.com/idemguard/idemguard/watermillguard"`,
+	`"github.com/aws/aws-lambda-go/events"`,
+	`"github.com/aws/aws-lambda-go/lambda"`,
+	`"github.com/idemguard/idemguard/lambdaguard"`,
 }
 
 // standIns declare, at package level, the identifiers the snippets use
@@ -389,6 +418,7 @@ var standIns = map[string]string{
 	"t":             "var t struct{ ID string; From, To int; Cents int64 } // a transfer",
 	"router":        "var router *message.Router // a Watermill router",
 	"pub":           "var pub message.Publisher // the broker's publisher",
+	"shipOrder":     "func shipOrder(ctx context.Context, m events.SQSMessage) error { return nil }",
 }
 
 // TestReadmeGoSnippets type-checks every ```go block of the README against
@@ -474,7 +504,7 @@ func wrapSnippet(snippet string) string {
 	}
 	b.WriteString(")\n\n")
 	// Keep every import used, whatever the snippet needs.
-	b.WriteString("var (\n\t_ = context.Background\n\t_ = http.NewServeMux\n\t_ = time.Second\n\t_ = aws.String\n\t_ = dynamodb.New\n\t_ = client.Dial\n\t_ converter.DataConverter\n\t_ interceptor.WorkerInterceptor\n\t_ = worker.New\n\t_ tworkflow.Context\n\t_ = activity.Register\n\t_ = guard.New\n\t_ = httpguard.Middleware\n\t_ store.Store\n\t_ = idemddb.New\n\t_ = memory.New\n\t_ = postgres.New\n\t_ = idemredis.New\n\t_ = redis.NewClient\n\t_ = workflow.StepKey\n\t_ pgx.Tx\n)\n\n")
+	b.WriteString("var (\n\t_ = context.Background\n\t_ = http.NewServeMux\n\t_ = time.Second\n\t_ = aws.String\n\t_ = dynamodb.New\n\t_ = client.Dial\n\t_ converter.DataConverter\n\t_ interceptor.WorkerInterceptor\n\t_ = worker.New\n\t_ tworkflow.Context\n\t_ = activity.Register\n\t_ = guard.New\n\t_ = httpguard.Middleware\n\t_ store.Store\n\t_ = idemddb.New\n\t_ = memory.New\n\t_ = postgres.New\n\t_ = idemredis.New\n\t_ = redis.NewClient\n\t_ = workflow.StepKey\n\t_ pgx.Tx\n\t_ events.SQSMessage\n\t_ = lambda.Start\n\t_ = lambdaguard.Must[int]\n)\n\n")
 	names := make([]string, 0, len(standIns))
 	for name := range standIns {
 		names = append(names, name)

@@ -102,8 +102,11 @@ func DefaultFingerprint(fullMethod string, req any) (string, error) {
 }
 
 func (in *interceptor) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	if (in.c.methods != nil && !in.c.methods[info.FullMethod]) || (in.c.skip != nil && in.c.skip(ctx, info.FullMethod)) || in.g.Disabled() {
+	if (in.c.methods != nil && !in.c.methods[info.FullMethod]) || (in.c.skip != nil && in.c.skip(ctx, info.FullMethod)) {
 		return handler(ctx, req)
+	}
+	if in.g.Disabled() {
+		return in.passThrough(ctx, req, handler)
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
 	values := md.Get(in.c.keyMD)
@@ -174,6 +177,14 @@ func (in *interceptor) intercept(ctx context.Context, req any, info *grpc.UnaryS
 		return resp, err
 	}
 	return nil, in.refuse(ctx, info.FullMethod, err)
+}
+
+// passThrough runs handler for a disabled guard (IDEMGUARD_DISABLED)
+// through a disabled guard.Do, so that the handler runs inside a call, as
+// the function of any disabled call does, and guard.Step in it runs its
+// function unguarded; what handler returns is returned as it is.
+func (in *interceptor) passThrough(ctx context.Context, req any, handler grpc.UnaryHandler) (any, error) {
+	return guard.Do(ctx, in.g, in.c.Scope, nil, func(ctx context.Context) (any, error) { return handler(ctx, req) })
 }
 
 // refuse turns a guard error for a call that did not run into a status.

@@ -65,7 +65,9 @@ func Wrap[In, Out any](g *Guard, scope string, fn func(context.Context, In) (Out
 // with ctx, "<scope>#<hash>". Inside the function, pass it downstream (for
 // example as a payment provider's Idempotency-Key header): it is the same on
 // every retry, which closes the one window no store can close, a crash after
-// the side effect and before its completion is recorded.
+// the side effect and before its completion is recorded. It reports false
+// outside a guarded call, and inside one that runs unguarded (an empty key
+// selection, a disabled guard), where there is no key.
 func KeyFromContext(ctx context.Context) (string, bool) {
 	r, ok := ctx.Value(runningKey{}).(*running)
 	if !ok || r.d.key == "" {

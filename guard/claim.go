@@ -219,6 +219,9 @@ type CallSettings struct {
 	// WaitInitial and WaitMax are the first and the longest pause between
 	// polls in Wait mode ([WithWaitBackoff]).
 	WaitInitial, WaitMax time.Duration
+	// KeyPath is the key path's expression ([WithKeyPath]); "" when the
+	// key is derived from the whole input.
+	KeyPath string
 }
 
 // Settings returns the settings a call with opts gets, or the error that
@@ -228,7 +231,11 @@ func (g *Guard) Settings(opts ...CallOption) (CallSettings, error) {
 	if err != nil {
 		return CallSettings{}, err
 	}
-	return CallSettings{TTL: c.ttl, Lease: c.lease, Mode: c.mode, WaitBudget: c.waitBudget, WaitInitial: c.waitInitial, WaitMax: c.waitMax}, nil
+	s := CallSettings{TTL: c.ttl, Lease: c.lease, Mode: c.mode, WaitBudget: c.waitBudget, WaitInitial: c.waitInitial, WaitMax: c.waitMax}
+	if c.keyPath != nil {
+		s.KeyPath = c.keyPath.src
+	}
+	return s, nil
 }
 
 // Key returns the idempotency key [Do] derives for input within scope under

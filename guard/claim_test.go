@@ -117,6 +117,23 @@ func TestSettings(t *testing.T) {
 	if err != nil || got != want {
 		t.Errorf("Settings = %+v, %v; want %+v", got, err, want)
 	}
+	// The key path, the guard's default or the call's: an adapter whose
+	// default key is not the input (a Nexus request ID) keys on the input
+	// when the user selected part of it.
+	for _, c := range []struct {
+		opts []guard.Option
+		call []guard.CallOption
+		want string
+	}{
+		{nil, nil, ""},
+		{[]guard.Option{guard.WithKeyPath("order_id")}, nil, "order_id"},
+		{[]guard.Option{guard.WithKeyPath("order_id")}, []guard.CallOption{guard.WithKeyPath("@")}, "@"},
+	} {
+		got, err := mustGuard(t, memory.New(), c.opts...).Settings(c.call...)
+		if err != nil || got.KeyPath != c.want {
+			t.Errorf("Settings().KeyPath = %q, %v; want %q", got.KeyPath, err, c.want)
+		}
+	}
 }
 
 // WithDefaults gives way to what guard.New set and to earlier options of

@@ -104,5 +104,6 @@
 // [WithDefaults], so that a default given to New reaches every adapter.
 //
 // Setting the environment variable IDEMGUARD_DISABLED=true before guards are
-// built makes them pass-throughs, the claim API and [Step] included.
+// built makes them pass-throughs, the claim API included; [Step] inside any
+// entry point, an adapter's included, runs its function unguarded.
 package guard

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemguard/idemguard/internal/instrument"
+	"github.com/idemguard/idemguard/internal/killswitch"
 	"github.com/idemguard/idemguard/store"
 )
 
@@ -123,9 +124,14 @@ func New(s store.Store, opts ...Option) (*Guard, error) {
 		g.cache = newCache(st.cacheSize, st.cacheAge)
 	}
 	g.disabled, _ = strconv.ParseBool(os.Getenv(DisableEnv))
+	g.disabled = g.disabled || st.disabled
 	g.tel = instrument.New(st.tracerProvider, st.meterProvider, st.logger, storeName(s))
 	return g, nil
 }
+
+// The project's suites run disabled guards beside enabled ones, in tests
+// that may run in parallel, without the process environment.
+func init() { killswitch.Disable = guardOption(func(s *settings) { s.disabled = true }) }
 
 // Store returns the guard's store.
 func (g *Guard) Store() store.Store { return g.store }

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/idemguard/idemguard/internal/leasecap"
 	"github.com/idemguard/idemguard/store"
 )
 
@@ -28,9 +29,11 @@ type keeper struct {
 	stopped   bool       // no more extensions
 	extending bool       // an extension is in flight
 	lease     time.Duration
-	leaseEnd  time.Time   // the lease end last written
-	expiresAt time.Time   // the record expiry last written
-	lost      error       // why the function's context was ended, if it was
+	leaseEnd  time.Time // the lease end last written
+	expiresAt time.Time // the record expiry last written
+	lost      error     // why the function's context was ended, if it was
+	capEnd    time.Time // when capped, the lease never extends past this (internal/leasecap)
+	capped    bool
 	timer     *time.Timer // on the system clock: one timer, reset
 	stopTimer func() bool // on another clock: stops the armed timer
 }
@@ -47,6 +50,10 @@ func (k *keeper) start() {
 	defer k.mu.Unlock()
 	now := k.cl.g.clock.Now()
 	k.lease = max(k.leaseEnd.Sub(now), MinLease)
+	if dl, ok := leasecap.Deadline(k.ctx); ok {
+		// The process ends at the deadline: so does the claim.
+		k.capEnd, k.capped = now.Add(time.Until(dl)), true
+	}
 	k.tick = k.extend
 	k.arm(min(k.lease/3, k.leaseEnd.Sub(now)))
 }
@@ -100,9 +107,19 @@ func (k *keeper) extend() {
 		k.mu.Unlock()
 		return
 	}
+	leaseEnd := now.Add(k.lease)
+	if k.capped && leaseEnd.After(k.capEnd) {
+		leaseEnd = k.capEnd
+	}
+	if !leaseEnd.After(k.leaseEnd) {
+		// Capped: nothing left to extend. Wake at the lease end, to end
+		// the function's context if it still runs.
+		k.arm(k.leaseEnd.Sub(now))
+		k.mu.Unlock()
+		return
+	}
 	k.extending = true
 	k.arm(k.leaseEnd.Sub(now)) // fires at the lease end unless the extension returns first
-	leaseEnd := now.Add(k.lease)
 	expiresAt := k.expiresAt
 	if expiresAt.Before(leaseEnd) {
 		expiresAt = leaseEnd

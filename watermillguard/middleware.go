@@ -1,6 +1,7 @@
 package watermillguard
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"slices"
@@ -85,7 +86,7 @@ type middleware struct {
 // handle guards one delivery of msg to h.
 func (m *middleware) handle(h message.HandlerFunc, msg *message.Message) ([]*message.Message, error) {
 	if m.g.Disabled() {
-		return h(msg)
+		return m.passThrough(h, msg)
 	}
 	orig := msg.Context()
 	scope := m.c.scope
@@ -128,6 +129,19 @@ func (m *middleware) handle(h message.HandlerFunc, msg *message.Message) ([]*mes
 		return copies, nil
 	}
 	return produced, nil
+}
+
+// passThrough delivers msg to h for a disabled guard (IDEMGUARD_DISABLED)
+// through a disabled guard.Do, so that the handler runs inside a call, as
+// the function of any disabled call does, and guard.Step in it runs its
+// function unguarded; what h returns is returned as it is.
+func (m *middleware) passThrough(h message.HandlerFunc, msg *message.Message) ([]*message.Message, error) {
+	orig := msg.Context()
+	return guard.Do(orig, m.g, cmp.Or(m.c.scope, DefaultScope), nil, func(ctx context.Context) ([]*message.Message, error) {
+		msg.SetContext(ctx)
+		defer msg.SetContext(orig)
+		return h(msg)
+	})
 }
 
 // isPermanent reports whether a delivery that failed with err (its call's

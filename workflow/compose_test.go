@@ -33,8 +33,12 @@ type composeRequest struct {
 // workflow with the key replays the first one's result without running
 // its body; after an error the workflow's claim is released and the next
 // workflow replays the step; a key reused with another payload is refused
-// at the step; a paused holder's workflow and activity are taken over.
-// The suite's options, given to guard.New, must reach both adapters.
+// at the step, and one reused after the completion is refused; a second
+// workflow while the first runs fails in progress, or waits for its
+// result; a paused holder's workflow and activity are taken over, and a
+// zombie holder's completions are fenced out; a disabled guard passes
+// every workflow through. The suite's options, given to guard.New, must
+// reach both adapters.
 func TestCompositionWorkflow(t *testing.T) {
 	c := temporaltest.Client(t, client.Options{})
 	guardtest.RunComposition(t, guardtest.EntryPoint{
@@ -58,7 +62,7 @@ func TestCompositionWorkflow(t *testing.T) {
 			})
 			var out string
 			err := temporaltest.Run(t, c, tq, temporaltest.Name(t, "wf"), 90*time.Second, &out, "Compose", composeRequest{call.Key, call.Payload})
-			return out, err
+			return out, temporaltest.GuardError(err)
 		},
 	}, guardtest.Stores(teststores.All()))
 }

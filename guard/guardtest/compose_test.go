@@ -3,6 +3,7 @@ package guardtest_test
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 
 	"github.com/idemguard/idemguard/guard"
@@ -34,13 +35,15 @@ func TestCompositionDo(t *testing.T) {
 }
 
 // guard.DoBatch joins the composition suite on every store: the call is an
-// item of a batch beside another item.
+// item of a batch beside another item, of a key of its own (calls that run
+// at once must not meet at it).
 func TestCompositionDoBatch(t *testing.T) {
+	var batches atomic.Int64
 	guardtest.RunComposition(t, guardtest.EntryPoint{
 		Name:         "guard.DoBatch",
 		GuardOptions: payloadOptions,
 		Run: func(ctx context.Context, t *testing.T, g *guard.Guard, call guardtest.Call, effect guardtest.Effect, body guardtest.Body) (string, error) {
-			items := []request{{call.Key, call.Payload}, {call.Key + "-other", "other"}}
+			items := []request{{call.Key, call.Payload}, {fmt.Sprintf("%s-other-%d", call.Key, batches.Add(1)), "other"}}
 			res := guard.DoBatch(ctx, g, "compose", items, func(ctx context.Context, in request) (string, error) {
 				if in.Key != call.Key {
 					return "other", nil

@@ -234,3 +234,11 @@ func txUnguarded[H any](t *testing.T, h *txOutcomes[H]) {
 	checkRefused(t, "ExecuteTx without a key, refused by its own condition", out, guard.OutcomeUnguarded, err)
 	h.want(t, h.key+"-refused", 0)
 }
+
+// behind is a clock d behind the system's: a holder on it writes a lease
+// end that has already lapsed for a guard on the system clock.
+type behind struct{ d time.Duration }
+
+func (b behind) Now() time.Time { return time.Now().Add(-b.d) }
+
+func (behind) AfterFunc(d time.Duration, f func()) func() bool { return time.AfterFunc(d, f).Stop }

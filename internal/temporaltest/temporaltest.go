@@ -16,6 +16,8 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"regexp"
@@ -26,8 +28,11 @@ import (
 	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/worker"
 
+	"github.com/idemguard/idemguard/activity"
+	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/testenv"
 )
 
@@ -143,4 +148,28 @@ func Count(h *historypb.History, et enumspb.EventType) int {
 		}
 	}
 	return n
+}
+
+// GuardError returns err, the error of a guarded activity or workflow,
+// wrapping the guard error its application error type stands for:
+// activity.ErrorTypeInProgress as guard.ErrInProgress,
+// ErrorTypePayloadMismatch as guard.ErrPayloadMismatch and
+// ErrorTypeLeaseLost as guard.ErrLeaseLost, for suites that tell the
+// guard's refusals apart (guardtest.RunComposition). Other errors are
+// returned as they are.
+func GuardError(err error) error {
+	var ae *temporal.ApplicationError
+	if !errors.As(err, &ae) {
+		return err
+	}
+	for typ, sentinel := range map[string]error{
+		activity.ErrorTypeInProgress:      guard.ErrInProgress,
+		activity.ErrorTypePayloadMismatch: guard.ErrPayloadMismatch,
+		activity.ErrorTypeLeaseLost:       guard.ErrLeaseLost,
+	} {
+		if ae.Type() == typ {
+			return fmt.Errorf("%w: %w", err, sentinel)
+		}
+	}
+	return err
 }
