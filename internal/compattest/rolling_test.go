@@ -40,11 +40,14 @@ func TestRollingDeploy(t *testing.T) {
 		bins    map[string]string
 		built   bool
 		buildTB = t
+		// The binaries outlive the subtest that builds them: they go in
+		// the directory of the whole test.
+		binDir = t.TempDir()
 	)
 	drivers := func(t *testing.T) map[string]string {
 		once.Do(func() {
 			buildTB = t
-			bins = buildDrivers(t)
+			bins = buildDrivers(t, binDir)
 			built = true
 		})
 		switch {
@@ -306,7 +309,7 @@ func (r *rollout) check(n int, tx bool) {
 
 // buildDrivers builds the driver from the previous release's tree and
 // from this one, and returns the binaries by build: "old" and "new".
-func buildDrivers(t *testing.T) map[string]string {
+func buildDrivers(t *testing.T, dir string) map[string]string {
 	t.Helper()
 	if _, err := exec.LookPath("go"); err != nil {
 		fail(t, "the go command is not on PATH: %v", err)
@@ -320,12 +323,7 @@ func buildDrivers(t *testing.T) map[string]string {
 		fail(t, "not in a git clone (%v): the rolling-deploy test builds the previous release from git", err)
 	}
 	root := strings.TrimSpace(string(top))
-	if err := exec.Command("git", "-C", root, "cat-file", "-e", ref+"^{commit}").Run(); err != nil {
-		shallow, _ := exec.Command("git", "-C", root, "rev-parse", "--is-shallow-repository").Output()
-		fail(t, "the clone lacks %s, the previous release (%s); shallow clone: %s. Fetch the history (git fetch --unshallow, or actions/checkout with fetch-depth: 0)",
-			ref, previousRelease, strings.TrimSpace(string(shallow)))
-	}
-	dir := t.TempDir()
+	ref = previousCommit(t, root, ref)
 	old := filepath.Join(dir, "old")
 	if err := os.Mkdir(old, 0o755); err != nil {
 		t.Fatal(err)
@@ -381,6 +379,36 @@ func buildDrivers(t *testing.T) map[string]string {
 	}
 	t.Logf("built the driver of %s and of this tree in %v", ref, time.Since(start).Round(time.Millisecond))
 	return bins
+}
+
+// previousCommit returns the commit ref names in the clone root. A clone
+// without it (a shallow one, as CI makes) fetches that one commit from its
+// remotes, by tag or by hash.
+func previousCommit(t *testing.T, root, ref string) string {
+	t.Helper()
+	commit := func(rev string) (string, bool) {
+		out, err := exec.Command("git", "-C", root, "rev-parse", "--verify", "--quiet", rev+"^{commit}").Output()
+		return strings.TrimSpace(string(out)), err == nil
+	}
+	if c, ok := commit(ref); ok {
+		return c
+	}
+	remotes, _ := exec.Command("git", "-C", root, "remote").Output()
+	var tried []string
+	for _, remote := range strings.Fields(string(remotes)) {
+		out, err := exec.Command("git", "-C", root, "fetch", "--quiet", "--no-tags", "--depth=1", remote, ref).CombinedOutput()
+		if err == nil {
+			if c, ok := commit("FETCH_HEAD"); ok {
+				t.Logf("fetched %s, the previous release, from %s: %s", ref, remote, c)
+				return c
+			}
+		}
+		tried = append(tried, fmt.Sprintf("git fetch --depth=1 %s %s: %v %s", remote, ref, err, bytes.TrimSpace(out)))
+	}
+	shallow, _ := exec.Command("git", "-C", root, "rev-parse", "--is-shallow-repository").Output()
+	fail(t, "the clone lacks %s, the previous release (%s), and could not fetch it (shallow clone: %s; %s). Fetch it (git fetch --unshallow, or actions/checkout with fetch-depth: 0)",
+		ref, previousRelease, strings.TrimSpace(string(shallow)), strings.Join(tried, "; "))
+	return ""
 }
 
 // readPreviousRelease returns the commit or tag previousRelease names:
