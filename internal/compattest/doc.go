@@ -9,9 +9,12 @@
 //     the store and the guard, and compared with what the current code
 //     writes (TestGoldenRecords);
 //   - the rolling deploy: a build of the previous release, checked out from
-//     git at the commit testdata/previous-release names, and the current
-//     build run the driver program (driver/) alternately and concurrently
-//     on one key space (TestRollingDeploy).
+//     git at the commit testdata/previous-release names (fetched when a
+//     shallow clone lacks it), and the current build run the driver
+//     program (driver/) alternately and concurrently on one key space
+//     (TestRollingDeploy);
+//   - the release candidate's own: its golden set, and the previous
+//     release named (TestReleaseSets).
 //
 // It has no code but its tests and the driver. To add a golden set for a
 // release whose encoding changed:
