@@ -73,7 +73,10 @@ var (
 	// ErrStore: the store failed before the function ran (the claim could
 	// not be made or read). The function did not run; retrying is safe. The
 	// error is a [*StoreError] wrapping the store's error, so errors.Is
-	// also matches [store.ErrThrottled] when the store was throttling. In
+	// also matches [store.ErrThrottled] when the store was throttling, and
+	// [store.ErrNewerFormat] when the record was written by a newer release
+	// (a rolling deploy: the retry succeeds on a process of that release,
+	// and nothing was replayed). In
 	// a transactional call ([DoTx]) it also reports a transaction the
 	// store failed to begin or commit: then the function ran, none of its
 	// writes happened, and the key was released ([OutcomeReleased]).

@@ -16,9 +16,10 @@ import (
 // last. Records are returned as stored, live or not. A store lists in its
 // own order; [Page.NewestFirst] says whether that order is newest first (by
 // ExpiresAt). Listing must run in memory bounded by the page size, however
-// many records the store holds. An item that cannot be read as a record is
-// left out of its page; a store may then return the page (records and
-// Next, both valid) together with an error matching [ErrCorrupt], as the
+// many records the store holds. An item that cannot be read as a record,
+// or a record in a newer format than the store reads, is left out of its
+// page; a store may then return the page (records and Next, both valid)
+// together with an error matching [ErrCorrupt] or [ErrNewerFormat], as the
 // DynamoDB and PostgreSQL stores do, so that callers can report it and go
 // on to the next page.
 //

@@ -24,8 +24,9 @@ import (
 // still hold the records read before the failure; they are valid, and the
 // caller may use them. Errors follow the package's conventions: throttling
 // that outlasts the store's retries matches [ErrThrottled], an item that
-// cannot be read as a record matches [ErrCorrupt] (the other records are
-// still returned). A store that implements BatchGetter but cannot serve
+// cannot be read as a record matches [ErrCorrupt], and a record in a newer
+// format than the store reads [ErrNewerFormat] (the other records are
+// still returned, and the key is absent from the map). A store that implements BatchGetter but cannot serve
 // batch reads at run time returns [ErrSkip].
 type BatchGetter interface {
 	GetMany(ctx context.Context, keys []string) (map[string]*Record, error)

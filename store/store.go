@@ -56,6 +56,23 @@
 // "slow down and retry" (throttling) should make them match [ErrThrottled]
 // through errors.Is, so callers can retry without knowing the store.
 //
+// # Record formats
+//
+// Every record a store writes carries the format it is written in,
+// [FormatVersion], in an attribute, hash field or column of its own, so
+// that two releases can share one store during a rolling deploy. A store
+// reads the format before anything else of a record, and passes it to
+// [CheckFormat]: a record newer than the build is never decoded, and every
+// read of it (Get, Acquire meeting it live, [BatchGetter.GetMany],
+// [Admin.List]) reports a [*FormatError], which matches [ErrNewerFormat]
+// and not [ErrCorrupt]. Acquire writes nothing over such a record while it
+// is live. What the atomic conditions read (the status, the expiry, the
+// lease end, the token) keeps its place and meaning in every format, so a
+// build still replaces an expired record, or a claim whose lease lapsed,
+// of a newer format, and fences its own writes as before. A store whose
+// records never outlive the process (store/memory) is read by no other
+// build and writes no format.
+//
 // # Optional interfaces
 //
 // A store may implement more than [Store]; callers probe for each optional
@@ -112,7 +129,9 @@ type Store interface {
 	// recognises its claim by the token. A record that exists
 	// but is not live is replaced. An existing item that cannot be read as a
 	// record is reported as [ErrCorrupt], and the key stays blocked until the
-	// item expires or is removed. Acquire must be atomic.
+	// item expires or is removed; a live record in a newer format than the
+	// store reads is reported as [ErrNewerFormat], and nothing is written.
+	// Acquire must be atomic.
 	//
 	// Acquire and Complete must not keep rec, or anything of it but copies,
 	// after they return: the caller may reuse it.
@@ -146,7 +165,10 @@ type Store interface {
 	Release(ctx context.Context, key, token string) error
 
 	// Get returns the record stored under key, live or not, with a
-	// strongly consistent read. It returns [ErrNotFound] if there is none.
+	// strongly consistent read. It returns [ErrNotFound] if there is none,
+	// an error matching [ErrCorrupt] for an item that cannot be read as a
+	// record, and one matching [ErrNewerFormat] for a record in a newer
+	// format than the store reads.
 	Get(ctx context.Context, key string) (*Record, error)
 }
 

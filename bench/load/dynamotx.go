@@ -122,12 +122,12 @@ func (b *bench) rawTx(ctx context.Context, in Order) error {
 // it to the store's).
 const (
 	txCompleteCondition = "(#0 = :0) AND (#1 = :1)"
-	txCompleteUpdate    = "REMOVE #2, #3, #4, #5\nSET #1 = :2, #6 = :3, #7 = :4\n"
+	txCompleteUpdate    = "REMOVE #2, #3, #4, #5\nSET #1 = :2, #6 = :3, #7 = :4, #8 = :5\n"
 )
 
 var txCompleteNames = map[string]string{
 	"#0": "token", "#1": "status", "#2": "in_progress_expiration", "#3": "validation",
-	"#4": "result_kind", "#5": "data_encoding", "#6": "expiration", "#7": "data",
+	"#4": "result_kind", "#5": "data_encoding", "#6": "expiration", "#7": "data", "#8": "format",
 }
 
 // txCompletion is the completion action of a claim under token with the
@@ -145,6 +145,7 @@ func (b *bench) txCompletion(key, token string, data []byte, expires time.Time) 
 			":2": strAttr("COMPLETED"),
 			":3": numAttr(epoch.CeilSeconds(expires)),
 			":4": strAttr(string(data)),
+			":5": numAttr(store.FormatVersion),
 		},
 	}}
 }

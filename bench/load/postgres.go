@@ -71,7 +71,7 @@ type pgStatements struct {
 
 func newPgStatements(table, effects string) pgStatements {
 	t := pgx.Identifier{table}.Sanitize()
-	const cols = "key, status, token, payload_hash, result_kind, result, expires_at, lease_expires_at"
+	const cols = "key, status, token, payload_hash, result_kind, result, expires_at, lease_expires_at, format"
 	channel := `('idemguard_' || '` + strings.ReplaceAll(t, "'", "''") + `'::regclass::oid::text)`
 	return pgStatements{
 		claim: `WITH live AS (
@@ -79,15 +79,15 @@ SELECT ` + cols + `, false FROM ` + t + `
 WHERE key = $1 AND expires_at > $6 AND (status <> 'INPROGRESS' OR lease_expires_at IS NULL OR lease_expires_at > $6)
 ), claim AS (
 INSERT INTO ` + t + ` AS t (` + cols + `)
-SELECT $1, 'INPROGRESS', $2::text, $3::text, 0, NULL, $4::timestamptz, $5::timestamptz WHERE NOT EXISTS (SELECT FROM live)
+SELECT $1, 'INPROGRESS', $2::text, $3::text, 0, NULL, $4::timestamptz, $5::timestamptz, 1 WHERE NOT EXISTS (SELECT FROM live)
 ON CONFLICT (key) DO UPDATE SET status = 'INPROGRESS', token = excluded.token, payload_hash = excluded.payload_hash,
-    result_kind = 0, result = NULL, expires_at = excluded.expires_at, lease_expires_at = excluded.lease_expires_at
+    result_kind = 0, result = NULL, expires_at = excluded.expires_at, lease_expires_at = excluded.lease_expires_at, format = 1
 WHERE t.expires_at <= $6 OR (t.status = 'INPROGRESS' AND t.lease_expires_at <= $6)
 RETURNING NOT (t.xmax = 0) AS replaced)
 SELECT * FROM live
 UNION ALL
 SELECT COALESCE(o.key, ''), COALESCE(o.status, ''), COALESCE(o.token, ''), COALESCE(o.payload_hash, ''),
-    COALESCE(o.result_kind, 0::smallint), o.result, o.expires_at, o.lease_expires_at, true
+    COALESCE(o.result_kind, 0::smallint), o.result, o.expires_at, o.lease_expires_at, COALESCE(o.format, 1::smallint), true
 FROM claim LEFT JOIN LATERAL (
     SELECT ` + cols + ` FROM ` + t + ` WHERE claim.replaced AND key = $1 AND status = 'INPROGRESS' AND expires_at > $6 OFFSET 0
 ) o ON true`,
@@ -96,7 +96,7 @@ FROM claim LEFT JOIN LATERAL (
 		// Watch): the key's advisory lock, tried, is held by a watcher.
 		complete: `WITH done AS (
 UPDATE ` + t + ` SET status = 'COMPLETED', payload_hash = '', result_kind = 0, result = $3,
-    expires_at = $4, lease_expires_at = NULL
+    expires_at = $4, lease_expires_at = NULL, format = 1
 WHERE key = $1 AND token = $2
 RETURNING key)
 SELECT CASE WHEN pg_try_advisory_xact_lock(hashtext(` + channel + `), hashtext(key)) THEN 0
@@ -188,11 +188,11 @@ func ceilMicro(t time.Time) time.Time {
 func (p *pgBench) rawClaim(ctx context.Context, key, token string, now time.Time) (won bool, result []byte, err error) {
 	var (
 		k, status, tok, ph string
-		kind               int16
+		kind, format       int16
 		exp, lease         pgtype.Timestamptz
 	)
 	err = p.pool.QueryRow(ctx, p.sql.claim, key, token, "", ceilMicro(now.Add(max(rawTTL, rawLease))), ceilMicro(now.Add(rawLease)),
-		now.Add(-guard.DefaultClockSkew)).Scan(&k, &status, &tok, &ph, &kind, &result, &exp, &lease, &won)
+		now.Add(-guard.DefaultClockSkew)).Scan(&k, &status, &tok, &ph, &kind, &result, &exp, &lease, &format, &won)
 	if err != nil {
 		return false, nil, err
 	}

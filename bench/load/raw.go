@@ -17,6 +17,7 @@ import (
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/epoch"
+	"github.com/idemguard/idemguard/store"
 )
 
 // The raw baseline sends, with the same client and per-request options, the
@@ -38,10 +39,10 @@ const (
 	// under a lapsed lease (store/dynamodb Acquire).
 	claimCondition = "(attribute_not_exists (#0)) OR (#1 <= :0) OR ((#2 = :1) AND (attribute_exists (#3)) AND (#3 <= :2))"
 	// The completion (store/dynamodb Complete): fenced by the token; sets
-	// status, expiry and result and removes the attributes a completed
+	// status, expiry, result and format and removes the attributes a completed
 	// record without a payload hash, result kind or compression lacks.
 	completeCondition = "#0 = :0"
-	completeUpdate    = "REMOVE #1, #2, #3, #4\nSET #5 = :1, #6 = :2, #7 = :3\n"
+	completeUpdate    = "REMOVE #1, #2, #3, #4\nSET #5 = :1, #6 = :2, #7 = :3, #8 = :4\n"
 )
 
 var (
@@ -50,7 +51,7 @@ var (
 	}
 	completeNames = map[string]string{
 		"#0": "token", "#1": "in_progress_expiration", "#2": "validation", "#3": "result_kind",
-		"#4": "data_encoding", "#5": "status", "#6": "expiration", "#7": "data",
+		"#4": "data_encoding", "#5": "status", "#6": "expiration", "#7": "data", "#8": "format",
 	}
 )
 
@@ -81,6 +82,7 @@ func (b *bench) rawClaim(ctx context.Context, key, token string, now time.Time) 
 			"expiration":             numAttr(epoch.CeilSeconds(now.Add(max(rawTTL, rawLease)))),
 			"in_progress_expiration": numAttr(epoch.CeilMillis(now.Add(rawLease))),
 			"token":                  strAttr(token),
+			"format":                 numAttr(store.FormatVersion),
 		},
 		ConditionExpression:      aws.String(claimCondition),
 		ExpressionAttributeNames: claimNames,
@@ -117,6 +119,7 @@ func (b *bench) rawMiss(ctx context.Context, key string, in Order) error {
 			":1": strAttr("COMPLETED"),
 			":2": numAttr(epoch.CeilSeconds(time.Now().Add(rawTTL))),
 			":3": strAttr(string(data)),
+			":4": numAttr(store.FormatVersion),
 		},
 	}, b.optFns...)
 	return err

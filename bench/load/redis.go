@@ -16,6 +16,7 @@ import (
 	"github.com/idemguard/idemguard/internal/epoch"
 	"github.com/idemguard/idemguard/internal/redistest"
 	"github.com/idemguard/idemguard/internal/reqcount"
+	"github.com/idemguard/idemguard/store"
 	idemredis "github.com/idemguard/idemguard/store/redis"
 )
 
@@ -129,13 +130,15 @@ func (r *redisBench) close() error {
 // rawClaim sends the claim script for key under token, with the arguments
 // store/redis sends: now (the guard's clock less its skew) in milliseconds,
 // the key's PEXPIREAT, the in-progress record's expiration, token and lease
-// end (times as int64s, which go-redis writes as decimal text). It returns the script's reply: 1 when it claimed, the
+// end (times as int64s, which go-redis writes as decimal text), and the
+// record's format. It returns the script's reply: 1 when it claimed, the
 // record it met otherwise, packed in one string.
 func (r *redisBench) rawClaim(ctx context.Context, key, token string, now time.Time) (any, error) {
 	seen := now.Add(-guard.DefaultClockSkew)
 	exp := epoch.CeilSeconds(now.Add(max(rawTTL, rawLease)))
 	return r.client.EvalSha(ctx, r.acquireSHA, []string{r.prefix + key},
-		epoch.FloorMillis(seen), exp*1000+r.grace, exp, token, epoch.CeilMillis(now.Add(rawLease))).Result()
+		epoch.FloorMillis(seen), exp*1000+r.grace, exp, token, epoch.CeilMillis(now.Add(rawLease)),
+		idemredis.FieldFormat, int64(store.FormatVersion)).Result()
 }
 
 // rawMiss claims key, runs the function and completes the claim with its
@@ -156,7 +159,7 @@ func (r *redisBench) rawMiss(ctx context.Context, b *bench, key string, in Order
 	}
 	exp := epoch.CeilSeconds(time.Now().Add(rawTTL))
 	v, err = r.client.EvalSha(ctx, r.completeSHA, []string{r.prefix + key},
-		token, exp*1000+r.grace, exp, idemredis.FieldData, data).Result()
+		token, exp*1000+r.grace, exp, idemredis.FieldFormat, int64(store.FormatVersion), idemredis.FieldData, data).Result()
 	if err != nil {
 		return err
 	}
@@ -191,7 +194,7 @@ func (r *redisBench) rawReplay(ctx context.Context, key string) error {
 // packed are the fields of the record the claim script returns, in order
 // (store/redis's scripts.go).
 var packed = [...]string{idemredis.FieldStatus, idemredis.FieldExpiry, idemredis.FieldLease, idemredis.FieldToken,
-	idemredis.FieldValidation, idemredis.FieldResultKind, idemredis.FieldEncoding, idemredis.FieldData}
+	idemredis.FieldValidation, idemredis.FieldResultKind, idemredis.FieldEncoding, idemredis.FieldData, idemredis.FieldFormat}
 
 // unpack reads the fields of a record the claim script returns, after its
 // "R": each "-" when absent, or its length, ":" and its value. It returns

@@ -14,6 +14,11 @@ import (
 	"github.com/idemguard/idemguard/store"
 )
 
+// newerFormatHint is what to do about a record written by a newer release
+// than the command's.
+const newerFormatHint = "the record was written by a newer release of idemguard than this command's: " +
+	"use the idemguard command of that release (or later) to read or release it"
+
 // storeErr ends the command with exit status 2 for a failed store request,
 // saying what failed and, where the error is one we recognise, what to do.
 func (a *app) storeErr(b *backend, what string, err error) error {
@@ -49,6 +54,8 @@ func (a *app) hint(b *backend, err error) string {
 		return "no AWS credentials found: set AWS_PROFILE (or ?profile= in the URL), or the AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY variables"
 	case strings.Contains(err.Error(), "NOAUTH") || strings.Contains(err.Error(), "WRONGPASS"):
 		return "the server refused the user or password in the URL"
+	case errors.Is(err, store.ErrNewerFormat):
+		return newerFormatHint
 	case errors.Is(err, store.ErrCorrupt):
 		return "the stored item is not a record idemguard can read; 'idemguard release --force KEY' deletes it"
 	case errors.Is(err, store.ErrThrottled):

@@ -87,8 +87,10 @@ Exit status 1 when no record matches.`,
 				switch {
 				case errors.Is(err, store.ErrSkip):
 					return &exitErr{code: exitError, err: fmt.Errorf("%s cannot list records: its client lacks the listing API", b.desc)}
-				case errors.Is(err, store.ErrCorrupt):
+				case errors.Is(err, store.ErrNewerFormat):
 					// The page comes with the records that could be read.
+					fmt.Fprintf(a.stderr, "idemguard: warning: %v\n  %s\n", err, newerFormatHint)
+				case errors.Is(err, store.ErrCorrupt):
 					fmt.Fprintf(a.stderr, "idemguard: warning: %v\n", err)
 				case err != nil:
 					w.Flush()

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"strings"
@@ -124,4 +125,37 @@ func TestListCorruptItem(t *testing.T) {
 		t.Errorf("release --force of a corrupt item printed %q", r.stdout)
 	}
 	cli(t, nil, "", "get", "s#bad", "--store", u).want(t, exitNotFound)
+}
+
+// A record written by a newer release than the command's: list warns and
+// lists the others, get and release (even --force) refuse it and say to
+// use the newer command; nothing is deleted.
+func TestNewerFormatItem(t *testing.T) {
+	client := dynamodbtest.NewClient(t)
+	s := dynamodbtest.NewStore(t, client)
+	u := "dynamodb://" + s.Table() + "?endpoint=" + url.QueryEscape(dynamodbtest.Endpoint(t))
+	ctx := context.Background()
+	if _, err := s.Acquire(ctx, &store.Record{Key: "s#1", Status: store.StatusInProgress, Token: "t", ExpiresAt: time.Now().Add(time.Hour)}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(s.Table()), Item: map[string]types.AttributeValue{
+		"id": &types.AttributeValueMemberS{Value: "s#new"}, "status": &types.AttributeValueMemberS{Value: "SETTLED"},
+		"expiration": &types.AttributeValueMemberN{Value: fmt.Sprint(time.Now().Add(time.Hour).Unix())},
+		"format":     &types.AttributeValueMemberN{Value: fmt.Sprint(store.FormatVersion + 1)},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	r := cli(t, nil, "", "list", "--json", "--store", u).want(t, exitOK)
+	if n := strings.Count(r.stdout, "\n"); n != 1 || !strings.Contains(r.stderr, "s#new") || !strings.Contains(r.stderr, "newer release") {
+		t.Errorf("list with a newer item: %d records, stderr %q; want 1 and a warning naming s#new and the newer release", n, r.stderr)
+	}
+	for _, args := range [][]string{{"get", "s#new"}, {"release", "s#new"}, {"release", "s#new", "--force"}} {
+		r = cli(t, nil, "", append(args, "--store", u)...).want(t, exitError)
+		if !strings.Contains(r.stderr, "idemguard command of that release") {
+			t.Errorf("%v of a newer item: %q; want the hint to use the newer command", args, r.stderr)
+		}
+	}
+	if _, err := s.Get(ctx, "s#new"); !errors.Is(err, store.ErrNewerFormat) {
+		t.Errorf("after release --force, Get = %v; want the newer item still there", err)
+	}
 }

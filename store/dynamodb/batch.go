@@ -162,7 +162,7 @@ type batchProjection struct {
 // recordProjection lists the attributes a record is read from: the key
 // attributes and every attribute [config.decode] reads.
 func (c *config) recordProjection() expression.ProjectionBuilder {
-	attrs := []string{c.keyAttr, c.statusAttr, c.expiryAttr, c.leaseAttr, c.tokenAttr, c.validationAttr, c.dataAttr, c.kindAttr, c.encodingAttr}
+	attrs := []string{c.keyAttr, c.statusAttr, c.expiryAttr, c.leaseAttr, c.tokenAttr, c.validationAttr, c.dataAttr, c.kindAttr, c.encodingAttr, c.formatAttr}
 	if c.sortKeyAttr != "" {
 		attrs = append(attrs, c.sortKeyAttr)
 	}

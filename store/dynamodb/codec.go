@@ -31,6 +31,9 @@ const (
 	maxDepth = 64
 )
 
+// formatValue is the format attribute of every item the store writes.
+var formatValue types.AttributeValue = numAttr(store.FormatVersion)
+
 func checkTime(what string, t time.Time) error { return epoch.Check("dynamodb", what, t) }
 
 func numAttr(n int64) *types.AttributeValueMemberN {
@@ -63,6 +66,7 @@ type encoded struct {
 	data       types.AttributeValue
 	kind       types.AttributeValue
 	encoding   types.AttributeValue
+	format     types.AttributeValue
 }
 
 // namedAttr is one attribute of an item; v is nil when it is absent.
@@ -72,7 +76,7 @@ type namedAttr struct {
 }
 
 // attrs lists the attributes of e by name, absent ones with a nil value.
-func (c *config) attrs(e *encoded) [8]namedAttr {
+func (c *config) attrs(e *encoded) [9]namedAttr {
 	return [...]namedAttr{
 		{c.statusAttr, e.status},
 		{c.expiryAttr, e.expiry},
@@ -82,6 +86,7 @@ func (c *config) attrs(e *encoded) [8]namedAttr {
 		{c.dataAttr, e.data},
 		{c.kindAttr, e.kind},
 		{c.encodingAttr, e.encoding},
+		{c.formatAttr, e.format},
 	}
 }
 
@@ -125,6 +130,7 @@ func (c *config) encode(rec *store.Record) (*encoded, error) {
 		status: strAttr(rec.Status.String()),
 		expiry: numAttr(epoch.CeilSeconds(rec.ExpiresAt)),
 		token:  strAttr(rec.Token),
+		format: formatValue,
 	}
 	if _, ok := store.ParseStatus(rec.Status.String()); !ok {
 		return nil, fmt.Errorf("dynamodb: record %q has an invalid status %v", rec.Key, rec.Status)
@@ -190,12 +196,18 @@ func corrupt(attr, format string, args ...any) error {
 // store the result as a JSON string, TypeScript as a native map, list or
 // number; each reads back as JSON text). Attributes it does not know are
 // ignored. An item it cannot read gives a [*store.DecodeError], which matches
-// [store.ErrCorrupt]; DecodeItem never panics.
+// [store.ErrCorrupt], and an item in a newer format than
+// [store.FormatVersion] a [*store.FormatError], which matches
+// [store.ErrNewerFormat]; DecodeItem never panics.
 func (s *Store) DecodeItem(item map[string]types.AttributeValue) (*store.Record, error) {
 	return s.cfg.decode(item)
 }
 
 func (c *config) decode(item map[string]types.AttributeValue) (*store.Record, error) {
+	// The format first: nothing else of a newer one is read.
+	if err := c.checkFormat(item); err != nil {
+		return nil, err
+	}
 	var rec store.Record
 	var err error
 	if c.sortKeyAttr != "" {
@@ -263,6 +275,24 @@ func (c *config) decode(item map[string]types.AttributeValue) (*store.Record, er
 		return nil, err
 	}
 	return &rec, nil
+}
+
+// checkFormat checks the format of item (see [store.CheckFormat]): its
+// format attribute, an N holding an integer, or 1 if it has none.
+func (c *config) checkFormat(item map[string]types.AttributeValue) error {
+	v, ok := item[c.formatAttr]
+	if !ok || v == nil {
+		return nil
+	}
+	nv, ok := v.(*types.AttributeValueMemberN)
+	if !ok {
+		return corrupt(c.formatAttr, "is a %s, want N", typeName(v))
+	}
+	n, err := strconv.ParseInt(nv.Value, 10, 64)
+	if err != nil {
+		return corrupt(c.formatAttr, "holds %.40q, not a record format", nv.Value)
+	}
+	return store.CheckFormat(c.formatAttr, n)
 }
 
 // stringAttr returns the S attribute name of item: "" if it is absent and

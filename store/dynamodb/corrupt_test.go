@@ -47,6 +47,9 @@ func TestCorruptItems(t *testing.T) {
 			m["data_encoding"] = s("gzip")
 			delete(m, "data")
 		}},
+		{"format not N", "format", func(m map[string]types.AttributeValue) { m["format"] = s("1") }},
+		{"format fractional", "format", func(m map[string]types.AttributeValue) { m["format"] = n("1.5") }},
+		{"format zero", "format", func(m map[string]types.AttributeValue) { m["format"] = n("0") }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			key := "scope#corrupt-" + c.name

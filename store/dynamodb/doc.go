@@ -70,6 +70,8 @@
 //	token                   S  fencing token of the claim (idemguard only)
 //	result_kind             S  "error" or "unavailable"; absent for a value (idemguard only)
 //	data_encoding           S  "gzip" when data is compressed; absent otherwise (idemguard only)
+//	format                  N  the record's format, store.FormatVersion of the release that wrote it;
+//	                           an item without it reads as format 1 (idemguard only)
 //
 // Every name can be changed with [WithAttributes]. In sort-key mode
 // ([WithSortKey]) the partition key holds a fixed value and the
@@ -108,7 +110,10 @@
 //
 // An item that is not a record ([Store.DecodeItem] fails: a missing or mistyped
 // attribute, an unknown status) gives an error matching [store.ErrCorrupt];
-// such an item blocks its key until it expires or is deleted.
+// such an item blocks its key until it expires or is deleted. An item in a
+// newer format than the build reads (written by a newer release, during a
+// rolling deploy) gives one matching [store.ErrNewerFormat] instead, and
+// nothing else of it is read.
 //
 // # Creating the table
 //

@@ -25,13 +25,14 @@ func TestConformance(t *testing.T) {
 			idemddb.WithAttributes(idemddb.Attributes{Key: "Key"}), idemddb.WithAttributes(idemddb.Attributes{Expiry: "ttl.expires"}), idemddb.WithAttributes(idemddb.Attributes{Lease: "lease"}),
 			idemddb.WithAttributes(idemddb.Attributes{Status: "State"}), idemddb.WithAttributes(idemddb.Attributes{Data: "Result"}), idemddb.WithAttributes(idemddb.Attributes{Validation: "hash"}),
 			idemddb.WithAttributes(idemddb.Attributes{Token: "fence"}), idemddb.WithAttributes(idemddb.Attributes{ResultKind: "kind"}), idemddb.WithAttributes(idemddb.Attributes{Encoding: "enc"}),
+			idemddb.WithAttributes(idemddb.Attributes{Format: "layout"}),
 		}},
 	} {
 		t.Run(mode.name, func(t *testing.T) {
 			t.Parallel()
 			storetest.Run(t, func(t *testing.T) store.Store {
 				return dynamodbtest.NewStore(t, client, mode.opts...)
-			}, storetest.WithTooLarge(tooLarge))
+			}, storetest.WithTooLarge(tooLarge), storetest.WithNewerFormat(idemddb.MarkFormat))
 		})
 	}
 }

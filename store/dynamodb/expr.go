@@ -35,6 +35,7 @@ const (
 	slotData                   // Complete: the result
 	slotKind                   // Complete: the result kind
 	slotEncoding               // Complete: the result's encoding
+	slotFormat                 // Complete: the record's format
 	numSlots
 )
 
@@ -148,7 +149,7 @@ func completeVariant(e *encoded) int {
 // completeShape returns an encoded record of variant m with the values of
 // v: the attributes m lacks are nil.
 func completeShape(m int, v *slotValues) *encoded {
-	e := &encoded{status: v[slotStatus], expiry: v[slotExpiry], token: v[slotToken]}
+	e := &encoded{status: v[slotStatus], expiry: v[slotExpiry], token: v[slotToken], format: v[slotFormat]}
 	opt := func(bit int, s slot) types.AttributeValue {
 		if m&bit != 0 {
 			return v[s]
@@ -175,6 +176,7 @@ func completeSlots(e *encoded, token types.AttributeValue) *slotValues {
 		slotData:       e.data,
 		slotKind:       e.kind,
 		slotEncoding:   e.encoding,
+		slotFormat:     e.format,
 	}
 }
 

@@ -68,6 +68,7 @@ func TestDefaultLayout(t *testing.T) {
 		"in_progress_expiration": num(f.t0.UnixMilli() + 60_000 + 2),
 		"token":                  s(rec.Token),
 		"validation":             s(rec.PayloadHash),
+		"format":                 num(store.FormatVersion),
 	})
 	got, err := f.s.Get(f.ctx, rec.Key)
 	if err != nil {
@@ -89,6 +90,7 @@ func TestDefaultLayout(t *testing.T) {
 		"token":                  s(rec.Token),
 		"validation":             s(rec.PayloadHash),
 		"data":                   s(`{"charge":"ch_1"}`),
+		"format":                 num(store.FormatVersion),
 	})
 
 	// A definite error, then an unavailable result: the kind attribute
@@ -126,6 +128,7 @@ func TestCustomAttributeNames(t *testing.T) {
 		idemddb.WithAttributes(idemddb.Attributes{Key: "PK"}), idemddb.WithAttributes(idemddb.Attributes{Expiry: "ttl"}), idemddb.WithAttributes(idemddb.Attributes{Lease: "lease_ms"}),
 		idemddb.WithAttributes(idemddb.Attributes{Status: "state"}), idemddb.WithAttributes(idemddb.Attributes{Data: "body"}), idemddb.WithAttributes(idemddb.Attributes{Validation: "hash"}),
 		idemddb.WithAttributes(idemddb.Attributes{Token: "fence"}), idemddb.WithAttributes(idemddb.Attributes{ResultKind: "kind"}), idemddb.WithAttributes(idemddb.Attributes{Encoding: "enc"}),
+		idemddb.WithAttributes(idemddb.Attributes{Format: "v"}),
 		idemddb.WithCompressAbove(8),
 	}
 	f := newFixture(t, opts...)
@@ -137,7 +140,7 @@ func TestCustomAttributeNames(t *testing.T) {
 		t.Fatal(err)
 	}
 	item := f.raw(t, map[string]types.AttributeValue{"PK": s(rec.Key)})
-	want := []string{"PK", "ttl", "lease_ms", "state", "body", "hash", "fence", "kind", "enc"}
+	want := []string{"PK", "ttl", "lease_ms", "state", "body", "hash", "fence", "kind", "enc", "v"}
 	if got := names(item); len(got) != len(want) {
 		t.Errorf("item has attributes %v, want %v", got, want)
 	}

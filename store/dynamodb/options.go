@@ -40,10 +40,15 @@ type Attributes struct {
 	// Encoding holds "gzip" for a compressed result (type S; absent when
 	// the result is stored as is).
 	Encoding string
+	// Format holds the record's format, [store.FormatVersion] of the
+	// release that wrote it (type N; an item without it, as Powertools
+	// and releases before formats were recorded write them, is format 1).
+	Format string
 }
 
-// DefaultAttributes are AWS Powertools' attribute names, plus the three
-// Powertools does not write: token, result_kind and data_encoding.
+// DefaultAttributes are AWS Powertools' attribute names, plus the four
+// Powertools does not write (and ignores): token, result_kind,
+// data_encoding and format.
 var DefaultAttributes = Attributes{
 	Key:        "id",
 	Expiry:     "expiration",
@@ -54,6 +59,7 @@ var DefaultAttributes = Attributes{
 	Token:      "token",
 	ResultKind: "result_kind",
 	Encoding:   "data_encoding",
+	Format:     "format",
 }
 
 const (
@@ -90,6 +96,7 @@ type config struct {
 	tokenAttr      string
 	kindAttr       string
 	encodingAttr   string
+	formatAttr     string
 	compressAbove  int
 	maxAttempts    int // 0 = default
 	retryer        aws.Retryer
@@ -125,6 +132,7 @@ func (c *config) validate() error {
 		{"Attributes.Token", c.tokenAttr},
 		{"Attributes.ResultKind", c.kindAttr},
 		{"Attributes.Encoding", c.encodingAttr},
+		{"Attributes.Format", c.formatAttr},
 	}
 	if c.sortKeyAttr != "" || c.partitionValue != "" {
 		names = append(names, struct{ opt, name string }{"WithSortKey", c.sortKeyAttr})
@@ -186,7 +194,7 @@ func (c *config) setAttributes(a Attributes) {
 	}{
 		{&c.keyAttr, a.Key}, {&c.expiryAttr, a.Expiry}, {&c.leaseAttr, a.Lease}, {&c.statusAttr, a.Status},
 		{&c.dataAttr, a.Data}, {&c.validationAttr, a.Validation}, {&c.tokenAttr, a.Token},
-		{&c.kindAttr, a.ResultKind}, {&c.encodingAttr, a.Encoding},
+		{&c.kindAttr, a.ResultKind}, {&c.encodingAttr, a.Encoding}, {&c.formatAttr, a.Format},
 	} {
 		if f.v != "" {
 			*f.dst = f.v

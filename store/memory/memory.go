@@ -6,7 +6,9 @@
 // with one lookup, [store.Admin], for tests that play an operator, and
 // [store.Watcher], whose watches Complete and Release end in process. It
 // keeps records only for the life of the process and shares them only between
-// guards that use the same *Store. It checks expiry lazily against the time
+// guards that use the same *Store, all of one build: its records carry no
+// format (see store.FormatVersion), since no other release ever reads
+// them. It checks expiry lazily against the time
 // the guard passes in, so it starts no goroutine and needs no Close; expired
 // records are dropped when the key is next acquired or by [Store.Sweep].
 package memory

@@ -21,6 +21,7 @@ func TestCorruptRows(t *testing.T) {
 		{"scope#bad-kind", `INSERT INTO $T (key, status, token, result_kind, expires_at) VALUES ($1, 'COMPLETED', 't', 7, $2)`},
 		{"scope#infinite-expiry", `INSERT INTO $T (key, status, token, expires_at) VALUES ($1, 'COMPLETED', 't', 'infinity')`},
 		{"scope#infinite-lease", `INSERT INTO $T (key, status, token, expires_at, lease_expires_at) VALUES ($1, 'INPROGRESS', 't', $2, '-infinity')`},
+		{"scope#bad-format", `INSERT INTO $T (key, status, token, expires_at, format) VALUES ($1, 'COMPLETED', 't', $2, 0)`},
 	}
 	good := f.claim("scope#good")
 	f.mustAcquire(t, good)

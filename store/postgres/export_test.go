@@ -4,10 +4,26 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/idemguard/idemguard/store"
 )
+
+// MarkFormat is a storetest.MarkFormat for the store's rows: it sets the
+// format column of the record key to format, as a later release would
+// write it.
+func MarkFormat(t *testing.T, st store.Store, key string, format int) {
+	t.Helper()
+	s := st.(*Store)
+	id, _ := parseTable(s.cfg.table)
+	tag, err := s.pool.Exec(context.Background(), "UPDATE "+pgx.Identifier(id).Sanitize()+" SET format = $2 WHERE key = $1", key, format)
+	if err != nil || tag.RowsAffected() != 1 {
+		t.Fatalf("marking %q as format %d: %v (%d rows)", key, format, err, tag.RowsAffected())
+	}
+}
 
 // NaiveStore is the store with Acquire written as the single statement
 // that falls into the statement-snapshot trap: the conditional upsert in a
@@ -26,9 +42,9 @@ func (s NaiveStore) Acquire(ctx context.Context, rec *store.Record, now time.Tim
 	var won bool
 	var r row
 	var key, status, token, payloadHash *string
-	var kind *int16
+	var kind, format *int16
 	err := s.pool.QueryRow(ctx, sql, rec.Key, rec.Token, rec.PayloadHash, ceilMicro(rec.ExpiresAt), leaseParam(rec.LeaseExpiresAt), now).
-		Scan(&won, &key, &status, &token, &payloadHash, &kind, &r.result, &r.expiresAt, &r.leaseAt)
+		Scan(&won, &key, &status, &token, &payloadHash, &kind, &r.result, &r.expiresAt, &r.leaseAt, &format)
 	if err != nil {
 		return nil, err
 	}
@@ -38,7 +54,7 @@ func (s NaiveStore) Acquire(ctx context.Context, rec *store.Record, now time.Tim
 	if key == nil {
 		return nil, store.ErrConflict // "the record vanished": it did not
 	}
-	r.key, r.status, r.token, r.payloadHash, r.kind = *key, *status, *token, *payloadHash, *kind
+	r.key, r.status, r.token, r.payloadHash, r.kind, r.format = *key, *status, *token, *payloadHash, *kind, *format
 	old, err := r.record()
 	if err != nil {
 		return nil, errors.Join(err, store.ErrCorrupt)

@@ -226,10 +226,10 @@ func scanClaim(rows pgx.Rows, r *row) (won bool, err error) {
 			return won, err
 		}
 	}
-	if len(vals[8]) != 1 {
+	if len(vals[9]) != 1 {
 		return false, errors.New("the claim's won column is not a boolean")
 	}
-	if won = vals[8][0] == 1; won && len(vals[1]) == 0 {
+	if won = vals[9][0] == 1; won && len(vals[1]) == 0 {
 		return true, nil // nothing taken over: the usual first call
 	}
 	switch st := vals[1]; string(st) {
@@ -254,13 +254,19 @@ func scanClaim(rows pgx.Rows, r *row) (won bool, err error) {
 	if r.expiresAt, err = timestamptz("expires_at", vals[6]); err != nil {
 		return false, err
 	}
-	r.leaseAt, err = timestamptz("lease_expires_at", vals[7])
-	return won, err
+	if r.leaseAt, err = timestamptz("lease_expires_at", vals[7]); err != nil {
+		return false, err
+	}
+	if len(vals[8]) != 2 {
+		return false, corrupt("format", "is not a smallint")
+	}
+	r.format = int16(binary.BigEndian.Uint16(vals[8]))
+	return won, nil
 }
 
 // claimOIDs are the types of the claim statement's columns.
 var claimOIDs = [...]uint32{pgtype.TextOID, pgtype.TextOID, pgtype.TextOID, pgtype.TextOID, pgtype.Int2OID,
-	pgtype.ByteaOID, pgtype.TimestamptzOID, pgtype.TimestamptzOID, pgtype.BoolOID}
+	pgtype.ByteaOID, pgtype.TimestamptzOID, pgtype.TimestamptzOID, pgtype.Int2OID, pgtype.BoolOID}
 
 // timestamptz reads a timestamptz in PostgreSQL's binary format:
 // microseconds since 2000-01-01 UTC, the largest and smallest int64 for
@@ -480,16 +486,21 @@ type row struct {
 	result      []byte
 	expiresAt   pgtype.Timestamptz
 	leaseAt     pgtype.Timestamptz
+	format      int16
 }
 
 // dest returns the scan targets, in the order of columns.
 func (r *row) dest() []any {
-	return []any{&r.key, &r.status, &r.token, &r.payloadHash, &r.kind, &r.result, &r.expiresAt, &r.leaseAt}
+	return []any{&r.key, &r.status, &r.token, &r.payloadHash, &r.kind, &r.result, &r.expiresAt, &r.leaseAt, &r.format}
 }
 
 // record checks the row and returns it as a record, or an error matching
-// [store.ErrCorrupt].
+// [store.ErrCorrupt], or [store.ErrNewerFormat] for a row in a newer
+// format than the store reads, of which nothing else is read.
 func (r *row) record() (*store.Record, error) {
+	if err := store.CheckFormat("format", int64(r.format)); err != nil {
+		return nil, err
+	}
 	st, ok := store.ParseStatus(r.status)
 	if !ok {
 		return nil, corrupt("status", "is %q, not INPROGRESS or COMPLETED", r.status)

@@ -18,7 +18,7 @@ func TestConformance(t *testing.T) {
 	t.Run("default", func(t *testing.T) {
 		storetest.Run(t, func(t *testing.T) store.Store {
 			return postgrestest.NewStore(t, pool)
-		}, storetest.WithTooLarge(postgres.DefaultMaxResultSize+1), storetest.WithWatchProbe(watchProbe(pool)))
+		}, storetest.WithTooLarge(postgres.DefaultMaxResultSize+1), storetest.WithWatchProbe(watchProbe(pool)), storetest.WithNewerFormat(postgres.MarkFormat))
 	})
 	// A server whose sessions default to SERIALIZABLE: Acquire pins READ
 	// COMMITTED, so the claim races hold there too (at SERIALIZABLE a
@@ -43,7 +43,7 @@ func TestConformance(t *testing.T) {
 		})
 		storetest.Run(t, func(t *testing.T) store.Store {
 			return postgrestest.NewStore(t, simple)
-		})
+		}, storetest.WithNewerFormat(postgres.MarkFormat))
 	})
 	// A schema-qualified name whose parts need quoting: upper case, a
 	// space, a quote and a dot in the table's part.
@@ -59,6 +59,6 @@ func TestConformance(t *testing.T) {
 				t.Fatal(err)
 			}
 			return s
-		}, storetest.WithTooLarge(300<<10+1), storetest.WithWatchProbe(watchProbe(pool)))
+		}, storetest.WithTooLarge(300<<10+1), storetest.WithWatchProbe(watchProbe(pool)), storetest.WithNewerFormat(postgres.MarkFormat))
 	})
 }

@@ -4,11 +4,14 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/idemguard/idemguard/store"
 )
 
 // Execer runs a statement: a *pgxpool.Pool, *pgx.Conn or pgx.Tx.
@@ -17,8 +20,12 @@ type Execer interface {
 }
 
 // DDL returns the statements that create table (see [WithTable] for the
-// name's form) and its index if they do not exist, as [CreateTable] runs
-// them. Run them through a migration tool of your own if you have one.
+// name's form) and its index if they do not exist, and add the format
+// column (the record's format, [store.FormatVersion]) to a table created
+// before it, as [CreateTable] runs them. Run them through a migration tool
+// of your own if you have one, before the build that needs the column
+// starts: a build from before the column works with it, and this one does
+// not work without it.
 func DDL(table string) (string, error) {
 	id, err := parseTable(table)
 	if err != nil {
@@ -50,8 +57,26 @@ func indexName(table string) string {
 	return head + tail
 }
 
+// ddl returns the statements that create the table id and its index, and
+// add the format column to a table made before it existed. The column is
+// added only when it is missing, in a DO block that reads the catalogue
+// first: ALTER TABLE ADD COLUMN IF NOT EXISTS would take the table's
+// ACCESS EXCLUSIVE lock even when the column is there, and CreateTable
+// runs at every start. Its DEFAULT 1 makes the rows already there format
+// 1, which they are, and lets a build from before the column insert rows
+// without naming it; since PostgreSQL 11 such a column is added without
+// rewriting the table.
 func ddl(id pgx.Identifier) string {
+	table := id.Sanitize()
 	index := pgx.Identifier{indexName(id[len(id)-1])}.Sanitize()
+	// The body of the DO block is dollar-quoted, with a tag the table's
+	// name does not hold; the name is in it as an identifier and, for
+	// ::regclass, as a string literal.
+	tag := "$idemguard$"
+	for i := 0; strings.Contains(table, tag); i++ {
+		tag = fmt.Sprintf("$idemguard%d$", i)
+	}
+	literal := "'" + strings.ReplaceAll(table, "'", "''") + "'"
 	return fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %[1]s (
     key              text        PRIMARY KEY,
     status           text        NOT NULL CHECK (status IN ('INPROGRESS', 'COMPLETED')),
@@ -60,15 +85,22 @@ func ddl(id pgx.Identifier) string {
     result_kind      smallint    NOT NULL DEFAULT 0,
     result           bytea,
     expires_at       timestamptz NOT NULL,
-    lease_expires_at timestamptz
+    lease_expires_at timestamptz,
+    format           smallint    NOT NULL DEFAULT 1
 );
 CREATE INDEX IF NOT EXISTS %[2]s ON %[1]s (expires_at, key);
-`, id.Sanitize(), index)
+DO %[3]s BEGIN
+    IF NOT EXISTS (SELECT FROM pg_attribute WHERE attrelid = %[4]s::regclass AND attname = 'format' AND NOT attisdropped) THEN
+        ALTER TABLE %[1]s ADD COLUMN format smallint NOT NULL DEFAULT 1;
+    END IF;
+END %[3]s;
+`, table, index, tag, literal)
 }
 
 // CreateTable creates table (see [WithTable] for the name's form) and its
 // index on (expires_at, key), which [Store.Purge] and [Store.List] use, if
-// they do not exist; a schema it names must exist. It is safe to call at
+// they do not exist, and adds the format column to a table that lacks it
+// (see [DDL]); a schema it names must exist. It is safe to call at
 // every start, from many processes at once: the statements run in one
 // transaction under an advisory lock derived from the name. db is a pool,
 // a connection or a transaction.
@@ -87,8 +119,8 @@ func CreateTable(ctx context.Context, db Execer, table string) error {
 	return nil
 }
 
-// columns are the record's columns, in the order scanRecord reads them.
-const columns = "key, status, token, payload_hash, result_kind, result, expires_at, lease_expires_at"
+// columns are the record's columns, in the order row.dest scans them.
+const columns = "key, status, token, payload_hash, result_kind, result, expires_at, lease_expires_at, format"
 
 // statements are the SQL the store sends, built once for its table.
 type statements struct {
@@ -111,11 +143,13 @@ type statements struct {
 
 func newStatements(id pgx.Identifier) statements {
 	t := id.Sanitize()
-	r := strings.NewReplacer("$T", t, "$C", columns)
-	const upsert = `INSERT INTO $T AS t (key, status, token, payload_hash, result_kind, result, expires_at, lease_expires_at)
-VALUES ($1, 'INPROGRESS', $2, $3, 0, NULL, $4, $5)
+	// $F is the format every write sets: a literal, so that no statement
+	// takes one more parameter.
+	r := strings.NewReplacer("$T", t, "$C", columns, "$F", strconv.Itoa(store.FormatVersion))
+	const upsert = `INSERT INTO $T AS t (key, status, token, payload_hash, result_kind, result, expires_at, lease_expires_at, format)
+VALUES ($1, 'INPROGRESS', $2, $3, 0, NULL, $4, $5, $F)
 ON CONFLICT (key) DO UPDATE SET status = 'INPROGRESS', token = excluded.token, payload_hash = excluded.payload_hash,
-    result_kind = 0, result = NULL, expires_at = excluded.expires_at, lease_expires_at = excluded.lease_expires_at
+    result_kind = 0, result = NULL, expires_at = excluded.expires_at, lease_expires_at = excluded.lease_expires_at, format = $F
 WHERE t.expires_at <= $6 OR (t.status = 'INPROGRESS' AND t.lease_expires_at <= $6)
 RETURNING true`
 	// replaced is the row of the upsert's result, claim (one row, with
@@ -131,7 +165,7 @@ RETURNING true`
 	// The record's columns (empty when nothing was taken over) and won,
 	// true.
 	const replaced = `SELECT COALESCE(o.key, ''), COALESCE(o.status, ''), COALESCE(o.token, ''), COALESCE(o.payload_hash, ''),
-    COALESCE(o.result_kind, 0::smallint), o.result, o.expires_at, o.lease_expires_at, true
+    COALESCE(o.result_kind, 0::smallint), o.result, o.expires_at, o.lease_expires_at, COALESCE(o.format, 1::smallint), true
 FROM claim LEFT JOIN LATERAL (
     SELECT $C FROM $T WHERE claim.replaced AND key = $1 AND status = 'INPROGRESS' AND expires_at > $6 OFFSET 0
 ) o ON true`
@@ -148,10 +182,10 @@ FROM claim LEFT JOIN LATERAL (
 SELECT $C, false FROM $T
 WHERE key = $1 AND expires_at > $6 AND (status <> 'INPROGRESS' OR lease_expires_at IS NULL OR lease_expires_at > $6)
 ), claim AS (
-INSERT INTO $T AS t (key, status, token, payload_hash, result_kind, result, expires_at, lease_expires_at)
-SELECT $1, 'INPROGRESS', $2::text, $3::text, 0, NULL, $4::timestamptz, $5::timestamptz WHERE NOT EXISTS (SELECT FROM live)
+INSERT INTO $T AS t (key, status, token, payload_hash, result_kind, result, expires_at, lease_expires_at, format)
+SELECT $1, 'INPROGRESS', $2::text, $3::text, 0, NULL, $4::timestamptz, $5::timestamptz, $F WHERE NOT EXISTS (SELECT FROM live)
 ON CONFLICT (key) DO UPDATE SET status = 'INPROGRESS', token = excluded.token, payload_hash = excluded.payload_hash,
-    result_kind = 0, result = NULL, expires_at = excluded.expires_at, lease_expires_at = excluded.lease_expires_at
+    result_kind = 0, result = NULL, expires_at = excluded.expires_at, lease_expires_at = excluded.lease_expires_at, format = $F
 WHERE t.expires_at <= $6 OR (t.status = 'INPROGRESS' AND t.lease_expires_at <= $6)
 RETURNING NOT (t.xmax = 0) AS replaced)
 SELECT * FROM live
@@ -169,10 +203,10 @@ UNION ALL
 		upsert: r.Replace(upsert),
 		get:    r.Replace(`SELECT $C FROM $T WHERE key = $1`),
 		complete: r.Replace(`UPDATE $T SET status = 'COMPLETED', payload_hash = $3, result_kind = $4, result = $5,
-    expires_at = $6, lease_expires_at = $7
+    expires_at = $6, lease_expires_at = $7, format = $F
 WHERE key = $1 AND token = $2`),
 		completeValue: r.Replace(`UPDATE $T SET status = 'COMPLETED', payload_hash = '', result_kind = 0, result = $3,
-    expires_at = $4, lease_expires_at = NULL
+    expires_at = $4, lease_expires_at = NULL, format = $F
 WHERE key = $1 AND token = $2`),
 		extend: r.Replace(`UPDATE $T SET lease_expires_at = $3, expires_at = $4
 WHERE key = $1 AND token = $2 AND status = 'INPROGRESS'`),

@@ -18,7 +18,8 @@ const getManyChunk = 1000
 // distinct key, up to 1,000 keys a pipeline, so a batch of up to 1,000 keys
 // costs one round trip on a standalone server. A Cluster client splits the
 // pipeline by node and sends the parts concurrently. A hash that cannot be
-// read gives an error matching [store.ErrCorrupt] naming its key; the other
+// read gives an error matching [store.ErrCorrupt] naming its key, and a
+// record in a newer format one matching [store.ErrNewerFormat]; the other
 // records are still returned.
 func (s *Store) GetMany(ctx context.Context, keys []string) (map[string]*store.Record, error) {
 	const op = "GetMany"
@@ -49,8 +50,8 @@ func (s *Store) GetMany(ctx context.Context, keys []string) (map[string]*store.R
 }
 
 // readMany reads the records keys in one pipeline into out. It returns the
-// errors of the hashes it could not decode, and the first other error, after
-// which it stops.
+// errors of the hashes it could not decode (corrupt, or in a newer format),
+// and the first other error, after which it stops.
 func (s *Store) readMany(ctx context.Context, op string, keys []string, out map[string]*store.Record) (corrupt []error, err error) {
 	pipe := s.client.Pipeline()
 	cmds := make([]*goredis.MapStringStringCmd, len(keys))
@@ -65,7 +66,7 @@ func (s *Store) readMany(ctx context.Context, op string, keys []string, out map[
 		case err == nil:
 			out[keys[i]] = rec
 		case errors.Is(err, store.ErrNotFound):
-		case errors.Is(err, store.ErrCorrupt):
+		case errors.Is(err, store.ErrCorrupt), errors.Is(err, store.ErrNewerFormat):
 			corrupt = append(corrupt, err)
 		default:
 			return corrupt, err

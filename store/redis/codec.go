@@ -13,7 +13,7 @@ import (
 )
 
 // Field names of a record's hash. The first five are AWS Powertools'
-// default attribute names, with the same meanings and units; the last three
+// default attribute names, with the same meanings and units; the last four
 // are idemguard's own. See the package documentation.
 const (
 	// FieldStatus holds "INPROGRESS" or "COMPLETED".
@@ -36,6 +36,10 @@ const (
 	// FieldEncoding holds "gzip" when FieldData is compressed; absent
 	// otherwise.
 	FieldEncoding = "data_encoding"
+	// FieldFormat holds the record's format, [store.FormatVersion] of the
+	// release that wrote it, in decimal; a hash without it (written before
+	// formats were recorded) is format 1.
+	FieldFormat = "format"
 )
 
 const (
@@ -49,17 +53,19 @@ var (
 	argError   any = kindError
 	argUnavail any = kindUnavailable
 	argGzip    any = compress.Encoding
+	argFormat  any = FieldFormat
+	argVersion any = int64(store.FormatVersion)
 )
 
 // encode returns the argument list of script sc on rec's record (see
 // scriptArgs), allocated once at its final length: header (the script's own
 // arguments), rec's expiration (FieldExpiry, epoch seconds, which it also
 // returns), for a claim its token and its lease end (epoch ms, or "" for
-// none), and then, as field, value pairs for HSET, the fields a record has
-// only sometimes: the lease end of a completed record, payload hash, result
-// kind, encoding and result. The script writes the status, and the fields
-// given by position. Times are int64s, which
-// go-redis writes as decimal text, without a string of their own. encode
+// none), and then, as field, value pairs for HSET, the record's format and
+// the fields a record has only sometimes: the lease end of a completed
+// record, payload hash, result kind, encoding and result. The script
+// writes the status, and the fields given by position. Times are int64s,
+// which go-redis writes as decimal text, without a string of their own. encode
 // refuses times it could not store, and results over the store's limit
 // with an error matching [store.ErrTooLarge].
 func (s *Store) encode(sc *script, rec *store.Record, claim bool, header ...any) (args []any, expiry int64, err error) {
@@ -96,7 +102,7 @@ func (s *Store) encode(sc *script, rec *store.Record, claim bool, header ...any)
 		}
 	}
 
-	n := len(header) + 1 // the expiration
+	n := len(header) + 1 + 2 // the expiration, the format
 	if claim {
 		n += 2 // the token and the lease
 	}
@@ -117,6 +123,7 @@ func (s *Store) encode(sc *script, rec *store.Record, claim bool, header ...any)
 	case hasLease:
 		args = append(args, FieldLease, epoch.CeilMillis(rec.LeaseExpiresAt))
 	}
+	args = append(args, argFormat, argVersion)
 	if rec.PayloadHash != "" {
 		args = append(args, FieldValidation, rec.PayloadHash)
 	}
@@ -150,7 +157,7 @@ func notHash(typ string) error {
 // fields are the values of a record's hash that the store reads; others
 // are ignored.
 type fields struct {
-	status, expiry, lease, token, validation, kind, encoding, data string
+	status, expiry, lease, token, validation, kind, encoding, data, format string
 	// has says which were present, by the bits below.
 	has uint8
 }
@@ -161,6 +168,7 @@ const (
 	hasLease
 	hasEncoding
 	hasData
+	hasFormat
 )
 
 // set notes the hash field name's value.
@@ -182,6 +190,8 @@ func (f *fields) set(name, value string) {
 		f.encoding, f.has = value, f.has|hasEncoding
 	case FieldData:
 		f.data, f.has = value, f.has|hasData
+	case FieldFormat:
+		f.format, f.has = value, f.has|hasFormat
 	}
 }
 
@@ -235,6 +245,8 @@ func (s *Store) decodePacked(key, v string) (*store.Record, error) {
 			f.encoding, f.has = value, f.has|hasEncoding
 		case 7:
 			f.data, f.has = value, f.has|hasData
+		case 8:
+			f.format, f.has = value, f.has|hasFormat
 		}
 	}
 	if rest != "" {
@@ -244,8 +256,19 @@ func (s *Store) decodePacked(key, v string) (*store.Record, error) {
 }
 
 // decode reads the fields f of the record key. It never panics; fields it
-// cannot read give a [*store.DecodeError].
+// cannot read give a [*store.DecodeError], and a format newer than the
+// store reads a [*store.FormatError].
 func (s *Store) decode(key string, f *fields) (*store.Record, error) {
+	// The format first: nothing else of a newer one is read.
+	if f.has&hasFormat != 0 {
+		n, err := strconv.ParseInt(f.format, 10, 64)
+		if err != nil {
+			return nil, corrupt(FieldFormat, "holds %.40q, not a record format", f.format)
+		}
+		if err := store.CheckFormat(FieldFormat, n); err != nil {
+			return nil, err
+		}
+	}
 	rec := &store.Record{Key: key}
 	if f.has&hasStatus == 0 {
 		return nil, corrupt(FieldStatus, "is missing")

@@ -44,6 +44,8 @@ func TestCorruptRecords(t *testing.T) {
 			m["data_encoding"] = "gzip"
 			delete(m, "data")
 		}},
+		{"format not a number", "format", func(m map[string]string) { m["format"] = "v2" }},
+		{"format zero", "format", func(m map[string]string) { m["format"] = "0" }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			key := "scope#corrupt-" + c.name

@@ -26,6 +26,13 @@
 //	result_kind             "error" or "unavailable" for results that are not
 //	                        values; absent for a value (idemguard only)
 //	data_encoding           "gzip" when data is compressed (idemguard only)
+//	format                  the record's format, store.FormatVersion of the
+//	                        release that wrote it; a hash without it reads
+//	                        as format 1 (idemguard only)
+//
+// A hash in a newer format than the build reads (written by a newer
+// release, during a rolling deploy) is reported with an error matching
+// [store.ErrNewerFormat], and nothing else of it is read.
 //
 // The first five are the field names, meanings and units of AWS Powertools'
 // Redis persistence layer (Python and TypeScript). Powertools keeps each

@@ -31,6 +31,7 @@ func TestLayout(t *testing.T) {
 		"in_progress_expiration": strconv.FormatInt(f.t0.Add(time.Minute).UnixMilli()+2, 10),
 		"token":                  "tok-1",
 		"validation":             "ph",
+		"format":                 "1",
 	}
 	if got := f.raw(t, rec.Key); !reflect.DeepEqual(got, want) {
 		t.Errorf("claim hash = %v, want %v", got, want)
@@ -59,6 +60,7 @@ func TestLayout(t *testing.T) {
 		"token":                  "tok-1",
 		"validation":             "ph",
 		"data":                   `{"charge":"ch_1"}`,
+		"format":                 "1",
 	}
 	if got := f.raw(t, rec.Key); !reflect.DeepEqual(got, want) {
 		t.Errorf("completed hash = %v, want %v", got, want)

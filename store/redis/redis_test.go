@@ -34,7 +34,7 @@ func TestConformance(t *testing.T) {
 		t.Run(mode.name, func(t *testing.T) {
 			storetest.Run(t, func(t *testing.T) store.Store {
 				return redistest.NewStore(t, client, mode.opts...)
-			}, append(mode.suite, probe)...)
+			}, append(mode.suite, probe, storetest.WithNewerFormat(idemredis.MarkFormat))...)
 		})
 	}
 }

@@ -45,7 +45,7 @@ import (
 const acquireLua = `
 local function pack(tag, f)
   local out = {tag}
-  for i = 1, 8 do
+  for i = 1, 9 do
     if f[i] then
       out[#out + 1] = #f[i] .. ':'
       out[#out + 1] = f[i]
@@ -63,7 +63,7 @@ if t ~= 'none' then
     return 'T' .. t
   end
   local f = redis.call('HMGET', KEYS[1], 'status', 'expiration', 'in_progress_expiration',
-    'token', 'validation', 'result_kind', 'data_encoding', 'data')
+    'token', 'validation', 'result_kind', 'data_encoding', 'data', 'format')
   local exp = tonumber(f[2])
   local live = true
   if exp ~= nil and (f[1] == 'COMPLETED' or f[1] == 'INPROGRESS') then
@@ -94,7 +94,7 @@ return 1
 
 // packedFields are the fields of a record as the claim script returns it,
 // in order.
-var packedFields = [...]string{FieldStatus, FieldExpiry, FieldLease, FieldToken, FieldValidation, FieldResultKind, FieldEncoding, FieldData}
+var packedFields = [...]string{FieldStatus, FieldExpiry, FieldLease, FieldToken, FieldValidation, FieldResultKind, FieldEncoding, FieldData, FieldFormat}
 
 // heldPrelude ends a fenced script with 0 unless KEYS[1] is a hash held
 // under the token ARGV[1].

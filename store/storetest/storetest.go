@@ -21,6 +21,9 @@
 // subscription) and to its losses (with the probe: a connection dropped
 // by the server ends every watch with [store.ErrWatchLost], and the store
 // subscribes again); once every watch is stopped, its goroutines must end.
+// Given [WithNewerFormat], a way to mark a stored record as written in a
+// newer format than the store reads, Run checks the store's answer to
+// such records (subtest NewerFormat); without it that subtest is skipped.
 //
 // # Linearizability
 //
@@ -61,6 +64,7 @@ type Option func(*config)
 type config struct {
 	tooLarge   int
 	watchProbe *WatchProbe
+	markFormat MarkFormat
 }
 
 // WithTooLarge tells the suite that the store refuses a record whose Result
@@ -122,6 +126,7 @@ func Run(t *testing.T, newStore MakeStore, opts ...Option) {
 	runPurger(t, newStore)
 	runKeyLimiter(t, newStore)
 	runWatcher(t, newStore, cfg)
+	runNewerFormat(t, newStore, cfg)
 }
 
 type harness struct {

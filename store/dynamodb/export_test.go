@@ -1,0 +1,33 @@
+package dynamodb
+
+import (
+	"context"
+	"strconv"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/idemguard/idemguard/store"
+)
+
+// MarkFormat is a storetest.MarkFormat for the store's items: it sets the
+// format attribute of the item key to format, as a later release would
+// write it.
+func MarkFormat(t *testing.T, st store.Store, key string, format int) {
+	t.Helper()
+	s := st.(*Store)
+	_, err := s.client.UpdateItem(context.Background(), &dynamodb.UpdateItemInput{
+		TableName:                 s.tableName,
+		Key:                       s.cfg.keyItem(key),
+		ConditionExpression:       ptr("attribute_exists(#f)"),
+		UpdateExpression:          ptr("SET #f = :n"),
+		ExpressionAttributeNames:  map[string]string{"#f": s.cfg.formatAttr},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":n": &types.AttributeValueMemberN{Value: strconv.Itoa(format)}},
+	})
+	if err != nil {
+		t.Fatalf("marking %q as format %d: %v", key, format, err)
+	}
+}
+
+func ptr(s string) *string { return &s }
