@@ -233,7 +233,7 @@ func (g *Guard) Settings(opts ...CallOption) (CallSettings, error) {
 	}
 	s := CallSettings{TTL: c.ttl, Lease: c.lease, Mode: c.mode, WaitBudget: c.waitBudget, WaitInitial: c.waitInitial, WaitMax: c.waitMax}
 	if c.keyPath != nil {
-		s.KeyPath = c.keyPath.src
+		s.KeyPath = c.keyPath.String()
 	}
 	return s, nil
 }

@@ -88,8 +88,8 @@ var (
 	ErrInvalidInput = errors.New("idemguard: input cannot be keyed")
 
 	// ErrInvalidOption: an option or argument given to [New], [Wrap] or [Do]
-	// is invalid: a JMESPath expression that does not compile (an
-	// [*ExpressionError]), a negative duration, a nil store. Reported when
+	// is invalid: a JMESPath expression that does not compile, a negative
+	// duration, a nil store. Reported when
 	// the guard or wrapper is built; the function did not run.
 	ErrInvalidOption = errors.New("idemguard: invalid option")
 
@@ -190,25 +190,6 @@ func (e *RefusedError) Unwrap() error { return e.Err }
 
 // Is reports whether target is [ErrRefused].
 func (e *RefusedError) Is(target error) bool { return target == ErrRefused }
-
-// ExpressionError reports a JMESPath expression that does not compile. It
-// matches [ErrInvalidOption].
-type ExpressionError struct {
-	// Expr is the expression as given.
-	Expr string
-	// Err is the parser's error.
-	Err error
-}
-
-func (e *ExpressionError) Error() string {
-	return fmt.Sprintf("idemguard: invalid JMESPath expression %q: %v", e.Expr, e.Err)
-}
-
-// Unwrap returns the parser's error.
-func (e *ExpressionError) Unwrap() error { return e.Err }
-
-// Is reports whether target is [ErrInvalidOption].
-func (e *ExpressionError) Is(target error) bool { return target == ErrInvalidOption }
 
 // PanicError is what callers that shared an execution in this process get
 // when the function panicked; the caller that ran it panics again with the

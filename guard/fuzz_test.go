@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/keyformat"
 	"github.com/idemguard/idemguard/store/memory"
 )
 
@@ -44,7 +45,7 @@ func FuzzDeriveKey(f *testing.F) {
 		mem := memory.New()
 		g, err := guard.New(mem, opts...)
 		if err != nil {
-			var ee *guard.ExpressionError
+			var ee *keyformat.ExpressionError
 			if !errors.Is(err, guard.ErrInvalidOption) || !errors.As(err, &ee) || ee.Expr != path {
 				t.Fatalf("New(WithKeyPath(%q)) = %v, want an ExpressionError", path, err)
 			}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/keyformat"
 	"github.com/idemguard/idemguard/store"
 )
 
@@ -853,7 +854,7 @@ func TestBadInputNeverRuns(t *testing.T) {
 	if _, err := guard.New(nil); !errors.Is(err, guard.ErrInvalidOption) {
 		t.Errorf("New(nil) = %v, want ErrInvalidOption", err)
 	}
-	var ee *guard.ExpressionError
+	var ee *keyformat.ExpressionError
 	if _, err := guard.New(m, guard.WithKeyPath("order.[")); !errors.Is(err, guard.ErrInvalidOption) || !errors.As(err, &ee) || ee.Expr != "order.[" {
 		t.Errorf("New with a bad key path = %v, want an ExpressionError", err)
 	}

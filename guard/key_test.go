@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/keyformat"
 	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/store/memory"
 )
@@ -649,7 +650,7 @@ func TestKeyInvalidExpression(t *testing.T) {
 					if !errors.Is(err, guard.ErrInvalidOption) {
 						t.Errorf("%s: err = %v, want ErrInvalidOption", where, err)
 					}
-					var ee *guard.ExpressionError
+					var ee *keyformat.ExpressionError
 					if !errors.As(err, &ee) {
 						t.Errorf("%s: err = %v (%T), want an *ExpressionError", where, err, err)
 					} else if ee.Expr != expr || ee.Err == nil {
@@ -848,7 +849,7 @@ func TestExpressionsRejectedWhenBuilt(t *testing.T) {
 		"values(order)",
 		"items(@)",
 	} {
-		var ee *guard.ExpressionError
+		var ee *keyformat.ExpressionError
 		if _, err := guard.New(m, guard.WithKeyPath(expr)); !errors.As(err, &ee) || !errors.Is(err, guard.ErrInvalidOption) {
 			t.Errorf("WithKeyPath(%q): %v, want an ExpressionError", expr, err)
 		}

@@ -3,6 +3,7 @@ package guard
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"strings"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/idemguard/idemguard/internal/keyformat"
 	"github.com/idemguard/idemguard/store"
 )
 
@@ -234,9 +236,9 @@ func (v *invalid) check(ok bool, format string, args ...any) bool {
 
 // config holds the settings of one call.
 type config struct {
-	keyPath        *expression // nil: the whole input
-	validationPath *expression // nil: no payload validation
-	explicitKey    any         // used instead of the input when hasKey
+	keyPath        *keyformat.Expression // nil: the whole input
+	validationPath *keyformat.Expression // nil: no payload validation
+	explicitKey    any                   // used instead of the input when hasKey
 	hasKey         bool
 	requireKey     bool
 	ttl            time.Duration
@@ -466,7 +468,8 @@ func WithLogger(l *slog.Logger) Option {
 // integers beyond ±2^53 lose precision and neighbouring ones share a key:
 // select large IDs (snowflake IDs, for example) as strings. Strings in the
 // selection must be valid UTF-8. An expression that does not compile is
-// reported as an [*ExpressionError].
+// reported as [ErrInvalidOption], its message naming the expression and
+// the parser's complaint.
 func WithKeyPath(expr string) CallOption {
 	e, err := compile(expr)
 	return opt(setKeyPath, func(c *config) { c.fail(err); c.keyPath = e })
@@ -623,4 +626,14 @@ func WithSpanAttributes(attrs ...attribute.KeyValue) CallOption {
 // one would both hold the key. It names one call: [New] refuses it.
 func WithClaimToken(token string) CallOption {
 	return opt(setClaimToken, func(c *config) { c.claimToken = token })
+}
+
+// compile compiles a JMESPath expression given to an option; an
+// expression that does not compile is an invalid option.
+func compile(expr string) (*keyformat.Expression, error) {
+	e, err := keyformat.Compile(expr)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
+	}
+	return e, nil
 }
