@@ -26,21 +26,16 @@ import (
 // happened: the record is completed without a result (replays get
 // [ErrResultUnavailable]) and the panic continues in the caller.
 func Do[T any](ctx context.Context, g *Guard, scope string, input any, fn func(context.Context) (T, error), opts ...CallOption) (T, error) {
-	v, _, err := Execute(ctx, g, scope, input, fn, opts...)
-	return v, err
-}
-
-// Execute is [Do] that also reports how the result was obtained. The
-// outcome is zero when the call returns an error without an outcome of its
-// own: a guard error before the function ran, or a failure of a concurrent
-// call it joined that was not recorded.
-func Execute[T any](ctx context.Context, g *Guard, scope string, input any, fn func(context.Context) (T, error), opts ...CallOption) (T, Outcome, error) {
 	c, err := g.with(scope, opts)
 	if err != nil {
 		var zero T
-		return zero, 0, err
+		return zero, err
 	}
-	return execute(ctx, g, c, scope, input, noTx(fn), nil)
+	v, out, err := execute(ctx, g, c, scope, input, noTx(fn), nil)
+	if c.report != nil {
+		*c.report = out
+	}
+	return v, err
 }
 
 // Wrap returns a function with fn's signature that runs fn through [Do],
@@ -245,7 +240,7 @@ func lead[T any](ctx context.Context, cl *call, fn body[T]) (v T, out Outcome, e
 			cl.keeper.stop()
 			g.release(ctx, &cl.d, &cl.claim)
 			r.settled = true
-			err = &StoreError{Op: "begin", Key: cl.d.key, Err: berr}
+			err = &storeError{Op: "begin", Key: cl.d.key, Err: berr}
 			g.land(f, landing{err: err})
 			cancel(nil)
 			return v, 0, err
@@ -360,7 +355,7 @@ func (r *runner[T]) settleOnPanic(cancel context.CancelCauseFunc) {
 	leaseEnd, _ := cl.keeper.stop()
 	perr := error(errGoexit)
 	if p != nil {
-		perr = &PanicError{Value: p, Stack: debug.Stack()}
+		perr = &panicError{Value: p, Stack: debug.Stack()}
 	}
 	rec := cl.done
 	switch {
@@ -391,7 +386,7 @@ func (r *runner[T]) settleOnPanic(cancel context.CancelCauseFunc) {
 func (cl *call) abandon(ctx context.Context, claimed bool, p any) {
 	perr := error(errAbandoned)
 	if p != nil {
-		perr = &PanicError{Value: p, Stack: debug.Stack()}
+		perr = &panicError{Value: p, Stack: debug.Stack()}
 	}
 	if claimed && cl.claim.Token != "" {
 		// Fenced by the token: a no-op unless the claim is still ours.

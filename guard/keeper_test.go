@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/adapt"
 	"github.com/idemguard/idemguard/store"
 )
 
@@ -25,7 +26,7 @@ func TestLeaseKeeperAfterSlowClaim(t *testing.T) {
 			cs.set(func(c *countingStore) {
 				c.onAcquire = func(rec *store.Record) { clock.Advance(rec.LeaseExpiresAt.Sub(clock.Now()) - left) }
 			})
-			g := mustGuard(t, cs, guard.WithClock(clock), guard.WithLease(lease))
+			g := mustGuard(t, cs, adapt.WithClock(clock), guard.WithLease(lease))
 
 			inside := make(chan context.Context)
 			release := make(chan struct{})

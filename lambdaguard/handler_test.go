@@ -15,6 +15,7 @@ import (
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/httpguard"
+	"github.com/idemguard/idemguard/internal/adapt"
 	"github.com/idemguard/idemguard/lambdaguard"
 	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/store/memory"
@@ -112,7 +113,7 @@ func TestWrapRefuses(t *testing.T) {
 	if _, err := lambdaguard.Wrap(g, func() {}); !errors.Is(err, guard.ErrInvalidOption) {
 		t.Errorf("Wrap without a scope = %v, want ErrInvalidOption", err)
 	}
-	if _, err := lambdaguard.Wrap(g, func() {}, lambdaguard.WithScope("fn"), lambdaguard.WithGuardOptions(guard.WithCodec(guard.JSON))); !errors.Is(err, guard.ErrInvalidOption) {
+	if _, err := lambdaguard.Wrap(g, func() {}, lambdaguard.WithScope("fn"), lambdaguard.WithGuardOptions(guard.WithCodec(adapt.JSON))); !errors.Is(err, guard.ErrInvalidOption) {
 		t.Errorf("Wrap with a codec of its own = %v, want ErrInvalidOption", err)
 	}
 	if _, err := lambdaguard.Wrap(g, func() {}, lambdaguard.WithScope("fn"), lambdaguard.WithGuardOptions(guard.WithKey("k"))); !errors.Is(err, guard.ErrInvalidOption) {
@@ -256,7 +257,7 @@ func TestWrapLeaseEndsAtDeadline(t *testing.T) {
 // With IDEMGUARD_DISABLED the handler runs every time, and guard.Step in it
 // runs its function unguarded.
 func TestWrapDisabledKeepsSteps(t *testing.T) {
-	t.Setenv(guard.DisableEnv, "true")
+	t.Setenv(adapt.DisableEnv, "true")
 	g := newGuard(t, memory.New())
 	var steps atomic.Int64
 	h := lambdaguard.Must(lambdaguard.Wrap(g, func(ctx context.Context, o order) (string, error) {
