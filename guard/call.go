@@ -136,6 +136,34 @@ func execute[T any](ctx context.Context, g *Guard, c *config, scope string, inpu
 	return guarded(ctx, g, c, d, err, scope, fn, begin, nil, "")
 }
 
+// unguarded runs fn without a record: in a transaction of its own when the
+// call is transactional (begin is not nil).
+func unguarded[T any](ctx context.Context, fn body[T], begin beginner) (v T, err error) {
+	if begin == nil {
+		return fn(ctx, nil)
+	}
+	tx, err := begin(ctx)
+	if err != nil {
+		return v, &storeError{Op: "begin", Err: err}
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+		}
+	}()
+	if v, err = fn(ctx, tx); err != nil {
+		return v, err
+	}
+	committed = true
+	if err := tx.Commit(ctx); errors.Is(err, store.ErrRefused) {
+		return v, &refusedError{Err: err}
+	} else if err != nil {
+		return v, err
+	}
+	return v, nil
+}
+
 // guarded runs the call whose key is d (or whose key could not be derived,
 // derr): the local cache, then the in-process flight, then the store
 // protocol in lead. label is the call's scope in telemetry; parent and step

@@ -2,7 +2,6 @@ package guard
 
 import (
 	"context"
-	"errors"
 
 	"github.com/idemguard/idemguard/store"
 )
@@ -109,32 +108,4 @@ func transactor[H any](g *Guard) (beginner, error) {
 // txBody adapts fn to the protocol's function of a transaction.
 func txBody[T, H any](fn func(context.Context, H) (T, error)) body[T] {
 	return func(ctx context.Context, tx txn) (T, error) { return fn(ctx, tx.(store.Tx[H]).Handle()) }
-}
-
-// unguarded runs fn without a record: in a transaction of its own when the
-// call is transactional (begin is not nil).
-func unguarded[T any](ctx context.Context, fn body[T], begin beginner) (v T, err error) {
-	if begin == nil {
-		return fn(ctx, nil)
-	}
-	tx, err := begin(ctx)
-	if err != nil {
-		return v, &storeError{Op: "begin", Err: err}
-	}
-	committed := false
-	defer func() {
-		if !committed {
-			_ = tx.Rollback(context.WithoutCancel(ctx))
-		}
-	}()
-	if v, err = fn(ctx, tx); err != nil {
-		return v, err
-	}
-	committed = true
-	if err := tx.Commit(ctx); errors.Is(err, store.ErrRefused) {
-		return v, &refusedError{Err: err}
-	} else if err != nil {
-		return v, err
-	}
-	return v, nil
 }
