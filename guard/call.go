@@ -245,7 +245,7 @@ func lead[T any](ctx context.Context, cl *call, fn body[T]) (v T, out Outcome, e
 		}
 		return v, out, err
 	}
-	g.settle(f, cl.claim.LeaseExpiresAt)
+	g.markExecuting(f, cl.claim.LeaseExpiresAt)
 
 	cl.run = running{g: g, c: c, d: &cl.d}
 	switch {
@@ -279,7 +279,7 @@ func lead[T any](ctx context.Context, cl *call, fn body[T]) (v T, out Outcome, e
 	r.returned = true
 	leaseEnd, lost := cl.keeper.stop()
 	cancel(nil)
-	v, out, err = r.record(v, err, leaseEnd, lost)
+	v, out, err = r.conclude(v, err, leaseEnd, lost)
 	r.settled = true
 	return v, out, err
 }
@@ -292,9 +292,9 @@ type runner[T any] struct {
 	settled  bool            // the outcome is recorded or released, and landed
 }
 
-// record records what the function returned (v, fnErr), with the lease
+// conclude records what the function returned (v, fnErr), with the lease
 // that ended at leaseEnd, or lost, and lands it.
-func (r *runner[T]) record(v T, fnErr error, leaseEnd time.Time, lost error) (T, Outcome, error) {
+func (r *runner[T]) conclude(v T, fnErr error, leaseEnd time.Time, lost error) (T, Outcome, error) {
 	cl, ctx := r.cl, r.ctx
 	g, c := cl.g, cl.c
 	var l landing
@@ -312,7 +312,7 @@ func (r *runner[T]) record(v T, fnErr error, leaseEnd time.Time, lost error) (T,
 			break
 		}
 		data, encErr := c.errorCodec.EncodeError(fnErr)
-		rec, cerr := g.record(ctx, c, &cl.d, &cl.claim, leaseEnd, store.ResultError, data, encErr, cl)
+		rec, cerr := g.writeOutcome(ctx, c, &cl.d, &cl.claim, leaseEnd, store.ResultError, data, encErr, cl)
 		if cerr != nil {
 			fnErr = errors.Join(fnErr, cerr)
 		}
@@ -349,7 +349,7 @@ func (r *runner[T]) record(v T, fnErr error, leaseEnd time.Time, lost error) (T,
 		fnErr = err
 	default:
 		data, encErr := c.codec.Marshal(v)
-		rec, cerr := g.record(ctx, c, &cl.d, &cl.claim, leaseEnd, store.ResultValue, data, encErr, cl)
+		rec, cerr := g.writeOutcome(ctx, c, &cl.d, &cl.claim, leaseEnd, store.ResultValue, data, encErr, cl)
 		if cerr != nil {
 			var zero T
 			v, fnErr = zero, cerr

@@ -88,14 +88,14 @@ func (g *Guard) completeClaim(ctx context.Context, cl heldClaim, kind store.Resu
 	}
 	claim := claimRecord(&cl)
 	if g.disabled {
-		return g.completed(c, claim, kind, result), nil
+		return g.completedRecord(c, claim, kind, result), nil
 	}
 	leaseEnd := cl.LeaseExpiresAt
 	if now := g.clock.Now(); leaseEnd.Before(now.Add(storeCallTimeout)) {
 		// Past the lease, one attempt still completes a claim nobody took.
 		leaseEnd = now.Add(storeCallTimeout)
 	}
-	done, err := g.record(ctx, c, claimDerived(&cl), claim, leaseEnd, kind, result, nil, nil)
+	done, err := g.writeOutcome(ctx, c, claimDerived(&cl), claim, leaseEnd, kind, result, nil, nil)
 	if errors.Is(err, ErrLeaseLost) {
 		g.tel.LeaseLost.Add(ctx, 1, metric.WithAttributes(telemetry.ScopeKey.String(cl.Scope), g.tel.StoreAttr))
 	}

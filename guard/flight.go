@@ -82,9 +82,9 @@ func (f *flight) decide() {
 	}
 }
 
-// settle records that the leader of f runs the function under a lease
+// markExecuting records that the leader of f runs the function under a lease
 // ending at leaseEnd.
-func (g *Guard) settle(f *flight, leaseEnd time.Time) {
+func (g *Guard) markExecuting(f *flight, leaseEnd time.Time) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	f.executing, f.leaseEnd = true, leaseEnd

@@ -298,11 +298,11 @@ func (g *Guard) remember(rec *store.Record) {
 	}
 }
 
-// record completes claim with data as kind — an outcome that could not be
+// writeOutcome completes claim with data as kind — an outcome that could not be
 // encoded (encErr) is recorded without a body, so that it is never run
 // again — inside the transaction of cl if it has one. The completed record
 // is cached, and shown to the outcome hook.
-func (g *Guard) record(ctx context.Context, c *config, d *derived, claim *store.Record, leaseEnd time.Time, kind store.ResultKind, data []byte, encErr error, cl *call) (*store.Record, error) {
+func (g *Guard) writeOutcome(ctx context.Context, c *config, d *derived, claim *store.Record, leaseEnd time.Time, kind store.ResultKind, data []byte, encErr error, cl *call) (*store.Record, error) {
 	if encErr != nil {
 		kind, data = store.ResultUnavailable, nil
 	}
@@ -313,7 +313,7 @@ func (g *Guard) record(ctx context.Context, c *config, d *derived, claim *store.
 	case inTx && cl.parent != nil:
 		// A step inside a transaction: its completion commits with the
 		// call's.
-		done, err = g.completeInTx(ctx, c, d, claim, kind, data, cl.run.tx)
+		done, err = g.completeStepInTx(ctx, c, d, claim, kind, data, cl.run.tx)
 	case inTx:
 		done, err = g.completeTx(ctx, c, d, claim, kind, data, cl)
 	default:
@@ -338,9 +338,9 @@ func (g *Guard) record(ctx context.Context, c *config, d *derived, claim *store.
 	return done, nil
 }
 
-// completeInTx writes the completion of a step's claim into its call's
+// completeStepInTx writes the completion of a step's claim into its call's
 // transaction, tx, which the call commits.
-func (g *Guard) completeInTx(ctx context.Context, c *config, d *derived, claim *store.Record, kind store.ResultKind, data []byte, tx txn) (done *store.Record, err error) {
+func (g *Guard) completeStepInTx(ctx context.Context, c *config, d *derived, claim *store.Record, kind store.ResultKind, data []byte, tx txn) (done *store.Record, err error) {
 	ctx, span := g.child(ctx, telemetry.SpanComplete)
 	attempts := 1
 	defer func() { g.endComplete(ctx, span, d, attempts, done, err) }()
@@ -357,8 +357,8 @@ func (g *Guard) completeInTx(ctx context.Context, c *config, d *derived, claim *
 	return done, nil
 }
 
-// completed is the record that completes claim with data as kind.
-func (g *Guard) completed(c *config, claim *store.Record, kind store.ResultKind, data []byte) *store.Record {
+// completedRecord is the record that completes claim with data as kind.
+func (g *Guard) completedRecord(c *config, claim *store.Record, kind store.ResultKind, data []byte) *store.Record {
 	return &store.Record{
 		Key:         claim.Key,
 		Status:      store.StatusCompleted,
@@ -378,7 +378,7 @@ func (g *Guard) complete(ctx context.Context, c *config, d *derived, claim *stor
 	ctx, span := g.child(ctx, telemetry.SpanComplete)
 	attempts := 0
 	defer func() { g.endComplete(ctx, span, d, attempts, done, err) }()
-	done = g.completed(c, claim, kind, data)
+	done = g.completedRecord(c, claim, kind, data)
 	var bo *backoff.ExponentialBackOff
 	for {
 		now := g.clock.Now()
@@ -485,7 +485,7 @@ func (g *Guard) completeTx(ctx context.Context, c *config, d *derived, claim *st
 // without a body if the store finds it too large; attempts counts the
 // writes.
 func (g *Guard) writeInTx(ctx context.Context, c *config, claim *store.Record, kind store.ResultKind, data []byte, tx txn, attempts *int) (*store.Record, error) {
-	done := g.completed(c, claim, kind, data)
+	done := g.completedRecord(c, claim, kind, data)
 	err := tx.Complete(ctx, done)
 	if errors.Is(err, store.ErrTooLarge) && kind != store.ResultUnavailable {
 		*attempts++
