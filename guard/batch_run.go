@@ -166,9 +166,11 @@ func (r *batchRun[In, Out]) lookup(ctx context.Context, span trace.Span, pending
 			keys = append(keys, p.key)
 		}
 	}
-	start := time.Now()
-	recs, err := bg.GetMany(ctx, keys)
-	g.timeStore(ctx, "get_many", start)
+	var recs map[string]*store.Record
+	err := g.timed(ctx, "get_many", func() (err error) {
+		recs, err = bg.GetMany(ctx, keys)
+		return err
+	})
 	if errors.Is(err, store.ErrSkip) {
 		return pending, 0, 0
 	}
@@ -290,9 +292,11 @@ func (r *batchRun[In, Out]) finishUnit(u *batchUnit, err error) {
 // secrets too.
 func (r *batchRun[In, Out]) read(ctx context.Context, u *batchUnit) {
 	rec, prev, err := r.found(u, func(key string) (*store.Record, error) {
-		start := time.Now()
-		rec, err := r.g.store.Get(ctx, key)
-		r.g.timeStore(ctx, "get", start)
+		var rec *store.Record
+		err := r.g.timed(ctx, "get", func() (err error) {
+			rec, err = r.g.store.Get(ctx, key)
+			return err
+		})
 		switch {
 		case errors.Is(err, store.ErrNotFound):
 			return nil, nil

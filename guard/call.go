@@ -129,7 +129,7 @@ type call struct {
 // execute is the path of every guarded call: the key, then guarded.
 func execute[T any](ctx context.Context, g *Guard, c *config, scope string, input any, fn body[T], begin beginner) (T, Outcome, error) {
 	if g.disabled {
-		v, err := unguarded(context.WithValue(ctx, runningKey{}, &running{g: g, c: c, d: &derived{scope: scope}}), fn, begin)
+		v, err := unguarded(context.WithValue(ctx, runningKey{}, &running{g: g, c: c, d: &derived{scope: scope}}), g, fn, begin)
 		return v, OutcomeUnguarded, err
 	}
 	d, err := g.derive(c, scope, input)
@@ -137,26 +137,27 @@ func execute[T any](ctx context.Context, g *Guard, c *config, scope string, inpu
 }
 
 // unguarded runs fn without a record: in a transaction of its own when the
-// call is transactional (begin is not nil).
-func unguarded[T any](ctx context.Context, fn body[T], begin beginner) (v T, err error) {
+// call is transactional (begin is not nil), begun, committed and rolled
+// back through g.timed as every store call is.
+func unguarded[T any](ctx context.Context, g *Guard, fn body[T], begin beginner) (v T, err error) {
 	if begin == nil {
 		return fn(ctx, nil)
 	}
-	tx, err := begin(ctx)
-	if err != nil {
+	var tx txn
+	if err := g.timed(ctx, "begin", func() (err error) { tx, err = begin(ctx); return err }); err != nil {
 		return v, &storeError{Op: "begin", Err: err}
 	}
 	committed := false
 	defer func() {
 		if !committed {
-			_ = tx.Rollback(context.WithoutCancel(ctx))
+			_ = g.timed(ctx, "rollback", func() error { return tx.Rollback(context.WithoutCancel(ctx)) })
 		}
 	}()
 	if v, err = fn(ctx, tx); err != nil {
 		return v, err
 	}
 	committed = true
-	if err := tx.Commit(ctx); errors.Is(err, store.ErrRefused) {
+	if err := g.timed(ctx, "commit", func() error { return tx.Commit(ctx) }); errors.Is(err, store.ErrRefused) {
 		return v, &refusedError{Err: err}
 	} else if err != nil {
 		return v, err
@@ -180,7 +181,7 @@ func guarded[T any](ctx context.Context, g *Guard, c *config, d derived, derr er
 	case d.key == "":
 		g.unguardedRun(ctx, &d)
 		ud := d // a copy, so that d stays on the stack of the other paths
-		v, err = unguarded(context.WithValue(ctx, runningKey{}, &running{g: g, c: c, d: &ud}), fn, begin)
+		v, err = unguarded(context.WithValue(ctx, runningKey{}, &running{g: g, c: c, d: &ud}), g, fn, begin)
 		return v, OutcomeUnguarded, err
 	}
 	if g.cache != nil {
@@ -263,7 +264,8 @@ func lead[T any](ctx context.Context, cl *call, fn body[T]) (v T, out Outcome, e
 	defer r.settleOnPanic(cancel)
 	cl.keeper.start()
 	if cl.begin != nil {
-		tx, berr := cl.begin(&cl.ctx)
+		var tx txn
+		berr := g.timed(ctx, "begin", func() (err error) { tx, err = cl.begin(&cl.ctx); return err })
 		if berr != nil {
 			cl.keeper.stop()
 			g.release(ctx, &cl.d, &cl.claim)
@@ -334,7 +336,7 @@ func (r *runner[T]) conclude(v T, fnErr error, leaseEnd time.Time, lost error) (
 			cl.rollback(ctx)
 			err = fmt.Errorf("%w: the transaction was rolled back", lost)
 		case tx != nil:
-			err = tx.Commit(context.WithoutCancel(ctx))
+			err = g.timed(ctx, "commit", func() error { return tx.Commit(context.WithoutCancel(ctx)) })
 			cl.run.tx = nil
 		}
 		g.release(ctx, &cl.d, &cl.claim)
@@ -435,7 +437,7 @@ func (cl *call) rollback(ctx context.Context) {
 		return
 	}
 	cl.run.tx = nil
-	_ = tx.Rollback(context.WithoutCancel(ctx))
+	_ = cl.g.timed(ctx, "rollback", func() error { return tx.Rollback(context.WithoutCancel(ctx)) })
 	cl.run.steps.releaseInTx(ctx, cl.g)
 }
 
