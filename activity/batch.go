@@ -15,6 +15,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/adapt"
 	"github.com/idemguard/idemguard/store"
 )
 
@@ -36,7 +37,7 @@ const ThrottleRetryDelay = 5 * time.Second
 //
 // Items whose records completed earlier (in an earlier attempt, or through
 // other calls with the same scope and key) are replayed in bulk without
-// running; the others run at most guard.DefaultConcurrency at a time
+// running; the others run at most adapt.DefaultConcurrency at a time
 // (guard.WithConcurrency through [WithBatchOptions] changes it).
 //
 // DoBatch records its progress in the activity's heartbeat details: the
@@ -72,8 +73,8 @@ const ThrottleRetryDelay = 5 * time.Second
 // (it names the whole activity execution) and is refused; a key the
 // workflow stamped for the activity is ignored for the same reason.
 // [WithDataConverter], [WithStoredFailures], [WithMaxRetryDelay] and
-// [WithGuardOptions] apply as for [Wrap]. guard.WithResume,
-// guard.WithStopOnError and guard.WithItemDone are set by DoBatch.
+// [WithGuardOptions] apply as for [Wrap]. adapt.WithResume,
+// guard.WithStopOnError and adapt.WithItemDone are set by DoBatch.
 //
 // Outside an activity (in a unit test with a plain context) DoBatch works
 // without heartbeats, under the scope of fn's name.
@@ -96,9 +97,9 @@ func DoBatch[In, Out any](ctx context.Context, g *guard.Guard, items []In, fn fu
 	p := newProgress(ctx, batchFingerprint(cl.scope, items), len(items))
 	bopts := append([]guard.BatchOption(nil), cfg.batchOpts...)
 	for _, o := range cl.opts {
-		bopts = append(bopts, o)
+		bopts = append(bopts, adapt.Lift(o))
 	}
-	bopts = append(bopts, guard.WithResume(p.mark), guard.WithStopOnError(), guard.WithItemDone(p.itemDone))
+	bopts = append(bopts, adapt.WithResume(p.mark), guard.WithStopOnError(), adapt.WithItemDone(p.itemDone))
 	// Each item runs as a guarded call: a guarded function it calls is a
 	// call of its own, not a claim of the item's key. The heartbeats stop
 	// when DoBatch returns, or re-panics an item's panic.
@@ -221,7 +222,7 @@ func newProgress(ctx context.Context, fp string, n int) *progress {
 	return p
 }
 
-// itemDone is the batch's guard.WithItemDone function. Only an item with a
+// itemDone is the batch's adapt.WithItemDone function. Only an item with a
 // recorded outcome (or one that keeps none, run unguarded) is done: one
 // whose result the result filter refused, or that failed, runs again on
 // the next attempt.

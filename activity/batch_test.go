@@ -21,6 +21,7 @@ import (
 
 	"github.com/idemguard/idemguard/activity"
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/adapt"
 	"github.com/idemguard/idemguard/internal/dynamodbtest"
 	"github.com/idemguard/idemguard/internal/reqcount"
 	"github.com/idemguard/idemguard/internal/temporaltest"
@@ -444,7 +445,7 @@ func TestBatchErrors(t *testing.T) {
 	})
 	t.Run("in progress", func(t *testing.T) {
 		g := newGuard(t)
-		if _, _, err := g.Claim(context.Background(), "SendInvoices", in[2], guard.WithKeyPath("id"), guard.WithLease(30*time.Second)); err != nil {
+		if _, _, err := adapt.Obtain(context.Background(), g, "SendInvoices", in[2], guard.WithKeyPath("id"), guard.WithLease(30*time.Second)); err != nil {
 			t.Fatal(err)
 		}
 		var l sends

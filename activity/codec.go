@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/adapt"
 )
 
 // PayloadCodec is a [guard.Codec] that stores values as the
@@ -139,7 +140,7 @@ func activityConverter(ctx context.Context, dc converter.DataConverter) converte
 	return dc
 }
 
-// failureCodec is a [guard.ErrorCodec] that stores errors as Temporal
+// failureCodec is a [adapt.ErrorCodec] that stores errors as Temporal
 // failures (protobuf binary), so that a replayed application error keeps its
 // type, message, details and retryability. Details are encoded with the
 // activity's data converter, so payload codecs apply to them.
@@ -179,7 +180,7 @@ func isStoredFailure(err error) bool {
 var (
 	_ guard.Codec      = PayloadCodec{}
 	_ guard.Codec      = interceptorCodec{}
-	_ guard.ErrorCodec = failureCodec{}
+	_ adapt.ErrorCodec = failureCodec{}
 )
 
 // transferAware returns dc, or the SDK's default data converter when dc is

@@ -64,7 +64,7 @@
 // default) or the step's own guard.WithCodec: to keep step values under the
 // data converter's payload codec, give guard.WithCodec(activity.PayloadCodec{...})
 // to guard.New or to the step. guard.Step in an activity that is not
-// guarded returns guard.ErrNotInCall without running; [NewInterceptor]
+// guarded returns adapt.ErrNotInCall without running; [NewInterceptor]
 // turns it into a non-retryable error of type [ErrorTypeNotInCall].
 //
 // # Options

@@ -9,6 +9,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/adapt"
 	"github.com/idemguard/idemguard/store"
 )
 
@@ -109,7 +110,7 @@ const (
 //	guard.ErrResultUnavailable     IdempotencyResultUnavailable   no
 //	guard.ErrInvalidInput          IdempotencyInvalidInput        no
 //	guard.ErrInvalidOption         IdempotencyInvalidOption       no
-//	guard.ErrNotInCall             IdempotencyNotInCall           no
+//	adapt.ErrNotInCall             IdempotencyNotInCall           no
 //	guard.ErrRefused               IdempotencyRefused             no
 //	guard.ErrLeaseLost             IdempotencyLeaseLost           yes
 //	guard.ErrNotRecorded           IdempotencyNotRecorded         yes
@@ -128,11 +129,11 @@ const (
 // Guarded activities return their errors through TemporalError already,
 // including errors of guard.Step inside them, with the next-retry delay
 // of their guard's clock skew; call it in activities that call guard.Do
-// themselves. It counts [guard.DefaultClockSkew]: with a guard of a larger
+// themselves. It counts [adapt.DefaultClockSkew]: with a guard of a larger
 // skew (guard.WithClockSkew) the first retry may find the key held once
 // more, and is retried again shortly after.
 func TemporalError(err error) error {
-	return temporalError(err, 0, guard.DefaultClockSkew)
+	return temporalError(err, 0, adapt.DefaultClockSkew)
 }
 
 // temporalError is [TemporalError] with maxDelay capping the next-retry
@@ -146,7 +147,7 @@ func temporalError(err error, maxDelay, skew time.Duration) error {
 	if errors.As(err, &ae) && error(ae) == err {
 		return err
 	}
-	var ip *guard.InProgressError
+	var ip *adapt.InProgressError
 	switch {
 	// Retryable: the activity may have run, and a retry replays what the
 	// new holder records, or runs again.
@@ -169,7 +170,7 @@ func temporalError(err error, maxDelay, skew time.Duration) error {
 		return temporal.NewNonRetryableApplicationError(err.Error(), ErrorTypeInvalidInput, nil)
 	case errors.Is(err, guard.ErrInvalidOption):
 		return temporal.NewNonRetryableApplicationError(err.Error(), ErrorTypeInvalidOption, nil)
-	case errors.Is(err, guard.ErrNotInCall):
+	case errors.Is(err, adapt.ErrNotInCall):
 		// guard.Step in an activity that is not guarded: a programming
 		// error that no retry mends.
 		return temporal.NewNonRetryableApplicationError(err.Error(), ErrorTypeNotInCall, nil)
@@ -221,13 +222,13 @@ func retryDelay(leaseEnd time.Time, maxDelay, skew time.Duration) time.Duration 
 }
 
 // unguardedError is the error the interceptor returns for an activity it
-// does not guard: err, except that guard.ErrNotInCall (the activity called
+// does not guard: err, except that adapt.ErrNotInCall (the activity called
 // guard.Step without being guarded) becomes the non-retryable application
 // error that [TemporalError] makes of it, so that Temporal does not retry
 // a programming error. An application error at the top is left as it is.
 func unguardedError(err error) error {
 	var ae *temporal.ApplicationError
-	if err == nil || !errors.Is(err, guard.ErrNotInCall) || (errors.As(err, &ae) && error(ae) == err) {
+	if err == nil || !errors.Is(err, adapt.ErrNotInCall) || (errors.As(err, &ae) && error(ae) == err) {
 		return err
 	}
 	return TemporalError(err)

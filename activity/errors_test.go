@@ -19,6 +19,7 @@ import (
 
 	"github.com/idemguard/idemguard/activity"
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/adapt"
 	"github.com/idemguard/idemguard/internal/temporaltest"
 	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/store/memory"
@@ -35,21 +36,21 @@ func TestTemporalError(t *testing.T) {
 		retryable bool
 		delay     [2]time.Duration // bounds of NextRetryDelay, if set
 	}{
-		// The holder's lease end, plus guard.DefaultClockSkew, plus a margin.
-		{"in progress", &guard.InProgressError{Key: "k", LeaseExpiresAt: lease}, activity.ErrorTypeInProgress, true, [2]time.Duration{3900 * time.Millisecond, 4300 * time.Millisecond}},
-		{"in progress, lease lapsed", &guard.InProgressError{Key: "k", LeaseExpiresAt: time.Now().Add(-time.Minute)}, activity.ErrorTypeInProgress, true, [2]time.Duration{100 * time.Millisecond, 100 * time.Millisecond}},
-		{"payload mismatch", &guard.MismatchError{Key: "k", Existing: &store.Record{Status: store.StatusCompleted}}, activity.ErrorTypePayloadMismatch, false, [2]time.Duration{}},
+		// The holder's lease end, plus adapt.DefaultClockSkew, plus a margin.
+		{"in progress", &adapt.InProgressError{Key: "k", LeaseExpiresAt: lease}, activity.ErrorTypeInProgress, true, [2]time.Duration{3900 * time.Millisecond, 4300 * time.Millisecond}},
+		{"in progress, lease lapsed", &adapt.InProgressError{Key: "k", LeaseExpiresAt: time.Now().Add(-time.Minute)}, activity.ErrorTypeInProgress, true, [2]time.Duration{100 * time.Millisecond, 100 * time.Millisecond}},
+		{"payload mismatch", &adapt.MismatchError{Key: "k", Existing: &store.Record{Status: store.StatusCompleted}}, activity.ErrorTypePayloadMismatch, false, [2]time.Duration{}},
 		{"key missing", fmt.Errorf("%w (scope s)", guard.ErrKeyMissing), activity.ErrorTypeKeyMissing, false, [2]time.Duration{}},
 		{"result unavailable", fmt.Errorf("%w (key k)", guard.ErrResultUnavailable), activity.ErrorTypeResultUnavailable, false, [2]time.Duration{}},
 		{"invalid input", fmt.Errorf("%w: not JSON", guard.ErrInvalidInput), activity.ErrorTypeInvalidInput, false, [2]time.Duration{}},
 		{"invalid option", fmt.Errorf("%w: nil codec", guard.ErrInvalidOption), activity.ErrorTypeInvalidOption, false, [2]time.Duration{}},
-		{"step outside a call", guard.ErrNotInCall, activity.ErrorTypeNotInCall, false, [2]time.Duration{}},
+		{"step outside a call", adapt.ErrNotInCall, activity.ErrorTypeNotInCall, false, [2]time.Duration{}},
 		{"lease lost", fmt.Errorf("%w (key k)", guard.ErrLeaseLost), activity.ErrorTypeLeaseLost, true, [2]time.Duration{}},
 		{"lease lost, then a non-retryable error", fmt.Errorf("%w: %w", guard.ErrLeaseLost, temporal.NewNonRetryableApplicationError("card declined", "CardDeclined", nil)), activity.ErrorTypeLeaseLost, true, [2]time.Duration{}},
-		{"not recorded", errors.Join(guard.ErrNotRecorded, &guard.StoreError{Op: "complete", Key: "k", Err: errors.New("timeout")}), activity.ErrorTypeNotRecorded, true, [2]time.Duration{}},
-		{"store throttled", &guard.StoreError{Op: "acquire", Key: "k", Err: fmt.Errorf("slow down: %w", store.ErrThrottled)}, activity.ErrorTypeStoreThrottled, true, [2]time.Duration{}},
-		{"store", &guard.StoreError{Op: "acquire", Key: "k", Err: errors.New("connection refused")}, activity.ErrorTypeStore, true, [2]time.Duration{}},
-		{"refused by its own condition", &guard.RefusedError{Key: "k", Err: &store.OpError{Store: "dynamodb", Op: "Tx.Commit", Err: errors.New("ConditionalCheckFailed"), Refused: true}}, activity.ErrorTypeRefused, false, [2]time.Duration{}},
+		{"not recorded", errors.Join(guard.ErrNotRecorded, &adapt.StoreError{Op: "complete", Key: "k", Err: errors.New("timeout")}), activity.ErrorTypeNotRecorded, true, [2]time.Duration{}},
+		{"store throttled", &adapt.StoreError{Op: "acquire", Key: "k", Err: fmt.Errorf("slow down: %w", store.ErrThrottled)}, activity.ErrorTypeStoreThrottled, true, [2]time.Duration{}},
+		{"store", &adapt.StoreError{Op: "acquire", Key: "k", Err: errors.New("connection refused")}, activity.ErrorTypeStore, true, [2]time.Duration{}},
+		{"refused by its own condition", &adapt.RefusedError{Key: "k", Err: &store.OpError{Store: "dynamodb", Op: "Tx.Commit", Err: errors.New("ConditionalCheckFailed"), Refused: true}}, activity.ErrorTypeRefused, false, [2]time.Duration{}},
 		{"definite", guard.Definite(errors.New("card declined")), activity.ErrorTypeDefinite, false, [2]time.Duration{}},
 		{"definite application error", guard.Definite(temporal.NewNonRetryableApplicationError("card declined", "CardDeclined", nil)), "CardDeclined", false, [2]time.Duration{}},
 	} {
@@ -112,7 +113,7 @@ func TestGuardErrorsReachTemporal(t *testing.T) {
 
 	t.Run("in progress", func(t *testing.T) {
 		g := newGuard(t)
-		cl, _, err := g.Claim(ctx, "Charge", order, guard.WithLease(5*time.Second))
+		cl, _, err := adapt.Obtain(ctx, g, "Charge", order, guard.WithLease(5*time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -141,11 +142,11 @@ func TestGuardErrorsReachTemporal(t *testing.T) {
 
 	t.Run("result unavailable", func(t *testing.T) {
 		g := newGuard(t)
-		cl, _, err := g.Claim(ctx, "Charge", order)
+		cl, _, err := adapt.Obtain(ctx, g, "Charge", order)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := g.Complete(ctx, *cl, store.ResultUnavailable, nil); err != nil {
+		if _, err := adapt.Complete(ctx, g, *cl, store.ResultUnavailable, nil); err != nil {
 			t.Fatal(err)
 		}
 		runs.Store(0)
@@ -321,7 +322,7 @@ func TestInvalidOptionsPanic(t *testing.T) {
 		// Both name one call: every call of the activity would share one
 		// key, or take over each other's claims.
 		"Guard with an explicit key": func() { activity.Wrap(g, charge, activity.WithGuardOptions(guard.WithKey("k"))) },
-		"Guard with a claim token":   func() { activity.Wrap(g, charge, activity.WithGuardOptions(guard.WithClaimToken("t"))) },
+		"Guard with a claim token":   func() { activity.Wrap(g, charge, activity.WithGuardOptions(adapt.WithClaimToken("t"))) },
 		"NewInterceptor no name":     func() { activity.NewInterceptor(g, activity.Policy{}) },
 		"NewInterceptor same one":    func() { activity.NewInterceptor(g, activity.Policy{Activity: "A"}, activity.Policy{Activity: "A"}) },
 	} {

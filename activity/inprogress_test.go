@@ -14,6 +14,7 @@ import (
 
 	"github.com/idemguard/idemguard/activity"
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/adapt"
 	"github.com/idemguard/idemguard/internal/temporaltest"
 )
 
@@ -29,7 +30,7 @@ func TestRetryOfInProgressComesAfterTheLease(t *testing.T) {
 	const skew = 1500 * time.Millisecond
 	g := newGuard(t, guard.WithClockSkew(skew))
 	order := Order{OrderID: "o-held", Amount: 7}
-	cl, _, err := g.Claim(t.Context(), "Charge", order, guard.WithLease(4*time.Second))
+	cl, _, err := adapt.Obtain(t.Context(), g, "Charge", order, guard.WithLease(4*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -52,7 +52,7 @@ type NexusOperation interface {
 //     (workflow.Wrap) the claim of the run that continued as new into it.
 //   - On the activity side, it hands the stamped key to the guarded
 //     activity, which keys on it instead of its input, and turns
-//     guard.ErrNotInCall returned by an activity it does not guard
+//     adapt.ErrNotInCall returned by an activity it does not guard
 //     (guard.Step in an unguarded activity) into a non-retryable error of
 //     type [ErrorTypeNotInCall].
 //   - It guards the activity types named by policies with g, as [Wrap]
@@ -64,7 +64,7 @@ type NexusOperation interface {
 //     what reaches the history as they do when the activity runs.
 //   - It guards the starts of the Nexus operations named by policies made
 //     by package nexusguard, each with the guard its policy was made
-//     with, and turns guard.ErrNotInCall returned by a Nexus operation it
+//     with, and turns adapt.ErrNotInCall returned by a Nexus operation it
 //     does not guard into the same non-retryable error.
 //
 // With no activity policies it only hands keys on, and g may be nil. An

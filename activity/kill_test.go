@@ -22,6 +22,7 @@ import (
 
 	"github.com/idemguard/idemguard/activity"
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/adapt"
 	"github.com/idemguard/idemguard/internal/dynamodbtest"
 	"github.com/idemguard/idemguard/internal/temporaltest"
 	"github.com/idemguard/idemguard/store"
@@ -264,8 +265,8 @@ func TestWorkerKilledMidActivity(t *testing.T) {
 	if err := s.Release(ctx, key, zombie.Token); !errors.Is(err, store.ErrTokenMismatch) {
 		t.Errorf("Release with the killed attempt's token: %v, want ErrTokenMismatch", err)
 	}
-	zombieClaim := guard.Claim{Key: key, Token: zombie.Token, LeaseExpiresAt: zombie.LeaseExpiresAt}
-	if _, err := g.Complete(ctx, zombieClaim, store.ResultValue, []byte("forged")); !errors.Is(err, guard.ErrLeaseLost) {
+	zombieClaim := adapt.Claim{Key: key, Token: zombie.Token, LeaseExpiresAt: zombie.LeaseExpiresAt}
+	if _, err := adapt.Complete(ctx, g, zombieClaim, store.ResultValue, []byte("forged")); !errors.Is(err, guard.ErrLeaseLost) {
 		t.Errorf("guard Complete with the killed attempt's claim: %v, want ErrLeaseLost", err)
 	}
 	after, err := s.Get(ctx, key)

@@ -84,8 +84,8 @@ func WithMaxRetryDelay(d time.Duration) Option {
 // guard.WithLease, guard.WithWait, guard.WithRequireKey, … They override
 // the defaults given to guard.New, which override the activity package's
 // own (a lease of the heartbeat timeout); guard.WithCodec and
-// guard.WithErrorCodec given here replace the Temporal encodings of
-// results and errors. guard.WithKey and guard.WithClaimToken name one call
+// adapt.WithErrorCodec given here replace the Temporal encodings of
+// results and errors. guard.WithKey and adapt.WithClaimToken name one call
 // and are refused (a workflow gives an activity its key with
 // workflow.ContextWithKey).
 func WithGuardOptions(opts ...guard.CallOption) Option {
@@ -95,8 +95,8 @@ func WithGuardOptions(opts ...guard.CallOption) Option {
 // WithBatchOptions adds batch options for [DoBatch]: guard.WithConcurrency
 // and guard.WithItemKey. Only DoBatch takes them: [Wrap] and
 // [NewInterceptor] refuse them, as they refuse any invalid option, by
-// panicking when the worker is built. DoBatch sets guard.WithResume,
-// guard.WithStopOnError and guard.WithItemDone itself.
+// panicking when the worker is built. DoBatch sets adapt.WithResume,
+// guard.WithStopOnError and adapt.WithItemDone itself.
 func WithBatchOptions(opts ...guard.BatchOption) Option {
 	return optionFunc(func(c *config) { c.batchOpts = append(c.batchOpts, opts...) })
 }

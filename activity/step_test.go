@@ -15,6 +15,7 @@ import (
 
 	"github.com/idemguard/idemguard/activity"
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/adapt"
 	"github.com/idemguard/idemguard/internal/temporaltest"
 )
 
@@ -201,8 +202,8 @@ func TestStepOutsideGuardedActivity(t *testing.T) {
 			_, err := runActivity(t, func(env *testsuite.TestActivityEnvironment) {
 				env.SetWorkerOptions(worker.Options{Interceptors: tc.interceptors})
 			}, unguarded, Order{OrderID: "o-1"})
-			if err == nil || !strings.Contains(err.Error(), guard.ErrNotInCall.Error()) {
-				t.Fatalf("error %v, want one saying %q", err, guard.ErrNotInCall)
+			if err == nil || !strings.Contains(err.Error(), adapt.ErrNotInCall.Error()) {
+				t.Fatalf("error %v, want one saying %q", err, adapt.ErrNotInCall)
 			}
 			if tc.interceptors != nil {
 				if ae := appError(t, err); ae.Type() != activity.ErrorTypeNotInCall || !ae.NonRetryable() {

@@ -5,7 +5,7 @@ import (
 
 	tactivity "go.temporal.io/sdk/activity"
 
-	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/adapt"
 )
 
 // heartbeatWhileWaiting returns ctx with a heartbeat for the waits of its
@@ -20,5 +20,5 @@ func heartbeatWhileWaiting(ctx context.Context) context.Context {
 	if hb <= 0 {
 		return ctx
 	}
-	return guard.WaitHeartbeat(ctx, hb/3, func(ctx context.Context) { tactivity.RecordHeartbeat(ctx) })
+	return adapt.WaitHeartbeat(ctx, hb/3, func(ctx context.Context) { tactivity.RecordHeartbeat(ctx) })
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemguard/idemguard/activity"
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/adapt"
 	"github.com/idemguard/idemguard/internal/temporaltest"
 )
 
@@ -23,7 +24,7 @@ func TestWaitingActivityHeartbeats(t *testing.T) {
 	c := temporaltest.Client(t, client.Options{})
 	g := newGuard(t)
 	order := Order{OrderID: "o-wait-beat", Amount: 3}
-	cl, _, err := g.Claim(t.Context(), "Charge", order, guard.WithLease(time.Minute))
+	cl, _, err := adapt.Obtain(t.Context(), g, "Charge", order, guard.WithLease(time.Minute))
 	if err != nil || cl == nil {
 		t.Fatalf("claim: %v, %v", cl, err)
 	}
@@ -49,7 +50,7 @@ func TestWaitingActivityHeartbeats(t *testing.T) {
 		<-started
 		// Hold the key for three heartbeat timeouts, then give it up.
 		time.Sleep(3 * time.Second)
-		if err := g.Release(context.Background(), *cl); err != nil {
+		if err := adapt.Release(context.Background(), g, *cl); err != nil {
 			t.Errorf("release: %v", err)
 		}
 	}()

@@ -13,6 +13,7 @@ import (
 	"go.temporal.io/sdk/worker"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/adapt"
 	"github.com/idemguard/idemguard/telemetry"
 )
 
@@ -115,7 +116,7 @@ func newRunner(g *guard.Guard, fn any, opts []Option) *runner {
 // a key or a claim token, which name one call: given for every call of the
 // activity they would give every call one key, or one claimant.
 func (c *config) validate(g *guard.Guard) error {
-	_, err := g.Settings(append(slices.Clip(c.guardOpts), guard.Fixed(guard.WithKey("probe"), guard.WithClaimToken("probe")))...)
+	_, err := adapt.Settings(g, append(slices.Clip(c.guardOpts), adapt.Fixed(guard.WithKey("probe"), adapt.WithClaimToken("probe")))...)
 	return err
 }
 
@@ -137,14 +138,14 @@ func (r *runner) prepare(ctx context.Context, codec guard.Codec, nested bool) ca
 		if !nested {
 			cl.scope = info.ActivityType.Name
 		}
-		cl.opts = append(cl.opts, guard.WithSpanAttributes(spanAttributes(info)...))
+		cl.opts = append(cl.opts, adapt.WithSpanAttributes(spanAttributes(info)...))
 		if info.HeartbeatTimeout > 0 {
 			// The adapter's default: what guard.New or the activity's
 			// options say wins.
-			cl.opts = append(cl.opts, guard.WithDefaults(guard.WithLease(info.HeartbeatTimeout)))
+			cl.opts = append(cl.opts, adapt.WithDefaults(guard.WithLease(info.HeartbeatTimeout)))
 		}
 	}
-	cl.opts = append(cl.opts, guard.WithCodec(codec), guard.WithErrorCodec(newFailureCodec(activityConverter(ctx, c.dc))))
+	cl.opts = append(cl.opts, guard.WithCodec(codec), adapt.WithErrorCodec(newFailureCodec(activityConverter(ctx, c.dc))))
 	if c.storeFailures {
 		cl.opts = append(cl.opts, guard.WithDefiniteErrors(isStoredFailure))
 	}

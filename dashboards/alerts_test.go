@@ -18,6 +18,7 @@ import (
 	"github.com/idemguard/idemguard/dashboards/internal/expo"
 	"github.com/idemguard/idemguard/dashboards/internal/promeval"
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/adapt"
 	"github.com/idemguard/idemguard/store/memory"
 )
 
@@ -59,10 +60,10 @@ func newRig(t *testing.T, e *expo.Endpoint) *rig {
 	live, lapsing := memory.New(), memory.New()
 	r.plain = mk(live)
 	r.rejecting = mk(live, guard.WithReject())
-	r.waiting = mk(live, guard.WithWait(5*time.Second), guard.WithWaitBackoff(time.Millisecond, 4*time.Millisecond))
+	r.waiting = mk(live, guard.WithWait(5*time.Second), adapt.WithWaitBackoff(time.Millisecond, 4*time.Millisecond))
 	lease := guard.WithLease(30 * time.Second)
-	r.dead = mk(lapsing, guard.WithClock(r.clock), lease)
-	r.taker = mk(lapsing, guard.WithClock(r.clock), lease)
+	r.dead = mk(lapsing, adapt.WithClock(r.clock), lease)
+	r.taker = mk(lapsing, adapt.WithClock(r.clock), lease)
 	return r
 }
 
@@ -74,7 +75,7 @@ func (r *rig) key(prefix string) string {
 // calls runs n ordinary calls of scope, each with a fresh key.
 func (r *rig) calls(ctx context.Context, scope string, n int) error {
 	for range n {
-		if _, out, err := guard.Execute(ctx, r.plain, scope, r.key(scope), func(context.Context) (int, error) { return 1, nil }); out != guard.OutcomeExecuted {
+		if _, out, err := adapt.Execute(ctx, r.plain, scope, r.key(scope), func(context.Context) (int, error) { return 1, nil }); out != guard.OutcomeExecuted {
 			return fmt.Errorf("an ordinary call: %v, %v", out, err)
 		}
 	}
@@ -100,7 +101,7 @@ func (r *rig) contention(ctx context.Context, scope string) error {
 		}
 	}
 	time.AfterFunc(5*time.Millisecond, func() { close(release) })
-	if _, out, werr := guard.Execute(ctx, r.waiting, scope, key, func(context.Context) (int, error) { return 3, nil }); out != guard.OutcomeReplayed {
+	if _, out, werr := adapt.Execute(ctx, r.waiting, scope, key, func(context.Context) (int, error) { return 3, nil }); out != guard.OutcomeReplayed {
 		err = errors.Join(err, fmt.Errorf("a waiting duplicate: %v, %v; want replayed", out, werr))
 	}
 	return errors.Join(err, <-done)
@@ -110,11 +111,11 @@ func (r *rig) contention(ctx context.Context, scope string) error {
 // lapsed, the next call with the key takes the claim over and runs.
 func (r *rig) stuck(ctx context.Context, scope string) error {
 	key := r.key(scope)
-	if cl, _, err := r.dead.Claim(ctx, scope, key); err != nil || cl == nil {
+	if cl, _, err := adapt.Obtain(ctx, r.dead, scope, key); err != nil || cl == nil {
 		return fmt.Errorf("a claim: %v, %v", cl, err)
 	}
 	r.clock.Advance(45 * time.Second) // past the lease and the clock skew
-	if _, out, err := guard.Execute(ctx, r.taker, scope, key, func(context.Context) (int, error) { return 1, nil }); out != guard.OutcomeExecuted {
+	if _, out, err := adapt.Execute(ctx, r.taker, scope, key, func(context.Context) (int, error) { return 1, nil }); out != guard.OutcomeExecuted {
 		return fmt.Errorf("a call after its key's holder died: %v, %v; want executed", out, err)
 	}
 	return nil

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/adapt"
 	"github.com/idemguard/idemguard/internal/idemkey"
 	"github.com/idemguard/idemguard/telemetry"
 )
@@ -63,7 +64,7 @@ func NewUnaryServerInterceptor(g *guard.Guard, opts ...Option) (grpc.UnaryServer
 	}
 	call, err := c.Finish(g, c.fingerprint != nil,
 		guard.WithCodec(messageCodec{max: c.MaxResponse, types: c.types}),
-		guard.WithErrorCodec(statusCodec{}),
+		adapt.WithErrorCodec(statusCodec{}),
 		guard.WithDefiniteErrors(func(err error) bool { return c.stores(status.Code(err)) }))
 	if err != nil {
 		return nil, err
@@ -134,13 +135,13 @@ func (in *interceptor) intercept(ctx context.Context, req any, info *grpc.UnaryS
 			return nil, status.Errorf(codes.Internal, "grpcguard: fingerprinting the request: %v", err)
 		}
 	}
-	call := append(slices.Clip(in.call), guard.WithSpanAttributes(attribute.String("rpc.method", info.FullMethod)))
+	call := append(slices.Clip(in.call), adapt.WithSpanAttributes(attribute.String("rpc.method", info.FullMethod)))
 
 	gctx, st := idemkey.WithCallState(ctx)
 	var hresp any
 	var herr error
 	ran := false
-	resp, out, err := guard.Execute(gctx, in.g, in.c.Scope, k, func(ctx context.Context) (any, error) {
+	resp, out, err := adapt.Execute(gctx, in.g, in.c.Scope, k, func(ctx context.Context) (any, error) {
 		ran = true
 		hresp, herr = handler(ctx, req)
 		return hresp, herr
@@ -189,7 +190,7 @@ func (in *interceptor) passThrough(ctx context.Context, req any, handler grpc.Un
 
 // refuse turns a guard error for a call that did not run into a status.
 func (in *interceptor) refuse(ctx context.Context, method string, err error) error {
-	var busy *guard.InProgressError
+	var busy *adapt.InProgressError
 	switch {
 	case errors.As(err, &busy):
 		retry := idemkey.RetryAfter(busy.LeaseExpiresAt, in.g.ClockSkew(), in.g.Now())

@@ -17,6 +17,7 @@ import (
 
 	"github.com/idemguard/idemguard/grpcguard"
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/adapt"
 	"github.com/idemguard/idemguard/internal/reqcount"
 	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/store/memory"
@@ -301,7 +302,7 @@ func TestInvalidOptions(t *testing.T) {
 		"lease":     grpcguard.WithGuardOptions(guard.WithLease(-1)),
 		"one key":   grpcguard.WithGuardOptions(guard.WithKey("k")),
 		"key path":  grpcguard.WithGuardOptions(guard.WithKeyPath("id")),
-		"codec":     grpcguard.WithGuardOptions(guard.WithCodec(guard.JSON)),
+		"codec":     grpcguard.WithGuardOptions(guard.WithCodec(adapt.JSON)),
 		"methods":   grpcguard.WithMethods("Charge"),
 		"length":    grpcguard.WithKeyLength(0, 1),
 		"principal": grpcguard.WithPrincipal(nil),

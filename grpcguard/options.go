@@ -82,7 +82,7 @@ func (c *config) stores(code codes.Code) bool { return !retryLater(code) && c.po
 // (see [WithFingerprint]), the codecs, the definite errors (see
 // [WithCodePolicy]) and the outcome hook of its calls itself: those set
 // on the guard give way, and those given here are refused
-// (guard.ErrInvalidOption), as are guard.WithKey and guard.WithClaimToken,
+// (guard.ErrInvalidOption), as are guard.WithKey and adapt.WithClaimToken,
 // which name one call.
 func WithGuardOptions(opts ...guard.CallOption) Option {
 	return func(c *config) { c.AddGuardOptions(opts) }

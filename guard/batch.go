@@ -4,14 +4,12 @@ import (
 	"cmp"
 	"context"
 	"reflect"
+
+	"github.com/idemguard/idemguard/internal/guardhook"
 )
 
-// DefaultConcurrency is how many items of a batch [DoBatch] runs at once
-// unless [WithConcurrency] says otherwise.
-const DefaultConcurrency = 8
-
 // ItemResult is the outcome of one item of a batch run by [DoBatch]: what
-// [Execute] would have returned for the item alone.
+// [Do] would have returned for the item alone, and how it was obtained.
 type ItemResult[T any] struct {
 	// Value is the item's result: the function's, or the one stored by an
 	// earlier call with the item's key.
@@ -42,7 +40,7 @@ type ItemResult[T any] struct {
 //     writes; the stored outcome is checked against the item's payload
 //     ([WithPayloadValidation]) exactly as on a single call's replay.
 //  2. The other items go through Do's path one by one, at most
-//     [WithConcurrency] at a time (default [DefaultConcurrency]): claim,
+//     [WithConcurrency] at a time (default 8): claim,
 //     run under a lease that is extended while fn runs, complete or
 //     release. Each gets its own idemguard.execute span under the batch's
 //     idemguard.batch span, and the same errors as a single call.
@@ -54,13 +52,13 @@ type ItemResult[T any] struct {
 //     differs gets [ErrPayloadMismatch].
 //
 // If the bulk lookup is throttled ([store.ErrThrottled]) after the store's
-// own retries, the items it did not answer fail with a [*StoreError]
+// own retries, the items it did not answer fail with a [ErrStore] error
 // matching it, without claims being sent to a store that is already
 // refusing requests: try the batch again later.
 //
-// Options are those of Do plus the batch options [WithConcurrency],
-// [WithItemKey], [WithStopOnError], [WithResume] and [WithItemDone].
-// [WithKey] is refused, since it would give every item one key. An invalid
+// Options are those of Do ([SharedOption]) plus the batch options
+// [WithConcurrency], [WithItemKey] and [WithStopOnError]. [WithKey] does
+// not compile here, since it would give every item one key. An invalid
 // option is reported as every item's error. If fn panics, the items
 // running at that moment finish, no other item starts, and the panic
 // continues in DoBatch's caller; the panicking item's record is released.
@@ -99,7 +97,7 @@ type batchOption func(*batchConfig)
 func (f batchOption) applyBatch(b *batchConfig) { f(b) }
 
 // WithConcurrency sets how many items of a batch run at once (default
-// [DefaultConcurrency]); n must be at least 1. It bounds the functions
+// 8); n must be at least 1. It bounds the functions
 // running and their claims, not the bulk lookup.
 func WithConcurrency(n int) BatchOption {
 	return batchOption(func(b *batchConfig) {
@@ -135,7 +133,7 @@ func WithStopOnError() BatchOption {
 	return batchOption(func(b *batchConfig) { b.stopOnError = true })
 }
 
-// WithResume tells a batch that its first done items completed in an
+// withResume tells a batch that its first done items completed in an
 // earlier attempt of the same batch, as recorded by the caller (a
 // checkpoint, Temporal heartbeat details). Those items are never run again:
 // their stored outcomes are replayed, even past their TTL, and found under
@@ -144,7 +142,7 @@ func WithStopOnError() BatchOption {
 // [ErrResultUnavailable]. A duplicate of such an item later in the batch is
 // treated the same way. Items run unguarded (an empty key selection) keep
 // no record and run again.
-func WithResume(done int) BatchOption {
+func withResume(done int) BatchOption {
 	return batchOption(func(b *batchConfig) {
 		if b.check(done >= 0, "resume point must not be negative, got %d", done) {
 			b.resume = done
@@ -152,12 +150,12 @@ func WithResume(done int) BatchOption {
 	})
 }
 
-// WithItemDone sets a function that a batch calls once for each item as
+// withItemDone sets a function that a batch calls once for each item as
 // soon as the item has its outcome, with the item's index in the inputs and
 // its outcome and error (see [ItemResult]). Calls come in the order items
 // finish, not in input order, and never two at once; a slow function slows
 // the batch. Use it to report progress.
-func WithItemDone(fn func(index int, outcome Outcome, err error)) BatchOption {
+func withItemDone(fn func(index int, outcome Outcome, err error)) BatchOption {
 	return batchOption(func(b *batchConfig) { b.onItem = fn })
 }
 
@@ -166,7 +164,7 @@ func (g *Guard) batchWith(scope string, in reflect.Type, opts []BatchOption) (*b
 	if scope == "" {
 		return nil, invalidOption("empty scope")
 	}
-	b := &batchConfig{call: g.cfg, concurrency: DefaultConcurrency}
+	b := &batchConfig{call: g.cfg, concurrency: guardhook.DefaultConcurrency}
 	for _, o := range opts {
 		o.applyBatch(b)
 	}
@@ -175,6 +173,7 @@ func (g *Guard) batchWith(scope string, in reflect.Type, opts []BatchOption) (*b
 	}
 	switch {
 	case b.call.hasKey:
+		// Only an adapter's lifted option gets here (guardhook.AsBatchOption).
 		return nil, invalidOption("WithKey would give every item of a batch the same key; use WithItemKey")
 	case b.itemKey != nil && b.itemKeyType != in:
 		return nil, invalidOption("WithItemKey takes %v, but the batch's inputs are %v", b.itemKeyType, in)

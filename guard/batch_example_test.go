@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/adapt"
 	"github.com/idemguard/idemguard/store/memory"
 )
 
@@ -63,7 +64,7 @@ func ExampleWithResume() {
 	done, next := 0, 0
 	guard.DoBatch(context.Background(), g, "double", items, double,
 		guard.WithConcurrency(1), guard.WithStopOnError(),
-		guard.WithItemDone(func(i int, _ guard.Outcome, err error) {
+		adapt.WithItemDone(func(i int, _ guard.Outcome, err error) {
 			if err == nil && i == next {
 				done, next = i+1, i+1
 			}
@@ -72,7 +73,7 @@ func ExampleWithResume() {
 
 	failOn = 0
 	for _, r := range guard.DoBatch(context.Background(), g, "double", items, double,
-		guard.WithConcurrency(1), guard.WithResume(done)) {
+		guard.WithConcurrency(1), adapt.WithResume(done)) {
 		fmt.Println(r.Value, r.Outcome)
 	}
 	// Output:

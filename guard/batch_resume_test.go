@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/adapt"
 	"github.com/idemguard/idemguard/store"
 )
 
@@ -25,7 +26,7 @@ func TestDoBatchResumeUnderPreviousSecret(t *testing.T) {
 			if !lookup {
 				st = s.countingStore // no BatchGetter: one read per item
 			}
-			opts := []guard.Option{guard.WithKeyPath("id"), guard.WithPayloadValidation("amount"), guard.WithClock(clock), guard.WithTTL(time.Hour)}
+			opts := []guard.Option{guard.WithKeyPath("id"), guard.WithPayloadValidation("amount"), adapt.WithClock(clock), guard.WithTTL(time.Hour)}
 			before := mustGuard(t, st, append(opts, guard.WithKeySecret(old))...)
 			after := mustGuard(t, st, append(opts, guard.WithKeySecret(next, old))...)
 			in := orders(6)
@@ -35,7 +36,7 @@ func TestDoBatchResumeUnderPreviousSecret(t *testing.T) {
 			checkResults(t, in[:4], guard.DoBatch(t.Context(), before, "charge", in[:4], batchCharge(&e)), always(guard.OutcomeExecuted))
 			clock.Advance(2 * time.Hour) // past their TTL: a resumed item replays all the same
 
-			res := guard.DoBatch(t.Context(), after, "charge", in, batchCharge(&e), guard.WithResume(3))
+			res := guard.DoBatch(t.Context(), after, "charge", in, batchCharge(&e), adapt.WithResume(3))
 			checkResults(t, in, res, func(i int) guard.Outcome {
 				if i < 3 {
 					return guard.OutcomeReplayed
@@ -49,7 +50,7 @@ func TestDoBatchResumeUnderPreviousSecret(t *testing.T) {
 			// Another payload under a done item's key is still refused.
 			changed := append([]order(nil), in...)
 			changed[0].Amount = 1000
-			res = guard.DoBatch(t.Context(), mustGuard(t, st, append(opts, guard.WithKeySecret(next, old))...), "charge", changed[:1], batchCharge(&e), guard.WithResume(1))
+			res = guard.DoBatch(t.Context(), mustGuard(t, st, append(opts, guard.WithKeySecret(next, old))...), "charge", changed[:1], batchCharge(&e), adapt.WithResume(1))
 			if !errors.Is(res[0].Err, guard.ErrPayloadMismatch) {
 				t.Errorf("a done item with another payload = %v, %v; want ErrPayloadMismatch", res[0].Outcome, res[0].Err)
 			}

@@ -41,7 +41,7 @@ type batchRun[In, Out any] struct {
 	direct   map[string]int // those not counted by an execute call
 	failed   int
 	stopped  bool
-	panicked error // errGoexit or a *PanicError, once a task has
+	panicked error // errGoexit or a *panicError, once a task has
 }
 
 // batchItem is an input's key, bound before anything runs.
@@ -166,9 +166,11 @@ func (r *batchRun[In, Out]) lookup(ctx context.Context, span trace.Span, pending
 			keys = append(keys, p.key)
 		}
 	}
-	start := time.Now()
-	recs, err := bg.GetMany(ctx, keys)
-	g.timeStore(ctx, "get_many", start)
+	var recs map[string]*store.Record
+	err := g.timed(ctx, "get_many", func() (err error) {
+		recs, err = bg.GetMany(ctx, keys)
+		return err
+	})
 	if errors.Is(err, store.ErrSkip) {
 		return pending, 0, 0
 	}
@@ -182,7 +184,7 @@ func (r *batchRun[In, Out]) lookup(ctx context.Context, span trace.Span, pending
 			}
 			uerr := ctx.Err()
 			if uerr == nil {
-				uerr = &StoreError{Op: "get_many", Key: u.key, Err: err}
+				uerr = &storeError{Op: "get_many", Key: u.key, Err: err}
 			}
 			r.finishUnit(u, uerr)
 		}
@@ -290,16 +292,18 @@ func (r *batchRun[In, Out]) finishUnit(u *batchUnit, err error) {
 // secrets too.
 func (r *batchRun[In, Out]) read(ctx context.Context, u *batchUnit) {
 	rec, prev, err := r.found(u, func(key string) (*store.Record, error) {
-		start := time.Now()
-		rec, err := r.g.store.Get(ctx, key)
-		r.g.timeStore(ctx, "get", start)
+		var rec *store.Record
+		err := r.g.timed(ctx, "get", func() (err error) {
+			rec, err = r.g.store.Get(ctx, key)
+			return err
+		})
 		switch {
 		case errors.Is(err, store.ErrNotFound):
 			return nil, nil
 		case err != nil && ctx.Err() != nil:
 			return nil, ctx.Err()
 		case err != nil:
-			return nil, &StoreError{Op: "get", Key: key, Err: err}
+			return nil, &storeError{Op: "get", Key: key, Err: err}
 		}
 		return rec, nil
 	})
@@ -428,7 +432,7 @@ func (r *batchRun[In, Out]) notStarted(ctx context.Context) error {
 }
 
 // pool runs tasks in order, at most r.b.concurrency at a time. A panic in
-// a task stops the batch and continues in the caller, as a *PanicError
+// a task stops the batch and continues in the caller, as a *panicError
 // with the task's stack, once the running tasks have finished.
 func (r *batchRun[In, Out]) pool(ctx context.Context, tasks []batchTask) {
 	var eg errgroup.Group
@@ -489,7 +493,7 @@ func (r *batchRun[In, Out]) panicking(value any, stack []byte) {
 		r.panicked = errGoexit
 		return
 	}
-	r.panicked = &PanicError{Value: value, Stack: stack}
+	r.panicked = &panicError{Value: value, Stack: stack}
 }
 
 // end ends the batch span with the item counts and counts the items that

@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/adapt"
 	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/store/memory"
 	"github.com/idemguard/idemguard/telemetry"
@@ -324,7 +325,7 @@ func TestDoBatchStopOnError(t *testing.T) {
 	}
 	var doneIdx []int
 	res := guard.DoBatch(t.Context(), g, "charge", in, fn, guard.WithConcurrency(1), guard.WithStopOnError(),
-		guard.WithItemDone(func(i int, _ guard.Outcome, _ error) { doneIdx = append(doneIdx, i) }))
+		adapt.WithItemDone(func(i int, _ guard.Outcome, _ error) { doneIdx = append(doneIdx, i) }))
 	for i, r := range res {
 		switch {
 		case i < 3 && (r.Err != nil || r.Outcome != guard.OutcomeExecuted):
@@ -345,7 +346,7 @@ func TestDoBatchStopOnError(t *testing.T) {
 }
 
 func TestDoBatchConcurrency(t *testing.T) {
-	for _, n := range []int{1, 3, guard.DefaultConcurrency} {
+	for _, n := range []int{1, 3, adapt.DefaultConcurrency} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
 			g := mustGuard(t, newBulk(), guard.WithKeyPath("id"))
 			var running, peak atomic.Int32
@@ -370,7 +371,7 @@ func TestDoBatchConcurrency(t *testing.T) {
 				return charge{ChargeID: o.ID}, nil
 			}
 			opts := []guard.BatchOption{}
-			if n != guard.DefaultConcurrency {
+			if n != adapt.DefaultConcurrency {
 				opts = append(opts, guard.WithConcurrency(n))
 			}
 			res := guard.DoBatch(t.Context(), g, "c", orders(4*n+1), fn, opts...)
@@ -396,7 +397,7 @@ func TestDoBatchPayloadValidationOnBulkReplay(t *testing.T) {
 	changed[2].Amount = 1000
 	s.acquires.Store(0)
 	res := guard.DoBatch(t.Context(), g, "charge", changed, batchCharge(&e))
-	var mm *guard.MismatchError
+	var mm *adapt.MismatchError
 	if !errors.As(res[2].Err, &mm) || mm.Existing == nil || mm.Existing.Key == "" {
 		t.Errorf("changed item: %v, want a *MismatchError with the record", res[2].Err)
 	}
@@ -413,7 +414,7 @@ func TestDoBatchPayloadValidationOnBulkReplay(t *testing.T) {
 func TestDoBatchResume(t *testing.T) {
 	clock := newFakeClock()
 	s := newBulk()
-	g := mustGuard(t, s, guard.WithKeyPath("id"), guard.WithClock(clock), guard.WithTTL(time.Hour))
+	g := mustGuard(t, s, guard.WithKeyPath("id"), adapt.WithClock(clock), guard.WithTTL(time.Hour))
 	in := orders(10)
 	var e effects
 	// An earlier attempt completed items 0-5; the checkpoint says 4.
@@ -421,7 +422,7 @@ func TestDoBatchResume(t *testing.T) {
 
 	t.Run("replays the done items and runs the rest", func(t *testing.T) {
 		before := e.total()
-		res := guard.DoBatch(t.Context(), g, "charge", in, batchCharge(&e), guard.WithResume(4))
+		res := guard.DoBatch(t.Context(), g, "charge", in, batchCharge(&e), adapt.WithResume(4))
 		checkResults(t, in, res, func(i int) guard.Outcome {
 			if i < 6 {
 				return guard.OutcomeReplayed
@@ -436,7 +437,7 @@ func TestDoBatchResume(t *testing.T) {
 	t.Run("replays done items past their TTL, runs the others", func(t *testing.T) {
 		clock.Advance(2 * time.Hour) // every record has expired
 		before := e.total()
-		res := guard.DoBatch(t.Context(), g, "charge", in, batchCharge(&e), guard.WithResume(3))
+		res := guard.DoBatch(t.Context(), g, "charge", in, batchCharge(&e), adapt.WithResume(3))
 		checkResults(t, in, res, func(i int) guard.Outcome {
 			if i < 3 {
 				return guard.OutcomeReplayed
@@ -457,7 +458,7 @@ func TestDoBatchResume(t *testing.T) {
 			}
 			g := mustGuard(t, st, guard.WithKeyPath("id"))
 			before := e.total()
-			res := guard.DoBatch(t.Context(), g, fmt.Sprint("gone-", lookup), gone, batchCharge(&e), guard.WithResume(2))
+			res := guard.DoBatch(t.Context(), g, fmt.Sprint("gone-", lookup), gone, batchCharge(&e), adapt.WithResume(2))
 			for i := range 2 {
 				if !errors.Is(res[i].Err, guard.ErrResultUnavailable) {
 					t.Errorf("lookup %v: item %d = %v, %v; want ErrResultUnavailable", lookup, i, res[i].Outcome, res[i].Err)
@@ -482,7 +483,7 @@ func TestDoBatchItemKey(t *testing.T) {
 		guard.WithItemKey(func(o order) any { return map[string]string{"order": o.ID} }))
 	checkResults(t, in, res, always(guard.OutcomeExecuted))
 	// The same key through Do replays the batch's result.
-	v, out, err := guard.Execute(t.Context(), g, "charge", in[3], func(context.Context) (charge, error) {
+	v, out, err := adapt.Execute(t.Context(), g, "charge", in[3], func(context.Context) (charge, error) {
 		t.Error("Do ran an item the batch completed")
 		return charge{}, nil
 	}, guard.WithKey(map[string]string{"order": in[3].ID}))
@@ -493,9 +494,9 @@ func TestDoBatchItemKey(t *testing.T) {
 	for name, opt := range map[string]guard.BatchOption{
 		"wrong type": guard.WithItemKey(func(o *order) any { return o.ID }),
 		"nil func":   guard.WithItemKey[order](nil),
-		"WithKey":    guard.WithKey("same for all"),
+		"WithKey":    adapt.Lift(guard.WithKey("same for all")),
 		"zero":       guard.WithConcurrency(0),
-		"resume":     guard.WithResume(-1),
+		"resume":     adapt.WithResume(-1),
 	} {
 		res := guard.DoBatch(t.Context(), g, "charge", in[:2], batchCharge(&e), opt)
 		for i, r := range res {
@@ -528,7 +529,7 @@ func TestDoBatchLookupErrors(t *testing.T) {
 				}
 				continue
 			}
-			var se *guard.StoreError
+			var se *adapt.StoreError
 			if !errors.Is(r.Err, store.ErrThrottled) || !errors.Is(r.Err, guard.ErrStore) || !errors.As(r.Err, &se) || se.Op != "get_many" {
 				t.Errorf("item %d error %v, want a get_many StoreError matching ErrThrottled", i, r.Err)
 			}
@@ -619,7 +620,7 @@ func TestDoBatchContextCancelled(t *testing.T) {
 }
 
 func TestDoBatchDisabled(t *testing.T) {
-	t.Setenv(guard.DisableEnv, "true")
+	t.Setenv(adapt.DisableEnv, "true")
 	s := newBulk()
 	g := mustGuard(t, s, guard.WithKeyPath("id"))
 	in := orders(4)
@@ -637,7 +638,7 @@ func TestDoBatchPanic(t *testing.T) {
 	in := orders(6)
 	func() {
 		defer func() {
-			pe, ok := recover().(*guard.PanicError)
+			pe, ok := recover().(*adapt.PanicError)
 			if !ok || pe.Value != "item 2 broke" {
 				t.Errorf("recovered %v, want a *PanicError with the item's panic value", pe)
 			} else if !strings.Contains(string(pe.Stack), "TestDoBatchPanic") {

@@ -26,21 +26,16 @@ import (
 // happened: the record is completed without a result (replays get
 // [ErrResultUnavailable]) and the panic continues in the caller.
 func Do[T any](ctx context.Context, g *Guard, scope string, input any, fn func(context.Context) (T, error), opts ...CallOption) (T, error) {
-	v, _, err := Execute(ctx, g, scope, input, fn, opts...)
-	return v, err
-}
-
-// Execute is [Do] that also reports how the result was obtained. The
-// outcome is zero when the call returns an error without an outcome of its
-// own: a guard error before the function ran, or a failure of a concurrent
-// call it joined that was not recorded.
-func Execute[T any](ctx context.Context, g *Guard, scope string, input any, fn func(context.Context) (T, error), opts ...CallOption) (T, Outcome, error) {
 	c, err := g.with(scope, opts)
 	if err != nil {
 		var zero T
-		return zero, 0, err
+		return zero, err
 	}
-	return execute(ctx, g, c, scope, input, noTx(fn), nil)
+	v, out, err := execute(ctx, g, c, scope, input, noTx(fn), nil)
+	if c.report != nil {
+		*c.report = out
+	}
+	return v, err
 }
 
 // Wrap returns a function with fn's signature that runs fn through [Do],
@@ -134,11 +129,40 @@ type call struct {
 // execute is the path of every guarded call: the key, then guarded.
 func execute[T any](ctx context.Context, g *Guard, c *config, scope string, input any, fn body[T], begin beginner) (T, Outcome, error) {
 	if g.disabled {
-		v, err := unguarded(context.WithValue(ctx, runningKey{}, &running{g: g, c: c, d: &derived{scope: scope}}), fn, begin)
+		v, err := unguarded(context.WithValue(ctx, runningKey{}, &running{g: g, c: c, d: &derived{scope: scope}}), g, fn, begin)
 		return v, OutcomeUnguarded, err
 	}
 	d, err := g.derive(c, scope, input)
 	return guarded(ctx, g, c, d, err, scope, fn, begin, nil, "")
+}
+
+// unguarded runs fn without a record: in a transaction of its own when the
+// call is transactional (begin is not nil), begun, committed and rolled
+// back through g.timed as every store call is.
+func unguarded[T any](ctx context.Context, g *Guard, fn body[T], begin beginner) (v T, err error) {
+	if begin == nil {
+		return fn(ctx, nil)
+	}
+	var tx txn
+	if err := g.timed(ctx, "begin", func() (err error) { tx, err = begin(ctx); return err }); err != nil {
+		return v, &storeError{Op: "begin", Err: err}
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			_ = g.timed(ctx, "rollback", func() error { return tx.Rollback(context.WithoutCancel(ctx)) })
+		}
+	}()
+	if v, err = fn(ctx, tx); err != nil {
+		return v, err
+	}
+	committed = true
+	if err := g.timed(ctx, "commit", func() error { return tx.Commit(ctx) }); errors.Is(err, store.ErrRefused) {
+		return v, &refusedError{Err: err}
+	} else if err != nil {
+		return v, err
+	}
+	return v, nil
 }
 
 // guarded runs the call whose key is d (or whose key could not be derived,
@@ -157,7 +181,7 @@ func guarded[T any](ctx context.Context, g *Guard, c *config, d derived, derr er
 	case d.key == "":
 		g.unguardedRun(ctx, &d)
 		ud := d // a copy, so that d stays on the stack of the other paths
-		v, err = unguarded(context.WithValue(ctx, runningKey{}, &running{g: g, c: c, d: &ud}), fn, begin)
+		v, err = unguarded(context.WithValue(ctx, runningKey{}, &running{g: g, c: c, d: &ud}), g, fn, begin)
 		return v, OutcomeUnguarded, err
 	}
 	if g.cache != nil {
@@ -222,7 +246,7 @@ func lead[T any](ctx context.Context, cl *call, fn body[T]) (v T, out Outcome, e
 		}
 		return v, out, err
 	}
-	g.settle(f, cl.claim.LeaseExpiresAt)
+	g.markExecuting(f, cl.claim.LeaseExpiresAt)
 
 	cl.run = running{g: g, c: c, d: &cl.d}
 	switch {
@@ -240,12 +264,13 @@ func lead[T any](ctx context.Context, cl *call, fn body[T]) (v T, out Outcome, e
 	defer r.settleOnPanic(cancel)
 	cl.keeper.start()
 	if cl.begin != nil {
-		tx, berr := cl.begin(&cl.ctx)
+		var tx txn
+		berr := g.timed(ctx, "begin", func() (err error) { tx, err = cl.begin(&cl.ctx); return err })
 		if berr != nil {
 			cl.keeper.stop()
 			g.release(ctx, &cl.d, &cl.claim)
 			r.settled = true
-			err = &StoreError{Op: "begin", Key: cl.d.key, Err: berr}
+			err = &storeError{Op: "begin", Key: cl.d.key, Err: berr}
 			g.land(f, landing{err: err})
 			cancel(nil)
 			return v, 0, err
@@ -256,7 +281,7 @@ func lead[T any](ctx context.Context, cl *call, fn body[T]) (v T, out Outcome, e
 	r.returned = true
 	leaseEnd, lost := cl.keeper.stop()
 	cancel(nil)
-	v, out, err = r.record(v, err, leaseEnd, lost)
+	v, out, err = r.conclude(v, err, leaseEnd, lost)
 	r.settled = true
 	return v, out, err
 }
@@ -269,9 +294,9 @@ type runner[T any] struct {
 	settled  bool            // the outcome is recorded or released, and landed
 }
 
-// record records what the function returned (v, fnErr), with the lease
+// conclude records what the function returned (v, fnErr), with the lease
 // that ended at leaseEnd, or lost, and lands it.
-func (r *runner[T]) record(v T, fnErr error, leaseEnd time.Time, lost error) (T, Outcome, error) {
+func (r *runner[T]) conclude(v T, fnErr error, leaseEnd time.Time, lost error) (T, Outcome, error) {
 	cl, ctx := r.cl, r.ctx
 	g, c := cl.g, cl.c
 	var l landing
@@ -289,7 +314,7 @@ func (r *runner[T]) record(v T, fnErr error, leaseEnd time.Time, lost error) (T,
 			break
 		}
 		data, encErr := c.errorCodec.EncodeError(fnErr)
-		rec, cerr := g.record(ctx, c, &cl.d, &cl.claim, leaseEnd, store.ResultError, data, encErr, cl)
+		rec, cerr := g.writeOutcome(ctx, c, &cl.d, &cl.claim, leaseEnd, store.ResultError, data, encErr, cl)
 		if cerr != nil {
 			fnErr = errors.Join(fnErr, cerr)
 		}
@@ -311,7 +336,7 @@ func (r *runner[T]) record(v T, fnErr error, leaseEnd time.Time, lost error) (T,
 			cl.rollback(ctx)
 			err = fmt.Errorf("%w: the transaction was rolled back", lost)
 		case tx != nil:
-			err = tx.Commit(context.WithoutCancel(ctx))
+			err = g.timed(ctx, "commit", func() error { return tx.Commit(context.WithoutCancel(ctx)) })
 			cl.run.tx = nil
 		}
 		g.release(ctx, &cl.d, &cl.claim)
@@ -326,7 +351,7 @@ func (r *runner[T]) record(v T, fnErr error, leaseEnd time.Time, lost error) (T,
 		fnErr = err
 	default:
 		data, encErr := c.codec.Marshal(v)
-		rec, cerr := g.record(ctx, c, &cl.d, &cl.claim, leaseEnd, store.ResultValue, data, encErr, cl)
+		rec, cerr := g.writeOutcome(ctx, c, &cl.d, &cl.claim, leaseEnd, store.ResultValue, data, encErr, cl)
 		if cerr != nil {
 			var zero T
 			v, fnErr = zero, cerr
@@ -360,7 +385,7 @@ func (r *runner[T]) settleOnPanic(cancel context.CancelCauseFunc) {
 	leaseEnd, _ := cl.keeper.stop()
 	perr := error(errGoexit)
 	if p != nil {
-		perr = &PanicError{Value: p, Stack: debug.Stack()}
+		perr = &panicError{Value: p, Stack: debug.Stack()}
 	}
 	rec := cl.done
 	switch {
@@ -391,7 +416,7 @@ func (r *runner[T]) settleOnPanic(cancel context.CancelCauseFunc) {
 func (cl *call) abandon(ctx context.Context, claimed bool, p any) {
 	perr := error(errAbandoned)
 	if p != nil {
-		perr = &PanicError{Value: p, Stack: debug.Stack()}
+		perr = &panicError{Value: p, Stack: debug.Stack()}
 	}
 	if claimed && cl.claim.Token != "" {
 		// Fenced by the token: a no-op unless the claim is still ours.
@@ -412,7 +437,7 @@ func (cl *call) rollback(ctx context.Context) {
 		return
 	}
 	cl.run.tx = nil
-	_ = tx.Rollback(context.WithoutCancel(ctx))
+	_ = cl.g.timed(ctx, "rollback", func() error { return tx.Rollback(context.WithoutCancel(ctx)) })
 	cl.run.steps.releaseInTx(ctx, cl.g)
 }
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/adapt"
 )
 
 // receipt is a result of the shapes services return: nested structs,
@@ -56,11 +57,11 @@ func TestReplayRoundTripsResult(t *testing.T) {
 	}
 	want.Embedded.Deep = [2]float64{math.MaxFloat64, math.SmallestNonzeroFloat64}
 
-	first, out, err := guard.Execute(ctx, g, "receipt", "r_1", func(context.Context) (receipt, error) { return want, nil })
+	first, out, err := adapt.Execute(ctx, g, "receipt", "r_1", func(context.Context) (receipt, error) { return want, nil })
 	if err != nil || out != guard.OutcomeExecuted || !reflect.DeepEqual(first, want) {
 		t.Fatalf("first call = %v, %v", out, err)
 	}
-	got, out, err := guard.Execute(ctx, g, "receipt", "r_1", func(context.Context) (receipt, error) {
+	got, out, err := adapt.Execute(ctx, g, "receipt", "r_1", func(context.Context) (receipt, error) {
 		t.Error("ran again")
 		return receipt{}, nil
 	})

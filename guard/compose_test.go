@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/adapt"
 	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/store/memory"
 	"github.com/idemguard/idemguard/telemetry"
@@ -165,15 +166,15 @@ func TestResultFilterReleasesSteps(t *testing.T) {
 		})
 	}
 	keepEven := guard.WithResultFilter(func(v any) bool { return v.(int)%2 == 0 })
-	v, out, err := guard.Execute(ctx, g, "quote", "q-1", call, keepEven)
+	v, out, err := adapt.Execute(ctx, g, "quote", "q-1", call, keepEven)
 	if err != nil || v != 1 || out != guard.OutcomeReleased {
 		t.Fatalf("first = %d, %v, %v; want 1, released", v, out, err)
 	}
-	v, out, err = guard.Execute(ctx, g, "quote", "q-1", call, keepEven)
+	v, out, err = adapt.Execute(ctx, g, "quote", "q-1", call, keepEven)
 	if err != nil || v != 2 || out != guard.OutcomeExecuted {
 		t.Fatalf("second = %d, %v, %v; want the step run again (2), executed", v, out, err)
 	}
-	if v, out, err := guard.Execute(ctx, g, "quote", "q-1", call, keepEven); v != 2 || out != guard.OutcomeReplayed || err != nil {
+	if v, out, err := adapt.Execute(ctx, g, "quote", "q-1", call, keepEven); v != 2 || out != guard.OutcomeReplayed || err != nil {
 		t.Errorf("third = %d, %v, %v; want the stored 2", v, out, err)
 	}
 }
@@ -227,7 +228,7 @@ func TestKeySecretRotation(t *testing.T) {
 	if _, err := guard.Do(ctx, oldOnly, "job", "done", fn); err != nil {
 		t.Fatal(err)
 	}
-	if v, out, err := guard.Execute(ctx, rotating, "job", "done", fn); v != 7 || out != guard.OutcomeReplayed || err != nil || runs != 1 {
+	if v, out, err := adapt.Execute(ctx, rotating, "job", "done", fn); v != 7 || out != guard.OutcomeReplayed || err != nil || runs != 1 {
 		t.Fatalf("rotating guard = %d, %v, %v after %d runs; want the old record replayed", v, out, err, runs)
 	}
 	newKey, _, _ := rotating.Key("job", "done")
@@ -299,7 +300,7 @@ func TestLockWaitLabelsWhatHappened(t *testing.T) {
 	h := newOtel()
 	m, cs := newMemory()
 	clock := newFakeClock()
-	holder := mustGuard(t, m, guard.WithClock(clock), guard.WithLease(2*time.Second))
+	holder := mustGuard(t, m, adapt.WithClock(clock), guard.WithLease(2*time.Second))
 	inside, release := make(chan struct{}), make(chan struct{})
 	go guard.Do(ctx, holder, "job", "k", func(ctx context.Context) (int, error) {
 		close(inside)
@@ -307,12 +308,12 @@ func TestLockWaitLabelsWhatHappened(t *testing.T) {
 		return 0, errors.New("gave up") // releases the key
 	})
 	<-inside
-	waiter := mustGuard(t, cs, append(h.opts, guard.WithClock(clock), guard.WithWait(time.Minute), guard.WithWaitBackoff(time.Millisecond, time.Millisecond))...)
+	waiter := mustGuard(t, cs, append(h.opts, adapt.WithClock(clock), guard.WithWait(time.Minute), adapt.WithWaitBackoff(time.Millisecond, time.Millisecond))...)
 	done := make(chan error, 1)
 	var out guard.Outcome
 	go func() {
 		var err error
-		_, out, err = guard.Execute(ctx, waiter, "job", "k", func(context.Context) (int, error) { return 1, nil })
+		_, out, err = adapt.Execute(ctx, waiter, "job", "k", func(context.Context) (int, error) { return 1, nil })
 		done <- err
 	}()
 	waitFor(t, "the waiter to find the key held", func() bool { return cs.acquires.Load() >= 1 })
@@ -346,7 +347,7 @@ func TestLockWaitLabelsWhatHappened(t *testing.T) {
 func TestCacheAgeBoundsDeletedRecords(t *testing.T) {
 	m, _ := newMemory()
 	clock := newFakeClock()
-	g := mustGuard(t, m, guard.WithClock(clock), guard.WithCache(16, time.Minute), guard.WithTTL(time.Hour))
+	g := mustGuard(t, m, adapt.WithClock(clock), guard.WithCache(16, time.Minute), guard.WithTTL(time.Hour))
 	runs := 0
 	fn := func(context.Context) (int, error) { runs++; return runs, nil }
 	if _, err := guard.Do(ctx, g, "job", "k", fn); err != nil {
@@ -356,11 +357,11 @@ func TestCacheAgeBoundsDeletedRecords(t *testing.T) {
 	if err := m.Delete(ctx, key); err != nil { // an operator's release --force
 		t.Fatal(err)
 	}
-	if v, out, _ := guard.Execute(ctx, g, "job", "k", fn); v != 1 || out != guard.OutcomeReplayed {
+	if v, out, _ := adapt.Execute(ctx, g, "job", "k", fn); v != 1 || out != guard.OutcomeReplayed {
 		t.Fatalf("within the cache age = %d, %v; want the cached replay", v, out)
 	}
 	clock.Advance(time.Minute)
-	if v, out, _ := guard.Execute(ctx, g, "job", "k", fn); v != 2 || out != guard.OutcomeExecuted {
+	if v, out, _ := adapt.Execute(ctx, g, "job", "k", fn); v != 2 || out != guard.OutcomeExecuted {
 		t.Errorf("after the cache age = %d, %v; want the function to run again", v, out)
 	}
 }
@@ -375,7 +376,7 @@ func TestBatchFilteredItemIsNotDone(t *testing.T) {
 	res := guard.DoBatch(ctx, g, "send", []string{"a", "b"}, func(_ context.Context, in string) (string, error) { return in, nil },
 		guard.WithResultFilter(func(v any) bool { return v != "a" }),
 		guard.WithConcurrency(1),
-		guard.WithItemDone(func(_ int, out guard.Outcome, _ error) { outcomes = append(outcomes, out) }))
+		adapt.WithItemDone(func(_ int, out guard.Outcome, _ error) { outcomes = append(outcomes, out) }))
 	if res[0].Outcome != guard.OutcomeReleased || res[1].Outcome != guard.OutcomeExecuted {
 		t.Errorf("outcomes %v, %v; want released, executed", res[0].Outcome, res[1].Outcome)
 	}
@@ -389,15 +390,15 @@ func TestBatchFilteredItemIsNotDone(t *testing.T) {
 func TestOutcomeOfErrors(t *testing.T) {
 	m, _ := newMemory()
 	g := mustGuard(t, m)
-	_, out, err := guard.Execute(ctx, g, "job", "transient", func(context.Context) (int, error) { return 0, errors.New("timeout") })
+	_, out, err := adapt.Execute(ctx, g, "job", "transient", func(context.Context) (int, error) { return 0, errors.New("timeout") })
 	if err == nil || out != guard.OutcomeReleased {
 		t.Errorf("a released error: %v, %v; want OutcomeReleased", out, err)
 	}
-	_, out, err = guard.Execute(ctx, g, "job", "definite", func(context.Context) (int, error) { return 0, guard.Definite(errors.New("declined")) })
+	_, out, err = adapt.Execute(ctx, g, "job", "definite", func(context.Context) (int, error) { return 0, guard.Definite(errors.New("declined")) })
 	if err == nil || out != guard.OutcomeExecuted {
 		t.Errorf("a recorded definite error: %v, %v; want OutcomeExecuted", out, err)
 	}
-	_, out, err = guard.Execute(ctx, g, "job", "definite", func(context.Context) (int, error) { return 1, nil })
+	_, out, err = adapt.Execute(ctx, g, "job", "definite", func(context.Context) (int, error) { return 1, nil })
 	if err == nil || out != guard.OutcomeReplayed {
 		t.Errorf("its replay: %v, %v; want OutcomeReplayed", out, err)
 	}

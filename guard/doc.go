@@ -58,9 +58,9 @@
 //   - Two different inputs never share a key: a selection holding a string
 //     that is not valid UTF-8 is refused with [ErrInvalidInput].
 //
-// Clock model: each guard compares its own clock with the lease end the
+// timeSource model: each guard compares its own clock with the lease end the
 // holder wrote, and takes over a lapsed lease only once it has lapsed by
-// more than [WithClockSkew] (default [DefaultClockSkew]) on its own clock.
+// more than [WithClockSkew] (default a second) on its own clock.
 // Clocks that differ by less than that never let two calls run the
 // function at once; beyond it, fencing still stops the zombie's writes, but
 // the function may run twice.
@@ -76,7 +76,7 @@
 // # Concurrency
 //
 // A call that finds the key held elsewhere fails at once with
-// [ErrInProgress] in [Reject] mode (the default), or waits in [Wait] mode
+// [ErrInProgress] in reject mode (the default), or waits in wait mode
 // ([WithWait]) until it can replay or take over: the duplicates of a key in
 // one process share one wait, told of the completion or release by a store
 // that pushes it ([store.Watcher]: Redis, PostgreSQL, memory) and reading
@@ -100,11 +100,13 @@
 // # Options
 //
 // Options have one scope each: an [Option] configures the guard in [New], a
-// [CallOption] configures calls (as a default in New, or per call), and a
-// [BatchOption] configures [DoBatch]. An option passed where it has no
-// effect does not compile. The adapters (Temporal, HTTP, gRPC, Watermill)
-// take call options as they are, and apply defaults of their own with
-// [WithDefaults], so that a default given to New reaches every adapter.
+// [CallOption] configures one call, a [SharedOption] calls (as a default in
+// New, per call, or for a batch's items), and a [BatchOption] configures
+// [DoBatch]. An option passed where it has no effect does not compile:
+// guard.New(s, guard.WithKey(x)) is a compile error. The adapters
+// (Temporal, HTTP, gRPC, Watermill) take call options as they are, and
+// apply defaults of their own beneath them, so that a default given to New
+// reaches every adapter.
 //
 // Setting the environment variable IDEMGUARD_DISABLED=true before guards are
 // built makes them pass-throughs, the claim API included; [Step] inside any

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/adapt"
 	"github.com/idemguard/idemguard/store/memory"
 )
 
@@ -70,7 +71,7 @@ func ExampleExecute() {
 	g, _ := guard.New(memory.New())
 	charge := func(ctx context.Context) (string, error) { return "ch_1", nil }
 	for range 2 {
-		id, outcome, err := guard.Execute(context.Background(), g, "charge", map[string]any{"order": 7}, charge)
+		id, outcome, err := adapt.Execute(context.Background(), g, "charge", map[string]any{"order": 7}, charge)
 		fmt.Println(id, outcome, err)
 	}
 	// Output:
@@ -98,7 +99,7 @@ func ExampleDefinite() {
 	g, _ := guard.New(memory.New())
 	declined := errors.New("card declined")
 	for range 2 {
-		_, outcome, err := guard.Execute(context.Background(), g, "charge", "order-9", func(ctx context.Context) (string, error) {
+		_, outcome, err := adapt.Execute(context.Background(), g, "charge", "order-9", func(ctx context.Context) (string, error) {
 			return "", guard.Definite(declined)
 		})
 		fmt.Println(outcome, err)

@@ -5,13 +5,14 @@ import (
 	"errors"
 	"time"
 
+	"github.com/idemguard/idemguard/internal/guardhook"
 	"github.com/idemguard/idemguard/store"
 )
 
 // Concurrent calls with the same key and payload in one process share one
 // execution: the leader runs the protocol, the followers wait for its
-// outcome. Each keeps its own mode: in Reject mode it gets ErrInProgress as
-// soon as the leader runs or finds the key held; in Wait mode, when the
+// outcome. Each keeps its own mode: in reject mode it gets ErrInProgress as
+// soon as the leader runs or finds the key held; in wait mode, when the
 // leader got no outcome it may replay, it goes to the store itself.
 
 // flightKey names the calls that may share an execution.
@@ -81,9 +82,9 @@ func (f *flight) decide() {
 	}
 }
 
-// settle records that the leader of f runs the function under a lease
+// markExecuting records that the leader of f runs the function under a lease
 // ending at leaseEnd.
-func (g *Guard) settle(f *flight, leaseEnd time.Time) {
+func (g *Guard) markExecuting(f *flight, leaseEnd time.Time) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	f.executing, f.leaseEnd = true, leaseEnd
@@ -139,14 +140,14 @@ func follow[T any](ctx context.Context, g *Guard, c *config, d *derived, f *flig
 	if r, ok := ctx.Value(runningKey{}).(*running); ok && r.d.key == d.key {
 		// A guarded function calling itself with its own key would wait for
 		// itself forever.
-		return v, 0, &InProgressError{Key: d.key}, false
+		return v, 0, &inProgressError{Key: d.key}, false
 	}
 	inProgress := func() error {
 		g.mu.Lock()
 		defer g.mu.Unlock()
-		return &InProgressError{Key: d.key, LeaseExpiresAt: f.leaseEnd}
+		return &inProgressError{Key: d.key, LeaseExpiresAt: f.leaseEnd}
 	}
-	if c.mode == Reject {
+	if c.mode == guardhook.Reject {
 		select {
 		case <-f.decided:
 		case <-ctx.Done():
@@ -176,14 +177,14 @@ func follow[T any](ctx context.Context, g *Guard, c *config, d *derived, f *flig
 		if isContextError(f.err) && ctx.Err() == nil {
 			return v, 0, nil, true
 		}
-		if c.mode == Wait && (f.released || errors.Is(f.err, ErrInProgress)) {
+		if c.mode == guardhook.Wait && (f.released || errors.Is(f.err, ErrInProgress)) {
 			return v, 0, nil, true
 		}
 		if f.rec == nil {
 			return v, 0, f.err, false
 		}
 		return v, OutcomeShared, f.err, false
-	case f.released && c.mode == Wait:
+	case f.released && c.mode == guardhook.Wait:
 		// The leader's result was not stored (WithResultFilter): a waiter
 		// in another process would run the function again, and so does
 		// this one.

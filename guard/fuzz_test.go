@@ -8,6 +8,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/adapt"
+	"github.com/idemguard/idemguard/internal/keyformat"
 	"github.com/idemguard/idemguard/store/memory"
 )
 
@@ -44,7 +46,7 @@ func FuzzDeriveKey(f *testing.F) {
 		mem := memory.New()
 		g, err := guard.New(mem, opts...)
 		if err != nil {
-			var ee *guard.ExpressionError
+			var ee *keyformat.ExpressionError
 			if !errors.Is(err, guard.ErrInvalidOption) || !errors.As(err, &ee) || ee.Expr != path {
 				t.Fatalf("New(WithKeyPath(%q)) = %v, want an ExpressionError", path, err)
 			}
@@ -59,7 +61,7 @@ func FuzzDeriveKey(f *testing.F) {
 			return 7, nil
 		}
 		input := json.RawMessage(in)
-		v, out, err := guard.Execute(context.Background(), g, "fz", input, fn)
+		v, out, err := adapt.Execute(context.Background(), g, "fz", input, fn)
 		if err != nil {
 			if !errors.Is(err, guard.ErrInvalidInput) {
 				t.Fatalf("Execute(%q, path %q) = %v, want nil or ErrInvalidInput", in, path, err)
@@ -86,7 +88,7 @@ func FuzzDeriveKey(f *testing.F) {
 			t.Fatalf("Execute(%q, path %q): key %q, %v; want fz#<64 hex>", in, path, key, keyed)
 		}
 		// The key is a function of the input: a second call replays.
-		if _, out, err := guard.Execute(context.Background(), g, "fz", input, fn); err != nil || out != guard.OutcomeReplayed || runs != 1 {
+		if _, out, err := adapt.Execute(context.Background(), g, "fz", input, fn); err != nil || out != guard.OutcomeReplayed || runs != 1 {
 			t.Fatalf("second Execute(%q, path %q) = %v, %v after %d runs; want replayed", in, path, out, err, runs)
 		}
 	})

@@ -9,15 +9,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/idemguard/idemguard/internal/guardhook"
 	"github.com/idemguard/idemguard/internal/instrument"
 	"github.com/idemguard/idemguard/internal/killswitch"
 	"github.com/idemguard/idemguard/store"
 )
-
-// DisableEnv is the environment variable that, set to a true value ("true",
-// "1"), makes every guard built afterwards a pass-through that runs the
-// function and touches no store.
-const DisableEnv = "IDEMGUARD_DISABLED"
 
 // Outcome says how a call got its result.
 type Outcome uint8
@@ -38,7 +34,7 @@ const (
 	// released so that the next call runs it again: the function returned
 	// an error that is not definite (see [WithDefiniteErrors]), or a result
 	// the result filter refused to store ([WithResultFilter]). A batch does
-	// not count such an item as done ([WithItemDone], [WithResume]). A
+	// not count such an item as done (nor does an adapter resuming it). A
 	// definite error that was recorded comes with [OutcomeExecuted].
 	OutcomeReleased
 )
@@ -75,7 +71,7 @@ type Guard struct {
 	store    store.Store
 	cfg      config // the call defaults
 	txCfg    config // the defaults of transactional calls: cfg, with a key required unless New said otherwise
-	clock    Clock
+	clock    timeSource
 	sysClock bool // clock is the system clock: lease timers are reset, not remade
 	skew     time.Duration
 	secret   []byte   // HMAC key of key hashes; nil for plain SHA-256
@@ -108,6 +104,7 @@ func New(s store.Store, opts ...Option) (*Guard, error) {
 	}
 	switch {
 	case st.call.hasKey:
+		// Only an adapter's lifted option gets here (guardhook.AsOption).
 		return nil, invalidOption("WithKey names one call and cannot be a guard's default")
 	case st.call.claimToken != "":
 		return nil, invalidOption("WithClaimToken names one claimant and cannot be a guard's default")
@@ -123,7 +120,7 @@ func New(s store.Store, opts ...Option) (*Guard, error) {
 	if st.cacheSize > 0 {
 		g.cache = newCache(st.cacheSize, st.cacheAge)
 	}
-	g.disabled, _ = strconv.ParseBool(os.Getenv(DisableEnv))
+	g.disabled, _ = strconv.ParseBool(os.Getenv(guardhook.DisableEnv))
 	g.disabled = g.disabled || st.disabled
 	g.tel = instrument.New(st.tracerProvider, st.meterProvider, st.logger, storeName(s))
 	return g, nil
@@ -140,7 +137,7 @@ func (g *Guard) Store() store.Store { return g.store }
 // claim whose lease ended at t may be taken over from t plus this on.
 func (g *Guard) ClockSkew() time.Duration { return g.skew }
 
-// Now returns the time on the guard's clock ([WithClock]), the clock its
+// Now returns the time on the guard's clock (the system clock unless a test set one), the clock its
 // leases and expiries are computed on.
 func (g *Guard) Now() time.Time { return g.clock.Now() }
 

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/adapt"
+	"github.com/idemguard/idemguard/internal/keyformat"
 	"github.com/idemguard/idemguard/store"
 )
 
@@ -30,11 +32,11 @@ func TestExecuteThenReplay(t *testing.T) {
 	var runs atomic.Int64
 	o := order{ID: "o-1", Amount: 4200}
 
-	first, out, err := guard.Execute(ctx, g, "charge", o, chargeFn(&runs, o))
+	first, out, err := adapt.Execute(ctx, g, "charge", o, chargeFn(&runs, o))
 	if err != nil || out != guard.OutcomeExecuted {
 		t.Fatalf("first call: %v, %v", out, err)
 	}
-	second, out, err := guard.Execute(ctx, g, "charge", o, chargeFn(&runs, o))
+	second, out, err := adapt.Execute(ctx, g, "charge", o, chargeFn(&runs, o))
 	if err != nil || out != guard.OutcomeReplayed {
 		t.Fatalf("second call: %v, %v", out, err)
 	}
@@ -56,11 +58,11 @@ func TestExecuteThenReplay(t *testing.T) {
 
 	// Another input is another key.
 	o2 := order{ID: "o-2", Amount: 4200}
-	if _, out, _ := guard.Execute(ctx, g, "charge", o2, chargeFn(&runs, o2)); out != guard.OutcomeExecuted {
+	if _, out, _ := adapt.Execute(ctx, g, "charge", o2, chargeFn(&runs, o2)); out != guard.OutcomeExecuted {
 		t.Errorf("another input: outcome %v, want executed", out)
 	}
 	// The same input in another scope is another key.
-	if _, out, _ := guard.Execute(ctx, g, "refund", o, chargeFn(&runs, o)); out != guard.OutcomeExecuted {
+	if _, out, _ := adapt.Execute(ctx, g, "refund", o, chargeFn(&runs, o)); out != guard.OutcomeExecuted {
 		t.Errorf("another scope: outcome %v, want executed", out)
 	}
 }
@@ -211,7 +213,7 @@ func TestThousandConcurrentDuplicatesReject(t *testing.T) {
 			ok++
 		case errors.Is(errs[i], guard.ErrInProgress):
 			busy++
-			var ip *guard.InProgressError
+			var ip *adapt.InProgressError
 			if !errors.As(errs[i], &ip) || ip.LeaseExpiresAt.IsZero() {
 				t.Errorf("call %d: %v carries no lease end", i, errs[i])
 			}
@@ -232,7 +234,7 @@ func TestCrossProcessRejectAndWait(t *testing.T) {
 	m, _ := newMemory()
 	p1 := mustGuard(t, m)
 	p2reject := mustGuard(t, m)
-	p2wait := mustGuard(t, m, guard.WithWait(5*time.Second), guard.WithWaitBackoff(time.Millisecond, 5*time.Millisecond))
+	p2wait := mustGuard(t, m, guard.WithWait(5*time.Second), adapt.WithWaitBackoff(time.Millisecond, 5*time.Millisecond))
 
 	inside := make(chan struct{})
 	release := make(chan struct{})
@@ -253,7 +255,7 @@ func TestCrossProcessRejectAndWait(t *testing.T) {
 	<-inside
 
 	_, err := guard.Do(ctx, p2reject, "job", "k", func(context.Context) (int, error) { runs.Add(1); return 0, nil })
-	var ip *guard.InProgressError
+	var ip *adapt.InProgressError
 	if !errors.As(err, &ip) || !errors.Is(err, guard.ErrInProgress) {
 		t.Fatalf("reject mode while held elsewhere: %v, want *InProgressError", err)
 	}
@@ -286,7 +288,7 @@ func TestWaitBudgetEnds(t *testing.T) {
 	if _, err := m.Acquire(ctx, &store.Record{Key: "job#" + keyHash(t, "k"), Status: store.StatusInProgress, Token: "other", ExpiresAt: now.Add(time.Hour), LeaseExpiresAt: now.Add(time.Hour)}, now); err != nil {
 		t.Fatal(err)
 	}
-	g := mustGuard(t, m, guard.WithWait(60*time.Millisecond), guard.WithWaitBackoff(5*time.Millisecond, 10*time.Millisecond))
+	g := mustGuard(t, m, guard.WithWait(60*time.Millisecond), adapt.WithWaitBackoff(5*time.Millisecond, 10*time.Millisecond))
 	start := time.Now()
 	_, err := guard.Do(ctx, g, "job", "k", func(context.Context) (int, error) { t.Error("function ran"); return 0, nil })
 	if !errors.Is(err, guard.ErrInProgress) {
@@ -307,7 +309,7 @@ func TestWaitTakesOverLapsedLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	g := mustGuard(t, m, guard.WithWait(5*time.Second))
-	v, out, err := guard.Execute(ctx, g, "job", "k", func(context.Context) (int, error) { return 9, nil })
+	v, out, err := adapt.Execute(ctx, g, "job", "k", func(context.Context) (int, error) { return 9, nil })
 	if err != nil || v != 9 || out != guard.OutcomeExecuted {
 		t.Fatalf("= %d, %v, %v; want 9, executed", v, out, err)
 	}
@@ -344,8 +346,8 @@ func TestZombieCompletionIsFenced(t *testing.T) {
 	m := newMemoryStore()
 	clock := newFakeClock()
 	zs := newCounting(m) // the zombie's view of the store
-	zombie := mustGuard(t, zs, guard.WithClock(clock), guard.WithLease(30*time.Second))
-	holder := mustGuard(t, m, guard.WithClock(clock), guard.WithLease(30*time.Second))
+	zombie := mustGuard(t, zs, adapt.WithClock(clock), guard.WithLease(30*time.Second))
+	holder := mustGuard(t, m, adapt.WithClock(clock), guard.WithLease(30*time.Second))
 
 	inside := make(chan struct{})
 	resume := make(chan struct{})
@@ -374,7 +376,7 @@ func TestZombieCompletionIsFenced(t *testing.T) {
 	}
 	waitFor(t, "a failed extension", func() bool { return zs.extends.Load() > 0 })
 
-	hv, out, err := guard.Execute(ctx, holder, "charge", "order-1", func(context.Context) (string, error) { return "holder-result", nil })
+	hv, out, err := adapt.Execute(ctx, holder, "charge", "order-1", func(context.Context) (string, error) { return "holder-result", nil })
 	if err != nil || out != guard.OutcomeExecuted || hv != "holder-result" {
 		t.Fatalf("new holder: %q, %v, %v", hv, out, err)
 	}
@@ -388,7 +390,7 @@ func TestZombieCompletionIsFenced(t *testing.T) {
 	if !errors.Is(zerr, guard.ErrLeaseLost) || zv != "" {
 		t.Errorf("zombie got %q, %v; want ErrLeaseLost and no result", zv, zerr)
 	}
-	rv, out, err := guard.Execute(ctx, holder, "charge", "order-1", func(context.Context) (string, error) { return "third run", nil })
+	rv, out, err := adapt.Execute(ctx, holder, "charge", "order-1", func(context.Context) (string, error) { return "third run", nil })
 	if err != nil || out != guard.OutcomeReplayed || rv != "holder-result" {
 		t.Errorf("replay = %q, %v, %v; want the new holder's result", rv, out, err)
 	}
@@ -398,8 +400,8 @@ func TestLeaseKeeperExtendsWhileRunning(t *testing.T) {
 	m := newMemoryStore()
 	clock := newFakeClock()
 	cs := newCounting(m)
-	g := mustGuard(t, cs, guard.WithClock(clock), guard.WithLease(3*time.Second))
-	other := mustGuard(t, m, guard.WithClock(clock))
+	g := mustGuard(t, cs, adapt.WithClock(clock), guard.WithLease(3*time.Second))
+	other := mustGuard(t, m, adapt.WithClock(clock))
 
 	inside := make(chan string)
 	release := make(chan struct{})
@@ -438,12 +440,12 @@ func TestLeaseKeeperExtendsWhileRunning(t *testing.T) {
 func TestLeaseKeeperManyCalls(t *testing.T) {
 	m := newMemoryStore()
 	clock, own := newFakeClock(), newFakeClock()
-	g := mustGuard(t, m, guard.WithClock(clock), guard.WithLease(3*time.Second))
-	gOwn := mustGuard(t, m, guard.WithClock(own), guard.WithLease(3*time.Second))
+	g := mustGuard(t, m, adapt.WithClock(clock), guard.WithLease(3*time.Second))
+	gOwn := mustGuard(t, m, adapt.WithClock(own), guard.WithLease(3*time.Second))
 
 	release := make(chan struct{})
 	keys := make(chan string)
-	long := func(c guard.Clock, id string) {
+	long := func(c adapt.Clock, id string) {
 		gg := g
 		if c == own {
 			gg = gOwn
@@ -522,12 +524,12 @@ func TestDefiniteErrorStoredAndReplayed(t *testing.T) {
 	t.Run("Definite marker", func(t *testing.T) {
 		g := mustGuard(t, m)
 		fn := func(context.Context) (int, error) { runs.Add(1); return 0, guard.Definite(errDeclined) }
-		_, out, err := guard.Execute(ctx, g, "charge", "o-1", fn)
+		_, out, err := adapt.Execute(ctx, g, "charge", "o-1", fn)
 		if !errors.Is(err, errDeclined) || out != guard.OutcomeExecuted {
 			t.Fatalf("first: %v, %v", out, err)
 		}
-		_, out, err = guard.Execute(ctx, g, "charge", "o-1", fn)
-		var re *guard.ReplayedError
+		_, out, err = adapt.Execute(ctx, g, "charge", "o-1", fn)
+		var re *adapt.ReplayedError
 		if !errors.As(err, &re) || re.Message != "card declined" || out != guard.OutcomeReplayed {
 			t.Fatalf("replay: %v, %v; want a ReplayedError with the message", out, err)
 		}
@@ -538,7 +540,7 @@ func TestDefiniteErrorStoredAndReplayed(t *testing.T) {
 	t.Run("predicate and codec", func(t *testing.T) {
 		g := mustGuard(t, m,
 			guard.WithDefiniteErrors(func(err error) bool { return errors.Is(err, errDeclined) }),
-			guard.WithErrorCodec(declineCodec{}))
+			adapt.WithErrorCodec(declineCodec{}))
 		fn := func(context.Context) (int, error) { runs.Add(1); return 0, fmt.Errorf("charging: %w", errDeclined) }
 		guard.Do(ctx, g, "charge", "o-2", fn)
 		_, err := guard.Do(ctx, g, "charge", "o-2", fn)
@@ -598,7 +600,7 @@ func TestPanicReachesJoinedCallers(t *testing.T) {
 	time.Sleep(20 * time.Millisecond) // the second call joins the first
 	close(release)
 	err := <-errc
-	var pe *guard.PanicError
+	var pe *adapt.PanicError
 	if !errors.As(err, &pe) || pe.Value != "kaboom" {
 		t.Errorf("joined caller got %v, want a PanicError", err)
 	}
@@ -611,7 +613,7 @@ func TestPayloadMismatchOnEveryPath(t *testing.T) {
 	ok := func(context.Context) (int, error) { return 1, nil }
 	checkMismatch := func(t *testing.T, err error) {
 		t.Helper()
-		var me *guard.MismatchError
+		var me *adapt.MismatchError
 		if !errors.Is(err, guard.ErrPayloadMismatch) || !errors.As(err, &me) || me.Existing == nil {
 			t.Fatalf("err = %v, want a MismatchError carrying the record", err)
 		}
@@ -657,7 +659,7 @@ func TestPayloadMismatchOnEveryPath(t *testing.T) {
 		// completed record carries another: only the wait loop's replay can
 		// catch it.
 		m, _ := newMemory()
-		waiter := mustGuard(t, m, append(opts, guard.WithWait(5*time.Second), guard.WithWaitBackoff(time.Millisecond, 2*time.Millisecond))...)
+		waiter := mustGuard(t, m, append(opts, guard.WithWait(5*time.Second), adapt.WithWaitBackoff(time.Millisecond, 2*time.Millisecond))...)
 		var key, hash, otherHash string
 		probe := mustGuard(t, newMemoryStore(), opts...)
 		guard.Do(ctx, probe, "s", o1b, func(ctx context.Context) (int, error) { return 0, nil })
@@ -750,7 +752,7 @@ func TestCompletionRetriedWhileLeaseHolds(t *testing.T) {
 	if cs.completes.Load() != 4 {
 		t.Errorf("completes = %d, want 4 (3 failures, then success)", cs.completes.Load())
 	}
-	if v, out, err := guard.Execute(ctx, g, "job", "k", fn); err != nil || v != 3 || out != guard.OutcomeReplayed {
+	if v, out, err := adapt.Execute(ctx, g, "job", "k", fn); err != nil || v != 3 || out != guard.OutcomeReplayed {
 		t.Errorf("replay: %d, %v, %v", v, out, err)
 	}
 	if runs.Load() != 1 {
@@ -795,7 +797,7 @@ func TestResultFilterSkipsStoring(t *testing.T) {
 	if v, _ := guard.Do(ctx, g, "job", "k", fn); v != "settled" {
 		t.Fatalf("second = %q, want the function to run again", v)
 	}
-	if v, out, _ := guard.Execute(ctx, g, "job", "k", fn); v != "settled" || out != guard.OutcomeReplayed {
+	if v, out, _ := adapt.Execute(ctx, g, "job", "k", fn); v != "settled" || out != guard.OutcomeReplayed {
 		t.Fatalf("third = %q, %v; want the stored result", v, out)
 	}
 }
@@ -805,7 +807,7 @@ func TestLocalCache(t *testing.T) {
 	cs := newCounting(m)
 	clock := newFakeClock()
 	var hooked []guard.Outcome
-	g := mustGuard(t, cs, guard.WithCache(8, 0), guard.WithClock(clock), guard.WithTTL(time.Minute),
+	g := mustGuard(t, cs, guard.WithCache(8, 0), adapt.WithClock(clock), guard.WithTTL(time.Minute),
 		guard.WithOutcomeHook(func(_ context.Context, key string, rec *store.Record, out guard.Outcome) {
 			hooked = append(hooked, out)
 		}))
@@ -814,7 +816,7 @@ func TestLocalCache(t *testing.T) {
 	guard.Do(ctx, g, "job", "k", fn)
 	calls := cs.acquires.Load()
 	for i := 0; i < 10; i++ {
-		if v, out, err := guard.Execute(ctx, g, "job", "k", fn); v != 1 || out != guard.OutcomeReplayed || err != nil {
+		if v, out, err := adapt.Execute(ctx, g, "job", "k", fn); v != 1 || out != guard.OutcomeReplayed || err != nil {
 			t.Fatalf("cached replay: %d, %v, %v", v, out, err)
 		}
 	}
@@ -826,18 +828,18 @@ func TestLocalCache(t *testing.T) {
 	}
 	// Expired: neither the cache nor the store replays it.
 	clock.Advance(2 * time.Minute)
-	if v, out, _ := guard.Execute(ctx, g, "job", "k", fn); v != 2 || out != guard.OutcomeExecuted {
+	if v, out, _ := adapt.Execute(ctx, g, "job", "k", fn); v != 2 || out != guard.OutcomeExecuted {
 		t.Errorf("after expiry: %d, %v; want a new execution", v, out)
 	}
 }
 
 func TestDisabledIsPassThrough(t *testing.T) {
-	t.Setenv(guard.DisableEnv, "true")
+	t.Setenv(adapt.DisableEnv, "true")
 	m, cs := newMemory()
 	g := mustGuard(t, cs)
 	var runs atomic.Int64
 	for i := 0; i < 3; i++ {
-		_, out, err := guard.Execute(ctx, g, "job", "k", func(context.Context) (int, error) { runs.Add(1); return 0, nil })
+		_, out, err := adapt.Execute(ctx, g, "job", "k", func(context.Context) (int, error) { runs.Add(1); return 0, nil })
 		if err != nil || out != guard.OutcomeUnguarded {
 			t.Fatalf("%v, %v", out, err)
 		}
@@ -853,7 +855,7 @@ func TestBadInputNeverRuns(t *testing.T) {
 	if _, err := guard.New(nil); !errors.Is(err, guard.ErrInvalidOption) {
 		t.Errorf("New(nil) = %v, want ErrInvalidOption", err)
 	}
-	var ee *guard.ExpressionError
+	var ee *keyformat.ExpressionError
 	if _, err := guard.New(m, guard.WithKeyPath("order.[")); !errors.Is(err, guard.ErrInvalidOption) || !errors.As(err, &ee) || ee.Expr != "order.[" {
 		t.Errorf("New with a bad key path = %v, want an ExpressionError", err)
 	}
@@ -873,7 +875,7 @@ func TestBadInputNeverRuns(t *testing.T) {
 	if _, err := guard.Do(ctx, g, "", 1, fn); !errors.Is(err, guard.ErrInvalidOption) {
 		t.Errorf("empty scope = %v, want ErrInvalidOption", err)
 	}
-	for _, o := range []guard.Option{guard.WithTTL(0), guard.WithLease(-1), guard.WithWait(0), guard.WithCache(-1, 0), guard.WithCodec(nil), guard.WithClock(nil), guard.WithWaitBackoff(time.Second, time.Millisecond)} {
+	for _, o := range []guard.Option{guard.WithTTL(0), guard.WithLease(-1), guard.WithWait(0), guard.WithCache(-1, 0), guard.WithCodec(nil), adapt.WithClock(nil), adapt.WithWaitBackoff(time.Second, time.Millisecond)} {
 		if _, err := guard.New(m, o); !errors.Is(err, guard.ErrInvalidOption) {
 			t.Errorf("New with an invalid option = %v, want ErrInvalidOption", err)
 		}
@@ -886,7 +888,7 @@ func TestBadInputNeverRuns(t *testing.T) {
 func TestStoreFailureBeforeRun(t *testing.T) {
 	g := mustGuard(t, failingStore{err: fmt.Errorf("wrapped: %w", store.ErrThrottled)})
 	_, err := guard.Do(ctx, g, "s", 1, func(context.Context) (int, error) { t.Error("function ran"); return 0, nil })
-	var se *guard.StoreError
+	var se *adapt.StoreError
 	if !errors.Is(err, guard.ErrStore) || !errors.Is(err, store.ErrThrottled) || !errors.As(err, &se) || se.Op != "acquire" {
 		t.Errorf("err = %v, want a StoreError for acquire matching ErrThrottled", err)
 	}
@@ -929,7 +931,7 @@ func TestLeaseFollowsContextDeadline(t *testing.T) {
 	guard.Do(ctx, g, "s", 2, func(ctx context.Context) (int, error) {
 		k, _ := guard.KeyFromContext(ctx)
 		rec, _ := m.Get(ctx, k)
-		if lease := time.Until(rec.LeaseExpiresAt); lease < guard.DefaultLease-time.Second || lease > guard.DefaultLease {
+		if lease := time.Until(rec.LeaseExpiresAt); lease < adapt.DefaultLease-time.Second || lease > adapt.DefaultLease {
 			t.Errorf("lease %v without a deadline, want DefaultLease", lease)
 		}
 		return 0, nil

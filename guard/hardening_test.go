@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/adapt"
 	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/store/memory"
 )
@@ -67,7 +68,7 @@ func TestPanicAfterReturnCompletesWithoutResult(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			m, cs := newMemory()
 			clock := newFakeClock()
-			g := mustGuard(t, cs, append([]guard.Option{guard.WithClock(clock), guard.WithLease(3 * time.Second)}, tc.opts...)...)
+			g := mustGuard(t, cs, append([]guard.Option{adapt.WithClock(clock), guard.WithLease(3 * time.Second)}, tc.opts...)...)
 			runs := 0
 			var key string
 			fn := func(ctx context.Context) (any, error) {
@@ -93,7 +94,7 @@ func TestPanicAfterReturnCompletesWithoutResult(t *testing.T) {
 			}
 			// The flight is closed and the record replays: in this process
 			// and in another, no ErrInProgress, no second run.
-			other := mustGuard(t, m, guard.WithClock(clock))
+			other := mustGuard(t, m, adapt.WithClock(clock))
 			for _, gg := range []*guard.Guard{g, other} {
 				_, err := guard.Do(ctx, gg, "charge", "order-1", fn)
 				if !errors.Is(err, guard.ErrResultUnavailable) {
@@ -115,8 +116,8 @@ func TestClockSkewWithinToleranceNeverTakesOver(t *testing.T) {
 	holderClock := newFakeClock()
 	claimantClock := newFakeClock()
 	claimantClock.Advance(900 * time.Millisecond) // ahead of the holder's
-	holder := mustGuard(t, m, guard.WithClock(holderClock), guard.WithLease(time.Second))
-	claimant := mustGuard(t, m, guard.WithClock(claimantClock))
+	holder := mustGuard(t, m, adapt.WithClock(holderClock), guard.WithLease(time.Second))
+	claimant := mustGuard(t, m, adapt.WithClock(claimantClock))
 
 	inside := make(chan struct{})
 	release := make(chan struct{})
@@ -149,7 +150,7 @@ func TestClockSkewWithinToleranceNeverTakesOver(t *testing.T) {
 func TestLeaseLostIsReportedWhateverFnReturns(t *testing.T) {
 	m := newMemoryStore()
 	clock := newFakeClock()
-	g := mustGuard(t, m, guard.WithClock(clock), guard.WithLease(3*time.Second))
+	g := mustGuard(t, m, adapt.WithClock(clock), guard.WithLease(3*time.Second))
 	inside := make(chan string)
 	errc := make(chan error)
 	go func() {
@@ -200,7 +201,7 @@ func TestReplayIsEncodingJSONRoundTrip(t *testing.T) {
 	if _, err := guard.Do(ctx, g, "job", "k", func(context.Context) (richResult, error) { return v, nil }); err != nil {
 		t.Fatal(err)
 	}
-	got, out, err := guard.Execute(ctx, g, "job", "k", func(context.Context) (richResult, error) { return richResult{}, nil })
+	got, out, err := adapt.Execute(ctx, g, "job", "k", func(context.Context) (richResult, error) { return richResult{}, nil })
 	if err != nil || out != guard.OutcomeReplayed {
 		t.Fatalf("replay: %v, %v", out, err)
 	}
@@ -217,20 +218,20 @@ func TestReplayIsEncodingJSONRoundTrip(t *testing.T) {
 // IDEMGUARD_DISABLED makes every entry point a pass-through, the claim API
 // included: no store call.
 func TestDisabledClaimAPIIsPassThrough(t *testing.T) {
-	t.Setenv(guard.DisableEnv, "true")
+	t.Setenv(adapt.DisableEnv, "true")
 	_, cs := newMemory()
 	g := mustGuard(t, cs)
-	cl, rec, err := g.Claim(ctx, "wf", "order-1")
+	cl, rec, err := adapt.Obtain(ctx, g, "wf", "order-1")
 	if err != nil || cl == nil || rec != nil {
 		t.Fatalf("Claim = %v, %v, %v; want a claim to run under", cl, rec, err)
 	}
-	if _, err := g.Extend(ctx, *cl, time.Now().Add(time.Minute)); err != nil {
+	if _, err := adapt.Extend(ctx, g, *cl, time.Now().Add(time.Minute)); err != nil {
 		t.Errorf("Extend: %v", err)
 	}
-	if _, err := g.Complete(ctx, *cl, store.ResultValue, []byte(`1`)); err != nil {
+	if _, err := adapt.Complete(ctx, g, *cl, store.ResultValue, []byte(`1`)); err != nil {
 		t.Errorf("Complete: %v", err)
 	}
-	if err := g.Release(ctx, *cl); err != nil {
+	if err := adapt.Release(ctx, g, *cl); err != nil {
 		t.Errorf("Release: %v", err)
 	}
 	if n := cs.acquires.Load() + cs.completes.Load() + cs.extends.Load() + cs.releases.Load() + cs.gets.Load(); n != 0 {
@@ -244,7 +245,7 @@ func TestInProcessDuplicateSeesCurrentLeaseEnd(t *testing.T) {
 	m := newMemoryStore()
 	clock := newFakeClock()
 	cs := newCounting(m)
-	g := mustGuard(t, cs, guard.WithClock(clock), guard.WithLease(3*time.Second))
+	g := mustGuard(t, cs, adapt.WithClock(clock), guard.WithLease(3*time.Second))
 	inside := make(chan string)
 	release := make(chan struct{})
 	go guard.Do(ctx, g, "job", "long", func(ctx context.Context) (int, error) {
@@ -273,7 +274,7 @@ func TestInProcessDuplicateSeesCurrentLeaseEnd(t *testing.T) {
 	})
 	waitFor(t, "a duplicate told the stored lease end", func() bool {
 		_, err := guard.Do(ctx, g, "job", "long", func(context.Context) (int, error) { return 0, nil })
-		var ip *guard.InProgressError
+		var ip *adapt.InProgressError
 		if !errors.As(err, &ip) {
 			t.Fatalf("duplicate: %v, want ErrInProgress", err)
 		}
@@ -289,7 +290,7 @@ func TestHolderContextEndsWhenItsLeaseLapses(t *testing.T) {
 	m := newMemoryStore()
 	clock := newFakeClock()
 	cs := newCounting(m)
-	g := mustGuard(t, cs, guard.WithClock(clock), guard.WithLease(3*time.Second))
+	g := mustGuard(t, cs, adapt.WithClock(clock), guard.WithLease(3*time.Second))
 	cs.set(func(c *countingStore) { c.failExtend = errors.New("network partition") })
 	ctxc := make(chan context.Context)
 	release := make(chan struct{})
@@ -335,7 +336,7 @@ func TestWaitDuplicateRunsAfterLeaderFails(t *testing.T) {
 	}
 	resc := make(chan res)
 	go func() {
-		v, out, err := guard.Execute(ctx, g, "job", "k", func(context.Context) (int, error) { return 7, nil })
+		v, out, err := adapt.Execute(ctx, g, "job", "k", func(context.Context) (int, error) { return 7, nil })
 		resc <- res{v, out, err}
 	}()
 	waitFor(t, "the duplicate to join", func() bool { return joinedAny(g) })
@@ -359,7 +360,7 @@ func TestModesOfJoinedCallsAreTheirOwn(t *testing.T) {
 	}
 	hold := make(chan struct{})
 	gate := &gatedStore{Store: m, gate: hold}
-	g := mustGuard(t, gate, guard.WithClock(clock))
+	g := mustGuard(t, gate, adapt.WithClock(clock))
 	var wg sync.WaitGroup
 	var rejectErr error
 	wg.Add(1)
@@ -452,7 +453,7 @@ func TestWaitDuplicateRunsAfterFilteredResult(t *testing.T) {
 	}
 	resc := make(chan res)
 	go func() {
-		v, out, err := guard.Execute(ctx, g, "job", "k", func(context.Context) (int, error) { return 201, nil })
+		v, out, err := adapt.Execute(ctx, g, "job", "k", func(context.Context) (int, error) { return 201, nil })
 		resc <- res{v, out, err}
 	}()
 	waitFor(t, "the duplicate to join", func() bool { return joinedAny(g) })

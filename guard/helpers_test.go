@@ -83,7 +83,7 @@ func (c *countingStore) set(f func(c *countingStore)) {
 	f(c)
 }
 
-// fakeClock adapts clockwork's fake clock to guard.Clock.
+// fakeClock adapts clockwork's fake clock to adapt.Clock.
 type fakeClock struct{ *clockwork.FakeClock }
 
 func (c fakeClock) AfterFunc(d time.Duration, f func()) func() bool {

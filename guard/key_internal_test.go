@@ -12,6 +12,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/gowebpki/jcs"
+
+	"github.com/idemguard/idemguard/internal/keyformat"
 )
 
 // canonDocs returns the JSON documents of canonjson's RFC 8785 vectors and
@@ -74,18 +76,18 @@ func (c *config) deriveReference(scope string, input any) (derived, error) {
 	case c.hasKey:
 		b, err := canonicalValueReference(c.explicitKey)
 		if err != nil {
-			return d, &inputError{"marshalling the explicit key", err}
+			return d, &keyformat.InputError{What: "marshalling the explicit key", Err: err}
 		}
-		if t, err := jsonTreeReference(c.explicitKey); err != nil || !missing(t) {
+		if t, err := jsonTreeReference(c.explicitKey); err != nil || !keyformat.Missing(t) {
 			sel = b
 		}
 	case c.keyPath == nil:
 		b, err := json.Marshal(input)
 		if err != nil {
-			return d, &inputError{"marshalling the input to JSON", err}
+			return d, &keyformat.InputError{What: "marshalling the input to JSON", Err: err}
 		}
 		if b, err = jcs.Transform(b); err != nil {
-			return d, &inputError{"canonicalising the input", err}
+			return d, &keyformat.InputError{What: "canonicalising the input", Err: err}
 		}
 		if !missingCanonicalReference(b) {
 			sel = b
@@ -95,18 +97,18 @@ func (c *config) deriveReference(scope string, input any) (derived, error) {
 		if err != nil {
 			return d, err
 		}
-		v, err := c.keyPath.jp.Search(t)
+		v, err := c.keyPath.Search(t)
 		if err != nil {
-			return d, &inputError{"evaluating key path " + c.keyPath.src, err}
+			return d, &keyformat.InputError{What: "evaluating key path " + c.keyPath.String(), Err: err}
 		}
-		if !missing(v) {
+		if !keyformat.Missing(v) {
 			if sel, err = canonicalValueReference(v); err != nil {
-				return d, &inputError{"canonicalising the key selection", err}
+				return d, &keyformat.InputError{What: "canonicalising the key selection", Err: err}
 			}
 		}
 	}
 	if sel != nil {
-		d.key = scope + "#" + (&Guard{}).hashHex(nil, sel)
+		d.key = scope + "#" + keyformat.Hash(nil, sel)
 		if c.rawKeyAttr {
 			d.selection = sel
 		}
@@ -116,15 +118,15 @@ func (c *config) deriveReference(scope string, input any) (derived, error) {
 		if err != nil {
 			return d, err
 		}
-		v, err := c.validationPath.jp.Search(t)
+		v, err := c.validationPath.Search(t)
 		if err != nil {
-			return d, &inputError{"evaluating payload validation path " + c.validationPath.src, err}
+			return d, &keyformat.InputError{What: "evaluating payload validation path " + c.validationPath.String(), Err: err}
 		}
 		b, err := canonicalValueReference(v)
 		if err != nil {
-			return d, &inputError{"canonicalising the validation selection", err}
+			return d, &keyformat.InputError{What: "canonicalising the validation selection", Err: err}
 		}
-		d.payloadHash = (&Guard{}).hashHex(nil, b)
+		d.payloadHash = keyformat.Hash(nil, b)
 	}
 	return d, nil
 }
@@ -132,11 +134,11 @@ func (c *config) deriveReference(scope string, input any) (derived, error) {
 func jsonTreeReference(input any) (any, error) {
 	b, err := json.Marshal(input)
 	if err != nil {
-		return nil, &inputError{"marshalling the input to JSON", err}
+		return nil, &keyformat.InputError{What: "marshalling the input to JSON", Err: err}
 	}
 	var t any
 	if err := json.Unmarshal(b, &t); err != nil {
-		return nil, &inputError{"decoding the input's JSON", err}
+		return nil, &keyformat.InputError{What: "decoding the input's JSON", Err: err}
 	}
 	return t, nil
 }
@@ -163,7 +165,7 @@ func checkDeriveAgainstReference(t *testing.T, input any, opts ...CallOption) {
 	c.rawKeyAttr = true
 	got, err := (&Guard{}).derive(&c, "s", input)
 	want, wantErr := c.deriveReference("s", input)
-	if errors.Is(err, errInvalidUTF8) {
+	if errors.Is(err, keyformat.ErrInvalidUTF8) {
 		if b, _ := json.Marshal(input); !mayHoldInvalid(b) && !mayHoldInvalid(jsonOf(c.explicitKey)) {
 			t.Fatalf("derive(%q) = %v, but the input has no invalid string", input, err)
 		}
@@ -220,7 +222,7 @@ func mayHoldInvalid(b []byte) bool {
 // missing.
 func missingCanonicalReference(b []byte) bool {
 	var v any
-	return json.Unmarshal(b, &v) == nil && missing(v)
+	return json.Unmarshal(b, &v) == nil && keyformat.Missing(v)
 }
 
 // deriveExprs are key paths for the derive tests: field chains (read from

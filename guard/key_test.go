@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/adapt"
+	"github.com/idemguard/idemguard/internal/keyformat"
 	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/store/memory"
 )
@@ -51,7 +53,7 @@ func keyOf(t *testing.T, scope string, input any, newOpts []guard.Option, callOp
 	var key string
 	var ok bool
 	runs := 0
-	_, out, err := guard.Execute(context.Background(), g, scope, input, func(ctx context.Context) (int, error) {
+	_, out, err := adapt.Execute(context.Background(), g, scope, input, func(ctx context.Context) (int, error) {
 		runs++
 		key, ok = guard.KeyFromContext(ctx)
 		return 0, nil
@@ -304,7 +306,7 @@ func TestKeyPathIgnoresTheRest(t *testing.T) {
 		map[string]any{"order": map[string]any{"id": "o-1", "amount": 6}, "attempt": 2},
 		json.RawMessage(`{"attempt":3,"order":{"amount":7,"id":"o-1"}}`),
 	} {
-		v, out, err := guard.Execute(context.Background(), g, "s", input, fn)
+		v, out, err := adapt.Execute(context.Background(), g, "s", input, fn)
 		wantOut := guard.OutcomeReplayed
 		if i == 0 {
 			wantOut = guard.OutcomeExecuted
@@ -436,7 +438,7 @@ func TestKeyMissingRunsUnguarded(t *testing.T) {
 			}
 			runs := 0
 			for i := range 3 {
-				v, out, err := guard.Execute(context.Background(), g, "s", tc.input, func(ctx context.Context) (int, error) {
+				v, out, err := adapt.Execute(context.Background(), g, "s", tc.input, func(ctx context.Context) (int, error) {
 					runs++
 					if k, ok := guard.KeyFromContext(ctx); ok {
 						t.Errorf("unguarded call has key %q in its context", k)
@@ -471,7 +473,7 @@ func TestKeyMissingRequired(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, out, err := guard.Execute(context.Background(), g, "s", tc.input, fn, append(tc.opts, guard.WithRequireKey(true))...)
+			_, out, err := adapt.Execute(context.Background(), g, "s", tc.input, fn, append(tc.opts, guard.WithRequireKey(true))...)
 			if !errors.Is(err, guard.ErrKeyMissing) || out == guard.OutcomeUnguarded {
 				t.Errorf("per call: outcome %v, err %v; want ErrKeyMissing", out, err)
 			}
@@ -487,7 +489,7 @@ func TestKeyMissingRequired(t *testing.T) {
 				t.Errorf("left %d records and made %d store calls", mem.Len(), s.calls.Load())
 			}
 			// A call can lift the guard's requirement.
-			_, out, err = guard.Execute(context.Background(), g, "s", tc.input, func(context.Context) (int, error) { return 1, nil }, append(tc.opts, guard.WithRequireKey(false))...)
+			_, out, err = adapt.Execute(context.Background(), g, "s", tc.input, func(context.Context) (int, error) { return 1, nil }, append(tc.opts, guard.WithRequireKey(false))...)
 			if err != nil || out != guard.OutcomeUnguarded {
 				t.Errorf("WithRequireKey(false) over the guard's: outcome %v, err %v; want unguarded", out, err)
 			}
@@ -619,7 +621,7 @@ func TestKeyInvalidInputNeverRuns(t *testing.T) {
 				return 0, nil
 			}
 			for _, require := range []bool{false, true} {
-				_, out, err := guard.Execute(context.Background(), g, "s", tc.input, fn, append(tc.opts, guard.WithRequireKey(require))...)
+				_, out, err := adapt.Execute(context.Background(), g, "s", tc.input, fn, append(tc.opts, guard.WithRequireKey(require))...)
 				if !errors.Is(err, guard.ErrInvalidInput) {
 					t.Errorf("require %v: outcome %v, err %v; want ErrInvalidInput", require, out, err)
 				}
@@ -638,7 +640,7 @@ func TestKeyInvalidExpression(t *testing.T) {
 	for _, expr := range []string{"a[", "order..id", "", "powertools_json(", "[?a==]", "a.`unterminated", "{a: }"} {
 		for _, opt := range []struct {
 			name string
-			of   func(string) guard.CallOption
+			of   func(string) guard.SharedOption
 		}{
 			{"WithKeyPath", guard.WithKeyPath},
 			{"WithPayloadValidation", guard.WithPayloadValidation},
@@ -649,7 +651,7 @@ func TestKeyInvalidExpression(t *testing.T) {
 					if !errors.Is(err, guard.ErrInvalidOption) {
 						t.Errorf("%s: err = %v, want ErrInvalidOption", where, err)
 					}
-					var ee *guard.ExpressionError
+					var ee *keyformat.ExpressionError
 					if !errors.As(err, &ee) {
 						t.Errorf("%s: err = %v (%T), want an *ExpressionError", where, err, err)
 					} else if ee.Expr != expr || ee.Err == nil {
@@ -682,7 +684,7 @@ func TestKeyInvalidExpression(t *testing.T) {
 
 				_, err = guard.Do(context.Background(), g, "s", map[string]int{"a": 1}, fn, opt.of(expr))
 				check("Do", err)
-				_, _, err = guard.Execute(context.Background(), g, "s", map[string]int{"a": 1}, fn, opt.of(expr))
+				_, _, err = adapt.Execute(context.Background(), g, "s", map[string]int{"a": 1}, fn, opt.of(expr))
 				check("Execute", err)
 
 				if runs != 0 || mem.Len() != 0 || s.calls.Load() != 0 {
@@ -703,7 +705,7 @@ func TestKeyPayloadValidation(t *testing.T) {
 		runs := 0
 		fn := func(context.Context) (int, error) { runs++; return 100 + runs, nil }
 		call := func(input any) (int, guard.Outcome, error) {
-			return guard.Execute(context.Background(), g, "pay", input, fn)
+			return adapt.Execute(context.Background(), g, "pay", input, fn)
 		}
 
 		if v, out, err := call(map[string]any{"id": "o-1", "amount": 5}); err != nil || v != 101 || out != guard.OutcomeExecuted {
@@ -718,7 +720,7 @@ func TestKeyPayloadValidation(t *testing.T) {
 		if !errors.Is(err, guard.ErrPayloadMismatch) {
 			t.Fatalf("cache %d: different payload: err = %v, want ErrPayloadMismatch", cache, err)
 		}
-		var me *guard.MismatchError
+		var me *adapt.MismatchError
 		if !errors.As(err, &me) {
 			t.Fatalf("cache %d: err %T, want *MismatchError", cache, err)
 		}
@@ -745,7 +747,7 @@ func TestKeyPayloadValidation(t *testing.T) {
 	if _, err := guard.Do(context.Background(), g, "s", json.RawMessage(`{"id":1,"a":[1,2],"b":"x"}`), fn); err != nil {
 		t.Fatal(err)
 	}
-	if _, out, err := guard.Execute(context.Background(), g, "s", json.RawMessage(`{"b":"x","a":[1.0,2e0],"id":1}`), fn); err != nil || out != guard.OutcomeReplayed {
+	if _, out, err := adapt.Execute(context.Background(), g, "s", json.RawMessage(`{"b":"x","a":[1.0,2e0],"id":1}`), fn); err != nil || out != guard.OutcomeReplayed {
 		t.Errorf("reordered whole input: %v, %v; want replayed", out, err)
 	}
 	if _, err := guard.Do(context.Background(), g, "s", json.RawMessage(`{"id":1,"a":[2,1],"b":"x"}`), fn); !errors.Is(err, guard.ErrPayloadMismatch) {
@@ -777,7 +779,7 @@ func TestKeyBoundBeforeRun(t *testing.T) {
 	if rec, err := mem.Get(context.Background(), want); err != nil || rec.Status != store.StatusCompleted {
 		t.Errorf("record under the original key: %+v, %v; want completed", rec, err)
 	}
-	if _, out, err := guard.Execute(context.Background(), g, "s", map[string]any{"id": "o-1"}, func(context.Context) (int, error) { return 2, nil }); err != nil || out != guard.OutcomeReplayed {
+	if _, out, err := adapt.Execute(context.Background(), g, "s", map[string]any{"id": "o-1"}, func(context.Context) (int, error) { return 2, nil }); err != nil || out != guard.OutcomeReplayed {
 		t.Errorf("second call with the original input: %v, %v; want replayed", out, err)
 	}
 }
@@ -821,7 +823,7 @@ func TestKeyVectors(t *testing.T) {
 		}
 		var key string
 		var keyed bool
-		_, out, err := guard.Execute(context.Background(), g, v.Scope, v.Input, func(ctx context.Context) (int, error) {
+		_, out, err := adapt.Execute(context.Background(), g, v.Scope, v.Input, func(ctx context.Context) (int, error) {
 			key, keyed = guard.KeyFromContext(ctx)
 			return 0, nil
 		})
@@ -848,7 +850,7 @@ func TestExpressionsRejectedWhenBuilt(t *testing.T) {
 		"values(order)",
 		"items(@)",
 	} {
-		var ee *guard.ExpressionError
+		var ee *keyformat.ExpressionError
 		if _, err := guard.New(m, guard.WithKeyPath(expr)); !errors.As(err, &ee) || !errors.Is(err, guard.ErrInvalidOption) {
 			t.Errorf("WithKeyPath(%q): %v, want an ExpressionError", expr, err)
 		}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/adapt"
 )
 
 type namedKey string
@@ -21,7 +22,7 @@ func TestNamedStringKeyMaps(t *testing.T) {
 	if _, err := guard.Do(ctx, g, "job", "k", func(context.Context) (map[namedKey]any, error) { return want, nil }); err != nil {
 		t.Fatalf("first call: %v", err)
 	}
-	got, out, err := guard.Execute(ctx, g, "job", "k", func(context.Context) (map[namedKey]any, error) { return nil, nil })
+	got, out, err := adapt.Execute(ctx, g, "job", "k", func(context.Context) (map[namedKey]any, error) { return nil, nil })
 	if err != nil || out != guard.OutcomeReplayed || !reflect.DeepEqual(got, want) {
 		t.Errorf("replay = %v, %v, %v; want %v", got, out, err, want)
 	}

@@ -1,10 +1,10 @@
 package guard
 
 import (
-	"crypto/sha256"
 	"fmt"
 	"unicode/utf8"
 
+	"github.com/idemguard/idemguard/internal/keyformat"
 	"github.com/idemguard/idemguard/store"
 )
 
@@ -14,9 +14,6 @@ import (
 // WrapTx, the adapters' constructors), and each call's key when it is
 // derived, so that a key no store can hold is a permanent invalid input,
 // never a store error that a retry meets again.
-
-// hashLen is the length of a key's hash part: SHA-256, lowercase hex.
-const hashLen = 2 * sha256.Size
 
 // maxKeyBytes returns the longest key s can hold, or 0 for no limit.
 func maxKeyBytes(s store.Store) int {
@@ -39,9 +36,9 @@ func (g *Guard) CheckScope(scope string) error {
 	if scope == "" {
 		return invalidOption("empty scope")
 	}
-	if g.maxKey > 0 && len(scope)+1+hashLen > g.maxKey {
+	if g.maxKey > 0 && len(scope)+1+keyformat.HashLen > g.maxKey {
 		return invalidOption("scope %s is %d bytes, too long for the %s store: a key (the scope, \"#\" and %d hex digits) may be at most %d bytes, so a scope at most %d",
-			clip(scope), len(scope), storeName(g.store), hashLen, g.maxKey, g.maxKey-1-hashLen)
+			clip(scope), len(scope), storeName(g.store), keyformat.HashLen, g.maxKey, g.maxKey-1-keyformat.HashLen)
 	}
 	return nil
 }
@@ -56,7 +53,7 @@ func (g *Guard) checkKey(d *derived) error {
 
 // keyTooLong is the error of a key too long for the store.
 func (g *Guard) keyTooLong(d *derived) error {
-	return &inputError{"the key", &keyTooLongError{key: d.key, scope: len(d.scope), max: g.maxKey, store: storeName(g.store)}}
+	return &inputError{&keyformat.InputError{What: "the key", Err: &keyTooLongError{key: d.key, scope: len(d.scope), max: g.maxKey, store: storeName(g.store)}}}
 }
 
 // keyTooLongError is a key longer than its store can hold.
@@ -69,7 +66,7 @@ type keyTooLongError struct {
 
 func (e *keyTooLongError) Error() string {
 	return fmt.Sprintf("%s is %d bytes, longer than the %d the %s store can hold (its scope is %d bytes; a key is the scope, \"#\" and %d hex digits)",
-		clip(e.key), len(e.key), e.max, e.store, e.scope, hashLen)
+		clip(e.key), len(e.key), e.max, e.store, e.scope, keyformat.HashLen)
 }
 
 // clip quotes the first 64 bytes of s, cut on a character boundary, and

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/adapt"
 	"github.com/idemguard/idemguard/store"
 )
 
@@ -89,7 +90,7 @@ func TestKeyLimit(t *testing.T) {
 		t.Fatalf("Do whose key is the limit's length = %d, %v", v, err)
 	}
 	before := s.calls()
-	_, out, err := guard.Execute(ctx, g, long, "k", fn)
+	_, out, err := adapt.Execute(ctx, g, long, "k", fn)
 	if !errors.Is(err, guard.ErrInvalidInput) || errors.Is(err, guard.ErrStore) || out != 0 {
 		t.Fatalf("Do whose key is too long = %v, %v; want ErrInvalidInput and no outcome", out, err)
 	}
@@ -97,7 +98,7 @@ func TestKeyLimit(t *testing.T) {
 	if n := s.calls() - before; n != 0 {
 		t.Errorf("Do whose key is too long made %d store calls, want none", n)
 	}
-	if _, _, err := g.Claim(ctx, long, "k"); !errors.Is(err, guard.ErrInvalidInput) {
+	if _, _, err := adapt.Obtain(ctx, g, long, "k"); !errors.Is(err, guard.ErrInvalidInput) {
 		t.Errorf("Claim whose key is too long = %v, want ErrInvalidInput", err)
 	}
 

@@ -49,13 +49,21 @@ func (k *keeper) start() {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	now := k.cl.g.clock.Now()
-	k.lease = max(k.leaseEnd.Sub(now), MinLease)
+	// Extensions run the lease the call asks for, not what is left of the
+	// claim's when the store answered.
+	k.lease = k.cl.c.leaseFor(k.ctx)
 	if dl, ok := leasecap.Deadline(k.ctx); ok {
 		// The process ends at the deadline: so does the claim.
 		k.capEnd, k.capped = now.Add(time.Until(dl)), true
 	}
 	k.tick = k.extend
-	k.arm(min(k.lease/3, k.leaseEnd.Sub(now)))
+	first := k.lease / 3
+	if k.leaseEnd.Sub(now) < first {
+		// A slow claim left less than a third of its lease: extend at
+		// once, while there is time, rather than at the lease end.
+		first = 0
+	}
+	k.arm(first)
 }
 
 // arm sets the timer to tick after d; k.mu is held.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/adapt"
 	"github.com/idemguard/idemguard/internal/leasecap"
 )
 
@@ -28,7 +29,7 @@ func TestLeaseCappedAtMarkedDeadline(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			clock := newFakeClock()
 			m, cs := newMemory()
-			g := mustGuard(t, cs, guard.WithClock(clock))
+			g := mustGuard(t, cs, adapt.WithClock(clock))
 			const left = time.Minute
 			dctx, cancel := context.WithTimeout(ctx, left)
 			defer cancel()

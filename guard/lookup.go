@@ -4,103 +4,62 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/idemguard/idemguard/store"
 )
 
-// State is what a key's record says at a look-up ([Lookup]).
-type State int
-
-const (
-	// StateNone: no live record; the next call with the key runs the
-	// function. A completed record past its TTL counts as none.
-	StateNone State = iota
-	// StateInProgress: a call holds the key. Its lease may have lapsed
-	// (LeaseExpiresAt in the past): its holder stopped, and the next call
-	// takes the key over.
-	StateInProgress
-	// StateCompleted: a call completed; the next call with the key replays
-	// its outcome.
-	StateCompleted
-)
-
-func (s State) String() string {
-	switch s {
-	case StateInProgress:
-		return "in_progress"
-	case StateCompleted:
-		return "completed"
-	}
-	return "none"
-}
-
-// Status is what a key's record says now, from [Lookup].
-type Status[T any] struct {
-	// Key is the idempotency key looked up.
-	Key string
-	// State is the record's state.
-	State State
-	// LeaseExpiresAt is, in progress, when the holder's claim lapses
-	// unless extended.
-	LeaseExpiresAt time.Time
-	// ExpiresAt is, completed, when the record stops being replayed.
-	ExpiresAt time.Time
-	// Value and Err are, completed, what a replay returns: the decoded
-	// value, or the definite error, or [ErrResultUnavailable].
-	Value T
-	Err   error
-	// Record is the store's record; nil for StateNone.
-	Record *store.Record
-}
-
 // Lookup returns what the record of input's key within scope says now,
 // without claiming the key or waiting: for status endpoints, and clients
 // that prefer to poll rather than wait. The key is derived as [Do] derives
-// it under opts; a completed outcome is decoded as a replay would decode
-// it, and checked against the payload ([ErrPayloadMismatch]). It makes
-// one strongly consistent read ([store.Store.Get]) and no write. An empty
-// key selection is [ErrKeyMissing]; a store failure is a [*StoreError]. A
-// disabled guard (IDEMGUARD_DISABLED) reports StateNone.
-func Lookup[T any](ctx context.Context, g *Guard, scope string, input any, opts ...CallOption) (Status[T], error) {
-	var st Status[T]
+// it under opts. It makes one strongly consistent read ([store.Store.Get])
+// and no write.
+//
+// The record is nil when the key has no live record (none, or a completed
+// record past its TTL; a disabled guard, IDEMGUARD_DISABLED, reports none
+// too): the next call with the key runs the function. A record in
+// progress ([store.StatusInProgress]) has a holder until its
+// LeaseExpiresAt; past it, the holder stopped and the next call takes the
+// key over. A completed record ([store.StatusCompleted]) comes with what a
+// replay of it returns, decoded as a replay decodes it: its value, or its
+// recorded definite error ([IsDefinite]) or [ErrResultUnavailable] as err.
+//
+// Without a record, err is the look-up's own failure: [ErrKeyMissing] for
+// an empty key selection, [ErrPayloadMismatch] when the record holds
+// another payload, [ErrStore] when the store failed.
+func Lookup[T any](ctx context.Context, g *Guard, scope string, input any, opts ...CallOption) (T, *store.Record, error) {
+	var zero T
 	c, err := g.with(scope, opts)
 	if err != nil {
-		return st, err
+		return zero, nil, err
 	}
 	d, err := g.derive(c, scope, input)
 	if err != nil {
-		return st, err
+		return zero, nil, err
 	}
 	if d.key == "" {
-		return st, fmt.Errorf("%w (scope %s)", ErrKeyMissing, scope)
+		return zero, nil, fmt.Errorf("%w (scope %s)", ErrKeyMissing, scope)
 	}
-	st.Key = d.key
 	if g.disabled {
-		return st, nil
+		return zero, nil, nil
 	}
 	rec, err := g.readRecord(ctx, d.key)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		return st, nil
+		return zero, nil, nil
 	case err != nil:
-		return st, &StoreError{Op: "get", Key: d.key, Err: err}
+		return zero, nil, &storeError{Op: "get", Key: d.key, Err: err}
 	}
-	now := g.clock.Now()
-	if !now.Before(rec.ExpiresAt) {
-		return st, nil
+	if !g.clock.Now().Before(rec.ExpiresAt) {
+		return zero, nil, nil
 	}
 	if err := validate(&d, rec, d.payloadHash); err != nil {
-		return st, err
+		return zero, nil, err
 	}
-	st.Record = rec
 	if rec.Status != store.StatusCompleted {
-		st.State, st.LeaseExpiresAt = StateInProgress, rec.LeaseExpiresAt
-		return st, nil
+		return zero, rec, nil
 	}
-	st.State, st.ExpiresAt = StateCompleted, rec.ExpiresAt
 	quiet := *c
 	quiet.onOutcome = nil // a look-up is not a replay
-	st.Value, _, st.Err = replay[T](ctx, &quiet, &d, rec, OutcomeReplayed)
-	return st, nil
+	v, _, err := replay[T](ctx, &quiet, &d, rec, OutcomeReplayed)
+	return v, rec, err
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -42,13 +41,6 @@ func (g *Guard) span(ctx context.Context, name string) (context.Context, trace.S
 		return ctx, noop.Span{}
 	}
 	return g.tel.Tracer.Start(ctx, name)
-}
-
-// timeStore records the duration of one store call started at start.
-func (g *Guard) timeStore(ctx context.Context, op string, start time.Time) {
-	if g.tel.Metering() {
-		g.tel.StoreDuration.Record(ctx, time.Since(start).Seconds(), g.tel.Operation(op))
-	}
 }
 
 // outcomeLabel maps a call's outcome and error to telemetry's outcome values.

@@ -2,7 +2,7 @@ package guard
 
 import (
 	"context"
-	"encoding/json"
+	"fmt"
 	"log/slog"
 	"strings"
 	"time"
@@ -11,83 +11,36 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/idemguard/idemguard/internal/guardhook"
+	"github.com/idemguard/idemguard/internal/keyformat"
 	"github.com/idemguard/idemguard/store"
 )
 
-// Defaults used when an option is not given.
-const (
-	// DefaultTTL is how long a completed record is replayed.
-	DefaultTTL = time.Hour
-	// DefaultLease is the in-progress lease when the context has no
-	// deadline and [WithLease] is not given. The lease is extended while the
-	// function runs, so it bounds only how long duplicates wait after a
-	// crash.
-	DefaultLease = time.Minute
-	// MinLease is the shortest lease the guard takes, whatever the context
-	// deadline says.
-	MinLease = time.Second
-	// DefaultClockSkew is how far a claimant's clock may run ahead of a
-	// holder's before the claimant could take over a live claim (see
-	// [WithClockSkew]). Hosts synchronised by NTP or Amazon Time Sync agree
-	// to within milliseconds; a second leaves a wide margin and costs a
-	// second's more wait after a real crash.
-	DefaultClockSkew = time.Second
-	// DefaultWaitBudget is how long a call waits for another holder in
-	// [Wait] mode when [WithWait] is given no budget of its own.
-	DefaultWaitBudget = 30 * time.Second
-	// DefaultWaitInitial and DefaultWaitMax bound the backoff between polls
-	// in [Wait] mode.
-	DefaultWaitInitial = 20 * time.Millisecond
-	DefaultWaitMax     = time.Second
-)
-
-// Mode says what a call does when another call holds the key.
-type Mode uint8
-
-const (
-	// Reject returns [ErrInProgress] at once. It is the default, as in AWS
-	// Powertools; it suits callers that retry with backoff themselves, such
-	// as Temporal activities.
-	Reject Mode = iota
-	// Wait waits until the other call completes (and replays its result),
-	// fails or lapses (and runs the function), or the wait budget ends
-	// ([ErrInProgress]): told of the outcome by a store that pushes it
-	// ([store.Watcher]), else polling the record ([WithWaitBackoff]). The
-	// duplicates of a key in one process share one wait; a duplicate in
-	// the same guard waits for the running call without a store call.
-	Wait
-)
-
-// String returns "reject" or "wait".
-func (m Mode) String() string {
-	if m == Wait {
-		return "wait"
-	}
-	return "reject"
-}
-
-// Option configures a [Guard] in [New]: [WithCache], [WithClock],
-// [WithClockSkew], [WithKeySecret], [WithTracerProvider],
-// [WithMeterProvider] and [WithLogger] apply to the whole guard, and a
-// [CallOption] sets the default for its calls. Options have one type per
-// scope, so that one passed where it has no effect does not compile.
+// Option configures a [Guard] in [New]: [WithCache], [WithClockSkew],
+// [WithKeySecret], [WithTracerProvider], [WithMeterProvider] and
+// [WithLogger] apply to the whole guard, and a [SharedOption] sets the
+// default for its calls. Options have one type per scope, so that one
+// passed where it has no effect does not compile.
 type Option interface{ applyGuard(*settings) }
 
-// CallOption configures guarded calls ([Do], [Execute], [Wrap], [DoTx],
-// [Step], the claim API). Every CallOption is also an [Option], setting
-// the default for every call of the guard, and a [BatchOption], applying
-// to every item of a batch. [WithKey] and [WithClaimToken] name one call:
-// [New] refuses them with [ErrInvalidOption], and [DoBatch] refuses WithKey.
-type CallOption interface {
-	Option
-	BatchOption
-	applyCall(*config)
-}
+// CallOption configures one guarded call ([Do], [Wrap], [DoTx], [WrapTx],
+// [Step]). Every [SharedOption] is one; [WithKey], which names one call's
+// key, is a CallOption alone: given to [New] or [DoBatch] it does not
+// compile.
+type CallOption interface{ applyCall(*config) }
 
-// BatchOption configures a batch run by [DoBatch]: every [CallOption], and
-// [WithConcurrency], [WithItemKey], [WithStopOnError], [WithResume] and
-// [WithItemDone].
+// BatchOption configures a batch run by [DoBatch]: every [SharedOption],
+// and [WithConcurrency], [WithItemKey] and [WithStopOnError].
 type BatchOption interface{ applyBatch(*batchConfig) }
+
+// SharedOption is a call option that may be given wherever calls are
+// configured: to a call, to [New] as the default of every call of the
+// guard, and to [DoBatch] for every item of the batch.
+type SharedOption interface {
+	Option
+	CallOption
+	BatchOption
+}
 
 // guardOption is an [Option] for the whole guard.
 type guardOption func(*settings)
@@ -112,7 +65,24 @@ func (o callOption) applyCall(c *config) {
 func (o callOption) applyGuard(s *settings)    { o.applyCall(&s.call) }
 func (o callOption) applyBatch(b *batchConfig) { o.applyCall(&b.call) }
 
-// setting names what a call option sets, so that [WithDefaults] can tell
+// oneCall is a [CallOption] that names one call, and so is neither a
+// guard's default nor a batch's.
+type oneCall struct{ o callOption }
+
+func (o oneCall) applyCall(c *config) { o.o.applyCall(c) }
+
+// settingOf returns the settings o sets.
+func settingOf(o CallOption) setting {
+	switch o := o.(type) {
+	case callOption:
+		return o.set
+	case oneCall:
+		return o.o.set
+	}
+	return 0
+}
+
+// setting names what a call option sets, so that [withDefaults] can tell
 // which settings were given.
 type setting uint32
 
@@ -135,7 +105,10 @@ const (
 	setSpanAttrs
 )
 
-func opt(set setting, f func(*config)) CallOption { return callOption{set, f} }
+func opt(set setting, f func(*config)) SharedOption { return callOption{set, f} }
+
+// callOnly returns a [CallOption] of one call that sets set with f.
+func callOnly(set setting, f func(*config)) CallOption { return oneCall{callOption{set, f}} }
 
 // settingNames name the options behind each setting, for messages.
 var settingNames = [...]string{
@@ -156,20 +129,18 @@ func (s setting) String() string {
 	return strings.Join(names, ", ")
 }
 
-// Fixed applies opts and makes every other call option that sets the same
+// fixed applies opts and makes every other call option that sets the same
 // settings, before it or after it in the call's options, an
 // [ErrInvalidOption]: an adapter fixes what its calls need (the HTTP
 // middleware its key path and codec, say), so that a user's option for it
 // is reported instead of ignored. Defaults given to [New] give way to it
 // silently, as they give way to any call option.
-func Fixed(opts ...CallOption) CallOption {
+func fixed(opts ...CallOption) CallOption {
 	var mask setting
 	for _, o := range opts {
-		if co, ok := o.(callOption); ok {
-			mask |= co.set
-		}
+		mask |= settingOf(o)
 	}
-	return opt(0, func(c *config) {
+	return callOnly(0, func(c *config) {
 		if given := c.callSet & mask; given != 0 {
 			c.fail(invalidOption("%s sets what the adapter sets itself for its calls", given))
 			return
@@ -181,16 +152,16 @@ func Fixed(opts ...CallOption) CallOption {
 	})
 }
 
-// WithDefaults applies opts only to the settings that neither [New] nor an
+// withDefaults applies opts only to the settings that neither [New] nor an
 // earlier option of the call set: the defaults an adapter (an HTTP
 // middleware, a gRPC interceptor, a consumer) prefers for its calls, which
 // give way to what the user configured on the guard. For example
-// WithDefaults(WithTTL(24*time.Hour)) gives a call a TTL of 24 hours unless
+// withDefaults(WithTTL(24*time.Hour)) gives a call a TTL of 24 hours unless
 // the guard was built with a TTL of its own.
-func WithDefaults(opts ...CallOption) CallOption {
-	return opt(0, func(c *config) {
+func withDefaults(opts ...CallOption) CallOption {
+	return callOnly(0, func(c *config) {
 		for _, o := range opts {
-			if co, ok := o.(callOption); ok && c.set&co.set != 0 {
+			if c.set&settingOf(o) != 0 {
 				continue
 			}
 			o.applyCall(c)
@@ -203,7 +174,7 @@ type settings struct {
 	call           config
 	cacheSize      int
 	cacheAge       time.Duration
-	clock          Clock
+	clock          timeSource
 	skew           time.Duration
 	secret         []byte
 	previous       [][]byte
@@ -235,44 +206,45 @@ func (v *invalid) check(ok bool, format string, args ...any) bool {
 
 // config holds the settings of one call.
 type config struct {
-	keyPath        *expression // nil: the whole input
-	validationPath *expression // nil: no payload validation
-	explicitKey    any         // used instead of the input when hasKey
+	keyPath        *keyformat.Expression // nil: the whole input
+	validationPath *keyformat.Expression // nil: no payload validation
+	explicitKey    any                   // used instead of the input when hasKey
 	hasKey         bool
 	requireKey     bool
 	ttl            time.Duration
-	lease          time.Duration // 0: from the context deadline, else DefaultLease
-	mode           Mode
+	lease          time.Duration // 0: from the context deadline, else guardhook.DefaultLease
+	mode           guardhook.Mode
 	waitBudget     time.Duration
 	waitInitial    time.Duration
 	waitMax        time.Duration
 	codec          Codec
-	errorCodec     ErrorCodec
+	errorCodec     guardhook.ErrorCodec
 	isDefinite     func(error) bool
 	keepResult     func(any) bool
-	onOutcome      OutcomeHook
+	onOutcome      outcomeHook
+	report         *Outcome             // where an adapter's call stores its outcome (guardhook.ReportOutcome)
 	claimToken     string               // fixed fencing token, for re-entrant claims
 	rawKeyAttr     bool                 // record the key selection on spans
 	spanAttrs      []attribute.KeyValue // added to the execute span
-	set            setting              // what options set, for WithDefaults
+	set            setting              // what options set, for withDefaults
 	callSet        setting              // what the call's own options set (not New's)
-	fixed          setting              // what Fixed options fixed
+	fixed          setting              // what fixed options fixed
 	invalid
 }
 
 func defaultSettings() settings {
 	return settings{
 		call: config{
-			ttl:         DefaultTTL,
-			waitBudget:  DefaultWaitBudget,
-			waitInitial: DefaultWaitInitial,
-			waitMax:     DefaultWaitMax,
-			codec:       JSON,
-			errorCodec:  MessageErrors,
-			isDefinite:  IsDefinite,
+			ttl:         guardhook.DefaultTTL,
+			waitBudget:  guardhook.DefaultWaitBudget,
+			waitInitial: guardhook.DefaultWaitInitial,
+			waitMax:     guardhook.DefaultWaitMax,
+			codec:       guardhook.JSONCodec{},
+			errorCodec:  guardhook.MessageErrors,
+			isDefinite:  guardhook.IsDefinite,
 		},
 		clock: systemClock{},
-		skew:  DefaultClockSkew,
+		skew:  guardhook.DefaultClockSkew,
 	}
 }
 
@@ -283,54 +255,6 @@ type Codec interface {
 	Unmarshal(data []byte, v any) error
 }
 
-// JSON is the default [Codec]: encoding/json's Marshal and Unmarshal, so a
-// replay returns exactly what encoding/json's round trip of the result
-// gives, for every type. Plug in a faster codec with [WithCodec].
-var JSON Codec = jsonCodec{}
-
-type jsonCodec struct{}
-
-func (jsonCodec) Marshal(v any) ([]byte, error)      { return json.Marshal(v) }
-func (jsonCodec) Unmarshal(data []byte, v any) error { return json.Unmarshal(data, v) }
-
-// ErrorCodec encodes definite errors (see [WithDefiniteErrors]) for the store
-// and decodes them on replay. It must be safe for concurrent use.
-type ErrorCodec interface {
-	EncodeError(err error) ([]byte, error)
-	DecodeError(data []byte) error
-}
-
-// MessageErrors is the default [ErrorCodec]: it stores the error's message as
-// {"message": "..."} and replays a [*ReplayedError].
-var MessageErrors ErrorCodec = messageErrors{}
-
-type messageErrors struct{}
-
-type storedMessage struct {
-	Message string `json:"message"`
-}
-
-func (messageErrors) EncodeError(err error) ([]byte, error) {
-	return json.Marshal(storedMessage{err.Error()})
-}
-
-func (messageErrors) DecodeError(data []byte) error {
-	var m storedMessage
-	if err := json.Unmarshal(data, &m); err != nil {
-		return err
-	}
-	return &ReplayedError{Message: m.Message}
-}
-
-// Clock is the guard's time source. It must be safe for concurrent use.
-type Clock interface {
-	// Now returns the current time.
-	Now() time.Time
-	// AfterFunc calls f in its own goroutine once d has passed, unless stop
-	// is called first; stop reports whether it prevented the call.
-	AfterFunc(d time.Duration, f func()) (stop func() bool)
-}
-
 type systemClock struct{}
 
 func (systemClock) Now() time.Time { return time.Now() }
@@ -338,14 +262,14 @@ func (systemClock) AfterFunc(d time.Duration, f func()) func() bool {
 	return time.AfterFunc(d, f).Stop
 }
 
-// OutcomeHook is called with a call's record whenever the call's outcome
+// outcomeHook is called with a call's record whenever the call's outcome
 // is in the store: when the call replays a stored outcome instead of
 // running the function (outcome [OutcomeReplayed], from the store or the
 // local cache, or [OutcomeShared], from a concurrent call in this process),
 // and when the call ran the function and recorded its outcome
 // ([OutcomeExecuted]; not when the key was released). It runs on the
 // caller's goroutine before the call returns; rec must not be modified.
-type OutcomeHook func(ctx context.Context, key string, rec *store.Record, outcome Outcome)
+type outcomeHook func(ctx context.Context, key string, rec *store.Record, outcome Outcome)
 
 // Guard-wide options.
 
@@ -369,9 +293,9 @@ func WithCache(size int, maxAge time.Duration) Option {
 	})
 }
 
-// WithClock sets the time source (default: the system clock). Tests use a
+// withClock sets the time source (default: the system clock). Tests use a
 // fake clock to move through leases and expiry without sleeping.
-func WithClock(clock Clock) Option {
+func withClock(clock timeSource) Option {
 	return guardOption(func(s *settings) {
 		if s.check(clock != nil, "nil clock") {
 			s.clock = clock
@@ -380,7 +304,7 @@ func WithClock(clock Clock) Option {
 }
 
 // WithClockSkew sets the most a claimant's clock may run ahead of a
-// holder's (default [DefaultClockSkew]). Each guard compares its own clock
+// holder's (default one second). Each guard compares its own clock
 // with the lease end the holder wrote; the guard takes over a lapsed lease
 // only once it has lapsed by more than d on its own clock, while the holder
 // stops (its function's context ends) as soon as the lease end passes on
@@ -408,7 +332,7 @@ func WithClockSkew(d time.Duration) Option {
 // a fresh claim only): a completed record there is replayed (and copied
 // under the new key), a claim in progress there makes the call wait or
 // give way as it would for its own key. Steps ([Step]) are looked up the
-// same way, and so are the items a resumed batch ([WithResume]) replays.
+// same way, and so are the items a resumed batch replays.
 // Roll it out in two steps, so that no two processes ever claim
 // one call under different keys without seeing each other:
 //
@@ -467,8 +391,9 @@ func WithLogger(l *slog.Logger) Option {
 // integers beyond ±2^53 lose precision and neighbouring ones share a key:
 // select large IDs (snowflake IDs, for example) as strings. Strings in the
 // selection must be valid UTF-8. An expression that does not compile is
-// reported as an [*ExpressionError].
-func WithKeyPath(expr string) CallOption {
+// reported as [ErrInvalidOption], its message naming the expression and
+// the parser's complaint.
+func WithKeyPath(expr string) SharedOption {
 	e, err := compile(expr)
 	return opt(setKeyPath, func(c *config) { c.fail(err); c.keyPath = e })
 }
@@ -477,31 +402,32 @@ func WithKeyPath(expr string) CallOption {
 // selects with the record, and fails a later call with the same key whose
 // selection hashes differently with [ErrPayloadMismatch]. Use "@" to
 // validate the whole input.
-func WithPayloadValidation(expr string) CallOption {
+func WithPayloadValidation(expr string) SharedOption {
 	e, err := compile(expr)
 	return opt(setValidation, func(c *config) { c.fail(err); c.validationPath = e })
 }
 
 // WithKey derives the key from selection instead of from the input (the key
 // path is not applied to it); payload validation still reads the input. It
-// names one call, for example with a key a caller was handed explicitly:
-// [New] and [DoBatch] refuse it.
+// names one call, for example with a key a caller was handed explicitly,
+// so it is a [CallOption] alone: given to [New] or [DoBatch] (where
+// [WithItemKey] is its form) it does not compile.
 func WithKey(selection any) CallOption {
-	return opt(setKey, func(c *config) { c.explicitKey, c.hasKey = selection, true })
+	return callOnly(setKey, func(c *config) { c.explicitKey, c.hasKey = selection, true })
 }
 
 // WithRequireKey makes a null or empty key selection an error
 // ([ErrKeyMissing]) instead of running the function unguarded. A
-// transactional call ([DoTx], [ExecuteTx], [WrapTx]) requires a key unless
+// transactional call ([DoTx], [WrapTx]) requires a key unless
 // the call, or the defaults given to [New], say WithRequireKey(false);
 // other calls run unguarded unless told WithRequireKey(true).
-func WithRequireKey(require bool) CallOption {
+func WithRequireKey(require bool) SharedOption {
 	return opt(setRequireKey, func(c *config) { c.requireKey = require })
 }
 
-// WithTTL sets how long a completed record is replayed (default
-// [DefaultTTL]).
-func WithTTL(ttl time.Duration) CallOption {
+// WithTTL sets how long a completed record is replayed (default one
+// hour).
+func WithTTL(ttl time.Duration) SharedOption {
 	return opt(setTTL, func(c *config) {
 		if c.check(ttl > 0, "TTL must be positive, got %v", ttl) {
 			c.ttl = ttl
@@ -511,12 +437,12 @@ func WithTTL(ttl time.Duration) CallOption {
 
 // WithLease sets the in-progress lease: how long a claim holds without being
 // extended. By default it is the time left until the context's deadline
-// (for a Temporal activity, the activity's deadline), or [DefaultLease]
-// without one, and never less than [MinLease]. While the function runs the
+// (for a Temporal activity, the activity's deadline), or a minute
+// without one, and never less than a second. While the function runs the
 // guard extends the lease before it lapses. If an extension finds the claim
 // taken over, or the lease end passes without a successful extension, the
 // function's context is cancelled with cause [ErrLeaseLost].
-func WithLease(lease time.Duration) CallOption {
+func WithLease(lease time.Duration) SharedOption {
 	return opt(setLease, func(c *config) {
 		if c.check(lease >= 0, "lease must not be negative, got %v", lease) {
 			c.lease = lease
@@ -524,29 +450,36 @@ func WithLease(lease time.Duration) CallOption {
 	})
 }
 
-// WithReject selects [Reject] mode (the default).
-func WithReject() CallOption {
-	return opt(setMode, func(c *config) { c.mode = Reject })
+// WithReject makes a call that finds the key in progress return
+// [ErrInProgress] at once. It is the default, as in AWS Powertools; it
+// suits callers that retry with backoff themselves, such as Temporal
+// activities, and overrides a guard's default [WithWait] for one call.
+func WithReject() SharedOption {
+	return opt(setMode, func(c *config) { c.mode = guardhook.Reject })
 }
 
-// WithWait selects [Wait] mode with a wait budget: a call that finds the key
-// in progress waits for up to budget before it returns [ErrInProgress].
-func WithWait(budget time.Duration) CallOption {
+// WithWait makes a call that finds the key in progress wait for up to
+// budget before it returns [ErrInProgress]: it polls the store with
+// backoff and jitter until the other call completes (and replays its
+// result), fails or lapses (and runs the function), or the budget ends. A
+// duplicate in the same process waits for the running call the same way,
+// without polling.
+func WithWait(budget time.Duration) SharedOption {
 	return opt(setMode, func(c *config) {
 		if c.check(budget > 0, "wait budget must be positive, got %v", budget) {
-			c.mode, c.waitBudget = Wait, budget
+			c.mode, c.waitBudget = guardhook.Wait, budget
 		}
 	})
 }
 
-// WithWaitBackoff sets the first and the longest pause between polls in
-// [Wait] mode (defaults [DefaultWaitInitial], [DefaultWaitMax]), on a store
-// that does not push completions ([store.Watcher]): each pause is about as
-// long as the call has been seen running, within these bounds (a random part
-// of up to a quarter taken off, never above the longest), and never runs
-// past the holder's lease end. The duplicates of a key waiting in one
-// process share the polls.
-func WithWaitBackoff(initial, max time.Duration) CallOption {
+// withWaitBackoff sets the first and the longest pause between polls of a
+// waiting call ([WithWait]; defaults 20ms and a second), on a store that
+// does not push completions ([store.Watcher]): each pause is about as long
+// as the call has been seen running, within these bounds (a random part of
+// up to a quarter taken off, never above the longest), and never runs past
+// the holder's lease end. The duplicates of a key waiting in one process
+// share the polls.
+func withWaitBackoff(initial, max time.Duration) SharedOption {
 	return opt(setWaitBackoff, func(c *config) {
 		if c.check(initial > 0 && max >= initial, "wait backoff needs 0 < initial <= max, got %v, %v", initial, max) {
 			c.waitInitial, c.waitMax = initial, max
@@ -554,8 +487,10 @@ func WithWaitBackoff(initial, max time.Duration) CallOption {
 	})
 }
 
-// WithCodec sets the codec for results (default [JSON]).
-func WithCodec(codec Codec) CallOption {
+// WithCodec sets the codec for results (default: encoding/json's Marshal
+// and Unmarshal, so a replay returns exactly what encoding/json's round
+// trip of the result gives, for every type).
+func WithCodec(codec Codec) SharedOption {
 	return opt(setCodec, func(c *config) {
 		if c.check(codec != nil, "nil codec") {
 			c.codec = codec
@@ -566,9 +501,9 @@ func WithCodec(codec Codec) CallOption {
 // WithDefiniteErrors sets the predicate that picks definite errors: errors
 // that are stored and replayed to every later call, instead of releasing the
 // record so that a retry runs the function again. The default is
-// [IsDefinite]; nil stores none. Use [WithErrorCodec] to choose how they
-// are stored.
-func WithDefiniteErrors(isDefinite func(error) bool) CallOption {
+// errors marked with [Definite] (and such errors replayed); nil stores
+// none. Their message is stored, and replayed as an error of that text.
+func WithDefiniteErrors(isDefinite func(error) bool) SharedOption {
 	return opt(setDefinite, func(c *config) {
 		if isDefinite == nil {
 			isDefinite = func(error) bool { return false }
@@ -577,9 +512,9 @@ func WithDefiniteErrors(isDefinite func(error) bool) CallOption {
 	})
 }
 
-// WithErrorCodec sets how definite errors are stored and replayed (default
-// [MessageErrors]).
-func WithErrorCodec(ec ErrorCodec) CallOption {
+// withErrorCodec sets how definite errors are stored and replayed (default
+// guardhook.MessageErrors).
+func withErrorCodec(ec guardhook.ErrorCodec) SharedOption {
 	return opt(setErrorCodec, func(c *config) {
 		if c.check(ec != nil, "nil error codec") {
 			c.errorCodec = ec
@@ -593,39 +528,51 @@ func WithErrorCodec(ec ErrorCodec) CallOption {
 // idempotender's validResponseJmespath), with every [Step] of the call.
 // Given to a step, it releases that step alone: the call's transaction
 // and its other steps are the call's.
-func WithResultFilter(keep func(result any) bool) CallOption {
+func WithResultFilter(keep func(result any) bool) SharedOption {
 	return opt(setResultFilter, func(c *config) { c.keepResult = keep })
 }
 
 // WithOutcomeHook sets a hook called with the record of every call whose
 // outcome is in the store: replayed, shared or just recorded (see
-// [OutcomeHook]). Like AWS Powertools' responseHook, but observing only;
+// [Outcome]): hook gets the context, the key, the record (which it must
+// not modify) and the outcome, on the caller's goroutine before the call
+// returns). Like AWS Powertools' responseHook, but observing only;
 // an HTTP layer uses it to announce the record's expiry.
-func WithOutcomeHook(hook OutcomeHook) CallOption {
+func WithOutcomeHook(hook func(ctx context.Context, key string, rec *store.Record, outcome Outcome)) SharedOption {
 	return opt(setOutcomeHook, func(c *config) { c.onOutcome = hook })
 }
 
-// WithKeySelectionAttribute records the canonical JSON the key was derived
+// withKeySelectionAttribute records the canonical JSON the key was derived
 // from on the idemguard.execute span (idemguard.key.selection). It is off by
 // default because the selection can carry user data; the key hash is always
 // recorded.
-func WithKeySelectionAttribute(on bool) CallOption {
+func withKeySelectionAttribute(on bool) SharedOption {
 	return opt(setSelectionAttr, func(c *config) { c.rawKeyAttr = on })
 }
 
-// WithSpanAttributes adds attributes to the call's idemguard.execute span,
+// withSpanAttributes adds attributes to the call's idemguard.execute span,
 // for example the Temporal workflow ID and activity type.
-func WithSpanAttributes(attrs ...attribute.KeyValue) CallOption {
+func withSpanAttributes(attrs ...attribute.KeyValue) SharedOption {
 	return opt(setSpanAttrs, func(c *config) { c.spanAttrs = append(c.spanAttrs[:len(c.spanAttrs):len(c.spanAttrs)], attrs...) })
 }
 
-// WithClaimToken makes the call claim with token instead of a random fencing
+// withClaimToken makes the call claim with token instead of a random fencing
 // token. A claimant that repeats its claim after losing the answer, such as
 // a Temporal workflow whose claiming local activity ran but whose workflow
 // task was lost, then finds its own claim (any claim finds a live record
 // under its own token to be its own) instead of waiting for its own lease
 // to lapse. The token must be unique to the claimant; two claimants sharing
-// one would both hold the key. It names one call: [New] refuses it.
-func WithClaimToken(token string) CallOption {
-	return opt(setClaimToken, func(c *config) { c.claimToken = token })
+// one would both hold the key. It names one call.
+func withClaimToken(token string) CallOption {
+	return callOnly(setClaimToken, func(c *config) { c.claimToken = token })
+}
+
+// compile compiles a JMESPath expression given to an option; an
+// expression that does not compile is an invalid option.
+func compile(expr string) (*keyformat.Expression, error) {
+	e, err := keyformat.Compile(expr)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
+	}
+	return e, nil
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/adapt"
 	"github.com/idemguard/idemguard/internal/reqcount"
 	"github.com/idemguard/idemguard/internal/teststores"
 	"github.com/idemguard/idemguard/store"
@@ -37,7 +38,7 @@ func TestOutcomes(t *testing.T) {
 		// record of id afterwards.
 		check := func(what, id string, fn func(context.Context) (int, error), want guard.Outcome, wantErr bool, wantRuns int, recorded bool, opts ...guard.CallOption) {
 			t.Helper()
-			_, out, err := guard.Execute(ctx, g, "outcomes", in{id}, fn, opts...)
+			_, out, err := adapt.Execute(ctx, g, "outcomes", in{id}, fn, opts...)
 			if n := runsOf(&mu, runs, id); out != want || (err != nil) != wantErr || n != wantRuns {
 				t.Errorf("%s: %v, %v after %d runs; want %v, error %v, %d runs", what, out, err, n, want, wantErr, wantRuns)
 			}
@@ -130,7 +131,7 @@ func TestOutcomes(t *testing.T) {
 		var sharedErr error
 		wg.Go(func() {
 			<-running
-			_, shared, sharedErr = guard.Execute(ctx, g, "outcomes", in{"g"}, value("g"), guard.WithWait(time.Minute))
+			_, shared, sharedErr = adapt.Execute(ctx, g, "outcomes", in{"g"}, value("g"), guard.WithWait(time.Minute))
 		})
 		waitFor(t, "the follower to join", func() bool { return g.Joined(key) == 1 })
 		close(joined)
@@ -140,7 +141,7 @@ func TestOutcomes(t *testing.T) {
 		}
 
 		// A disabled guard runs every call unguarded.
-		t.Setenv(guard.DisableEnv, "true")
+		t.Setenv(adapt.DisableEnv, "true")
 		g = mustGuard(t, s, guard.WithKeyPath("id"))
 		check("unguarded: disabled", "h", value("h"), guard.OutcomeUnguarded, false, 1, false)
 	})

@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/idemguard/idemguard/internal/guardhook"
 	"github.com/idemguard/idemguard/internal/instrument"
 	"github.com/idemguard/idemguard/internal/leasecap"
 	"github.com/idemguard/idemguard/store"
@@ -25,7 +26,7 @@ import (
 // extend. Every store call goes through timed, which measures it.
 
 // acquire claims d.key into claim, or returns the completed record that
-// holds the key. In Wait mode it polls while another call holds the key.
+// holds the key. In wait mode it polls while another call holds the key.
 // f, if not nil, is told when another call holds it. A guard rotating its
 // key secret looks the key up under its previous secrets once it holds the
 // claim (see WithKeySecret).
@@ -86,12 +87,12 @@ func (g *Guard) acquire(ctx context.Context, c *config, d *derived, f *flight, c
 			g.release(ctx, d, claim)
 			old = prev
 		case !errors.Is(err, store.ErrConflict):
-			return nil, &StoreError{Op: "acquire", Key: d.key, Err: err}
+			return nil, &storeError{Op: "acquire", Key: d.key, Err: err}
 		case old == nil:
 			// The holder's record vanished between the conflict and the
 			// read: try again.
 			if vanished++; vanished > 3 {
-				return nil, &StoreError{Op: "acquire", Key: d.key, Err: err}
+				return nil, &storeError{Op: "acquire", Key: d.key, Err: err}
 			}
 			continue
 		default:
@@ -110,8 +111,8 @@ func (g *Guard) acquire(ctx context.Context, c *config, d *derived, f *flight, c
 			}
 		}
 		g.held(f, old.LeaseExpiresAt)
-		busy := &InProgressError{Key: d.key, LeaseExpiresAt: old.LeaseExpiresAt}
-		if c.mode == Reject {
+		busy := &inProgressError{Key: d.key, LeaseExpiresAt: old.LeaseExpiresAt}
+		if c.mode == guardhook.Reject {
 			return nil, busy
 		}
 		if waitEnd.IsZero() {
@@ -198,7 +199,7 @@ func (g *Guard) lookPrevious(ctx context.Context, d *derived, claim *store.Recor
 			continue
 		case err != nil:
 			g.release(ctx, d, claim)
-			return nil, &StoreError{Op: "get", Key: p.key, Err: err}
+			return nil, &storeError{Op: "get", Key: p.key, Err: err}
 		case !rec.Live(g.clock.Now().Add(-g.skew)):
 			continue
 		}
@@ -229,14 +230,14 @@ func (g *Guard) lookPrevious(ctx context.Context, d *derived, claim *store.Recor
 func (c *config) leaseFor(ctx context.Context) time.Duration {
 	if c.lease > 0 {
 		if dl, ok := leasecap.Deadline(ctx); ok {
-			return max(min(c.lease, time.Until(dl)), MinLease)
+			return max(min(c.lease, time.Until(dl)), guardhook.MinLease)
 		}
-		return max(c.lease, MinLease)
+		return max(c.lease, guardhook.MinLease)
 	}
 	if dl, ok := ctx.Deadline(); ok {
-		return max(time.Until(dl), MinLease)
+		return max(time.Until(dl), guardhook.MinLease)
 	}
-	return DefaultLease
+	return guardhook.DefaultLease
 }
 
 // validate fails with ErrPayloadMismatch when rec was written for another
@@ -244,15 +245,21 @@ func (c *config) leaseFor(ctx context.Context) time.Duration {
 // path that hands out a stored outcome goes through it.
 func validate(d *derived, rec *store.Record, hash string) error {
 	if d.validate != "" && rec.PayloadHash != hash {
-		return &MismatchError{Key: d.key, Path: d.validate, PayloadHash: d.payloadHash, Existing: rec}
+		return &mismatchError{Key: d.key, Path: d.validate, PayloadHash: d.payloadHash, Existing: rec}
 	}
 	return nil
 }
 
 // replay returns the outcome stored in rec.
 func replay[T any](ctx context.Context, c *config, d *derived, rec *store.Record, out Outcome) (v T, _ Outcome, err error) {
+	out, err = replayInto(ctx, c, d, rec, out, &v)
+	return v, out, err
+}
+
+// replayInto is replay decoding the result into v, a pointer.
+func replayInto(ctx context.Context, c *config, d *derived, rec *store.Record, out Outcome, v any) (Outcome, error) {
 	if err := validate(d, rec, d.payloadHash); err != nil {
-		return v, 0, err
+		return 0, err
 	}
 	if c.onOutcome != nil {
 		c.onOutcome(ctx, d.key, rec, out)
@@ -260,16 +267,16 @@ func replay[T any](ctx context.Context, c *config, d *derived, rec *store.Record
 	switch rec.ResultKind {
 	case store.ResultValue:
 		if len(rec.Result) == 0 {
-			return v, out, nil
+			return out, nil
 		}
-		if err := c.codec.Unmarshal(rec.Result, &v); err != nil {
-			return v, out, fmt.Errorf("%w (key %s): decoding the stored result: %w", ErrResultUnavailable, d.key, err)
+		if err := c.codec.Unmarshal(rec.Result, v); err != nil {
+			return out, fmt.Errorf("%w (key %s): decoding the stored result: %w", ErrResultUnavailable, d.key, err)
 		}
-		return v, out, nil
+		return out, nil
 	case store.ResultError:
-		return v, out, c.errorCodec.DecodeError(rec.Result)
+		return out, c.errorCodec.DecodeError(rec.Result)
 	}
-	return v, out, fmt.Errorf("%w (key %s)", ErrResultUnavailable, d.key)
+	return out, fmt.Errorf("%w (key %s)", ErrResultUnavailable, d.key)
 }
 
 // cached returns the record the local cache may serve for key.
@@ -287,11 +294,11 @@ func (g *Guard) remember(rec *store.Record) {
 	}
 }
 
-// record completes claim with data as kind — an outcome that could not be
+// writeOutcome completes claim with data as kind — an outcome that could not be
 // encoded (encErr) is recorded without a body, so that it is never run
 // again — inside the transaction of cl if it has one. The completed record
 // is cached, and shown to the outcome hook.
-func (g *Guard) record(ctx context.Context, c *config, d *derived, claim *store.Record, leaseEnd time.Time, kind store.ResultKind, data []byte, encErr error, cl *call) (*store.Record, error) {
+func (g *Guard) writeOutcome(ctx context.Context, c *config, d *derived, claim *store.Record, leaseEnd time.Time, kind store.ResultKind, data []byte, encErr error, cl *call) (*store.Record, error) {
 	if encErr != nil {
 		kind, data = store.ResultUnavailable, nil
 	}
@@ -302,7 +309,7 @@ func (g *Guard) record(ctx context.Context, c *config, d *derived, claim *store.
 	case inTx && cl.parent != nil:
 		// A step inside a transaction: its completion commits with the
 		// call's.
-		done, err = g.completeInTx(ctx, c, d, claim, kind, data, cl.run.tx)
+		done, err = g.completeStepInTx(ctx, c, d, claim, kind, data, cl.run.tx)
 	case inTx:
 		done, err = g.completeTx(ctx, c, d, claim, kind, data, cl)
 	default:
@@ -327,9 +334,9 @@ func (g *Guard) record(ctx context.Context, c *config, d *derived, claim *store.
 	return done, nil
 }
 
-// completeInTx writes the completion of a step's claim into its call's
+// completeStepInTx writes the completion of a step's claim into its call's
 // transaction, tx, which the call commits.
-func (g *Guard) completeInTx(ctx context.Context, c *config, d *derived, claim *store.Record, kind store.ResultKind, data []byte, tx txn) (done *store.Record, err error) {
+func (g *Guard) completeStepInTx(ctx context.Context, c *config, d *derived, claim *store.Record, kind store.ResultKind, data []byte, tx txn) (done *store.Record, err error) {
 	ctx, span := g.child(ctx, telemetry.SpanComplete)
 	attempts := 1
 	defer func() { g.endComplete(ctx, span, d, attempts, done, err) }()
@@ -341,13 +348,13 @@ func (g *Guard) completeInTx(ctx context.Context, c *config, d *derived, claim *
 		return nil, fmt.Errorf("%w (key %s)", ErrLeaseLost, claim.Key)
 	case err != nil:
 		g.release(ctx, d, claim)
-		return nil, &StoreError{Op: "complete", Key: claim.Key, Err: err}
+		return nil, &storeError{Op: "complete", Key: claim.Key, Err: err}
 	}
 	return done, nil
 }
 
-// completed is the record that completes claim with data as kind.
-func (g *Guard) completed(c *config, claim *store.Record, kind store.ResultKind, data []byte) *store.Record {
+// completedRecord is the record that completes claim with data as kind.
+func (g *Guard) completedRecord(c *config, claim *store.Record, kind store.ResultKind, data []byte) *store.Record {
 	return &store.Record{
 		Key:         claim.Key,
 		Status:      store.StatusCompleted,
@@ -367,7 +374,7 @@ func (g *Guard) complete(ctx context.Context, c *config, d *derived, claim *stor
 	ctx, span := g.child(ctx, telemetry.SpanComplete)
 	attempts := 0
 	defer func() { g.endComplete(ctx, span, d, attempts, done, err) }()
-	done = g.completed(c, claim, kind, data)
+	done = g.completedRecord(c, claim, kind, data)
 	var bo *backoff.ExponentialBackOff
 	for {
 		now := g.clock.Now()
@@ -388,7 +395,7 @@ func (g *Guard) complete(ctx context.Context, c *config, d *derived, claim *stor
 			slog.Int("attempt", attempts), slog.Any("error", err))
 		now = g.clock.Now()
 		if !now.Before(leaseEnd) {
-			return nil, &notRecordedError{key: claim.Key, err: &StoreError{Op: "complete", Key: claim.Key, Err: err}}
+			return nil, &notRecordedError{key: claim.Key, err: &storeError{Op: "complete", Key: claim.Key, Err: err}}
 		}
 		if bo == nil {
 			bo = &backoff.ExponentialBackOff{InitialInterval: 50 * time.Millisecond, RandomizationFactor: 0.5, Multiplier: 2, MaxInterval: 2 * time.Second}
@@ -407,7 +414,7 @@ func (g *Guard) complete(ctx context.Context, c *config, d *derived, claim *stor
 // under the claim's token, or still held by it (nothing committed, and the
 // claim is released, cl.released). Whatever did not commit releases the
 // steps' claims. A commit refused by the function's own writes
-// (store.ErrRefused) is a *RefusedError, any other failure a *StoreError.
+// (store.ErrRefused) is a *refusedError, any other failure a *storeError.
 func (g *Guard) completeTx(ctx context.Context, c *config, d *derived, claim *store.Record, kind store.ResultKind, data []byte, cl *call) (done *store.Record, err error) {
 	ctx, span := g.child(ctx, telemetry.SpanComplete)
 	attempts := 1
@@ -423,7 +430,7 @@ func (g *Guard) completeTx(ctx context.Context, c *config, d *derived, claim *st
 		}
 		g.release(ctx, d, claim)
 		cl.released = true
-		return nil, &StoreError{Op: "complete", Key: claim.Key, Err: err}
+		return nil, &storeError{Op: "complete", Key: claim.Key, Err: err}
 	}
 	cl.run.tx = nil
 	cerr := g.timed(ctx, "commit", func() error { return tx.Commit(sctx) })
@@ -460,9 +467,9 @@ func (g *Guard) completeTx(ctx context.Context, c *config, d *derived, claim *st
 		cl.run.steps.releaseInTx(ctx, g)
 		cl.released = true
 		if errors.Is(cerr, store.ErrRefused) {
-			return nil, &RefusedError{Key: claim.Key, Err: cerr}
+			return nil, &refusedError{Key: claim.Key, Err: cerr}
 		}
-		return nil, &StoreError{Op: "commit", Key: claim.Key, Err: cerr}
+		return nil, &storeError{Op: "commit", Key: claim.Key, Err: cerr}
 	case gerr != nil && !errors.Is(gerr, store.ErrNotFound):
 		return nil, &notRecordedError{key: claim.Key, err: errors.Join(cerr, gerr)}
 	}
@@ -474,7 +481,7 @@ func (g *Guard) completeTx(ctx context.Context, c *config, d *derived, claim *st
 // without a body if the store finds it too large; attempts counts the
 // writes.
 func (g *Guard) writeInTx(ctx context.Context, c *config, claim *store.Record, kind store.ResultKind, data []byte, tx txn, attempts *int) (*store.Record, error) {
-	done := g.completed(c, claim, kind, data)
+	done := g.completedRecord(c, claim, kind, data)
 	err := tx.Complete(ctx, done)
 	if errors.Is(err, store.ErrTooLarge) && kind != store.ResultUnavailable {
 		*attempts++
@@ -581,7 +588,7 @@ func newToken() string {
 }
 
 // sleep pauses for d on clock, or until ctx is done.
-func sleep(ctx context.Context, clock Clock, d time.Duration) error {
+func sleep(ctx context.Context, clock timeSource, d time.Duration) error {
 	ch := make(chan struct{})
 	stop := clock.AfterFunc(d, func() { close(ch) })
 	select {

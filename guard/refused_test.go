@@ -8,6 +8,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/adapt"
 	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/store/memory"
 	"github.com/idemguard/idemguard/telemetry"
@@ -57,7 +58,7 @@ func TestDoTxRefusedByOwnCondition(t *testing.T) {
 			g := mustGuard(t, commitFailStore{txStore{m}, tc.err}, h.opts...)
 			runs := 0
 			fn := func(context.Context, *fakeTx) (int, error) { runs++; return 7, nil }
-			v, out, err := guard.ExecuteTx(ctx, g, "debit", "d-1", fn)
+			v, out, err := adapt.ExecuteTx(ctx, g, "debit", "d-1", fn)
 			if !errors.Is(err, tc.want) || errors.Is(err, tc.notWant) || out != guard.OutcomeReleased {
 				t.Fatalf("ExecuteTx whose commit fails with %v = %d, %v, %v; want %v (not %v) and OutcomeReleased", tc.err, v, out, err, tc.want, tc.notWant)
 			}
@@ -70,9 +71,9 @@ func TestDoTxRefusedByOwnCondition(t *testing.T) {
 				t.Errorf("error %v does not reach the store's %v", err, tc.err)
 			}
 			if tc.want == guard.ErrRefused {
-				var re *guard.RefusedError
+				var re *adapt.RefusedError
 				if !errors.As(err, &re) || re.Key == "" {
-					t.Errorf("error %v is not a *guard.RefusedError naming the key", err)
+					t.Errorf("error %v is not a *adapt.RefusedError naming the key", err)
 				}
 			}
 			if n := m.Len(); n != 0 {
@@ -84,7 +85,7 @@ func TestDoTxRefusedByOwnCondition(t *testing.T) {
 			if n := callCount(t, h, "debit", telemetry.OutcomeError, attribute.String(string(telemetry.ErrorTypeKey), telemetry.ErrorTypeStore)); n != 0 && tc.wantType == telemetry.ErrorTypeRefused {
 				t.Errorf("calls{error.type=store} = %d, want 0", n)
 			}
-			if _, _, err := guard.ExecuteTx(ctx, g, "debit", "d-1", fn); runs != 2 || !errors.Is(err, tc.want) {
+			if _, _, err := adapt.ExecuteTx(ctx, g, "debit", "d-1", fn); runs != 2 || !errors.Is(err, tc.want) {
 				t.Errorf("a retry ran the function %d times in all (%v); want it run again", runs, err)
 			}
 		})

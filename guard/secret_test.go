@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/adapt"
 	"github.com/idemguard/idemguard/telemetry"
 )
 
@@ -104,8 +105,8 @@ func TestClockSkewOption(t *testing.T) {
 		m := newMemoryStore()
 		holderClock, claimantClock := newFakeClock(), newFakeClock()
 		claimantClock.Advance(tc.ahead)
-		holder := mustGuard(t, m, guard.WithClock(holderClock), guard.WithLease(time.Second))
-		claimant := mustGuard(t, m, guard.WithClock(claimantClock), guard.WithClockSkew(tc.skew))
+		holder := mustGuard(t, m, adapt.WithClock(holderClock), guard.WithLease(time.Second))
+		claimant := mustGuard(t, m, adapt.WithClock(claimantClock), guard.WithClockSkew(tc.skew))
 		inside, release := make(chan struct{}), make(chan struct{})
 		done := make(chan struct{})
 		go func() {

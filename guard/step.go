@@ -7,16 +7,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/idemguard/idemguard/internal/guardhook"
 	"github.com/idemguard/idemguard/store"
 )
 
-// ErrNotInCall is returned by [Step] called outside a guarded call: there is
-// no enclosing call's key to derive the step's key from. It is a
-// programming error; retrying fails the same way.
-var ErrNotInCall = errors.New("idemguard: guard.Step called outside a guarded call")
-
 // Step runs fn at most once as the step called name of the guarded call
-// running with ctx: the function of a [Do], [Execute], [Wrap], [DoTx],
+// running with ctx: the function of a [Do], [Wrap], [DoTx],
 // [DoBatch] item or an adapter's call (a guarded activity, HTTP handler,
 // gRPC method or message handler) that does several side effects in turn.
 // It makes such a function resumable, as Stripe's recovery points do: when
@@ -53,13 +49,13 @@ var ErrNotInCall = errors.New("idemguard: guard.Step called outside a guarded ca
 //
 // The step is guarded like a call of its own, with the enclosing call's TTL,
 // lease and mode, overridden by opts. Its value and a definite error are
-// encoded with the guard's codecs (those given to [New], [JSON] and
-// [MessageErrors] by default, or the step's own [WithCodec]), never with a
+// encoded with the guard's codecs (those given to [New], encoding/json and
+// the error's message by default, or the step's own [WithCodec]), never with a
 // codec an adapter set for the enclosing call's result; the enclosing
 // call's key path, result filter and outcome hook do not apply to it. In
 // telemetry a step counts under its call's scope, its name on its span.
 //
-// Outside a guarded call Step returns [ErrNotInCall] without running fn;
+// Outside a guarded call Step returns an error without running fn;
 // inside a call that runs unguarded (an empty key selection, a disabled
 // guard) it runs fn unguarded too.
 func Step[T any](ctx context.Context, name string, fn func(context.Context) (T, error), opts ...CallOption) (T, error) {
@@ -67,7 +63,7 @@ func Step[T any](ctx context.Context, name string, fn func(context.Context) (T, 
 	r, ok := ctx.Value(runningKey{}).(*running)
 	switch {
 	case !ok:
-		return zero, ErrNotInCall
+		return zero, guardhook.ErrNotInCall
 	case name == "":
 		return zero, invalidOption("empty step name")
 	case r.d.key == "":

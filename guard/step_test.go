@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/adapt"
 	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/store/memory"
 )
@@ -39,7 +40,7 @@ func TestStepReplaysCompletedSteps(t *testing.T) {
 		t.Fatal("first attempt succeeded; want the third step's error")
 	}
 	failThird = false
-	v, out, err := guard.Execute(ctx, g, "invoice", "inv-1", invoice)
+	v, out, err := adapt.Execute(ctx, g, "invoice", "inv-1", invoice)
 	if err != nil || v != "posted inv.pdf" || out != guard.OutcomeExecuted {
 		t.Fatalf("retry = %q, %v, %v", v, out, err)
 	}
@@ -47,7 +48,7 @@ func TestStepReplaysCompletedSteps(t *testing.T) {
 		t.Errorf("side effects %v; want render and email once, ledger twice (failed, then ran)", effects)
 	}
 	// The call itself now replays; its steps are not consulted.
-	if v, out, err := guard.Execute(ctx, g, "invoice", "inv-1", invoice); err != nil || out != guard.OutcomeReplayed || v != "posted inv.pdf" {
+	if v, out, err := adapt.Execute(ctx, g, "invoice", "inv-1", invoice); err != nil || out != guard.OutcomeReplayed || v != "posted inv.pdf" {
 		t.Errorf("third call = %q, %v, %v; want a replay", v, out, err)
 	}
 	// Steps of another call are its own.
@@ -62,7 +63,7 @@ func TestStepReplaysCompletedSteps(t *testing.T) {
 func TestStepOutsideAGuardedCall(t *testing.T) {
 	ran := false
 	_, err := guard.Step(context.Background(), "email", func(context.Context) (int, error) { ran = true; return 1, nil })
-	if !errors.Is(err, guard.ErrNotInCall) || ran {
+	if !errors.Is(err, adapt.ErrNotInCall) || ran {
 		t.Errorf("Step outside a call = %v (ran %v); want ErrNotInCall without running", err, ran)
 	}
 }
@@ -70,7 +71,7 @@ func TestStepOutsideAGuardedCall(t *testing.T) {
 // Inside a call that runs unguarded (a disabled guard, an empty key
 // selection), steps run unguarded too.
 func TestStepInUnguardedCall(t *testing.T) {
-	t.Setenv(guard.DisableEnv, "true")
+	t.Setenv(adapt.DisableEnv, "true")
 	_, cs := newMemory()
 	g := mustGuard(t, cs)
 	runs := 0

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/adapt"
 	"github.com/idemguard/idemguard/internal/dynamodbtest"
 	"github.com/idemguard/idemguard/internal/postgrestest"
 	"github.com/idemguard/idemguard/store"
@@ -116,7 +117,7 @@ func stepFilterInTx[H any](t *testing.T, s store.Store, write func(ctx context.C
 		return "moved", write(ctx, tx, transfer, "credit")
 	}
 	call := func(transfer string) (string, guard.Outcome, error) {
-		return guard.ExecuteTx(context.WithValue(ctx, transferKey{}, transfer), g, "transfer", transfer, fn)
+		return adapt.ExecuteTx(context.WithValue(ctx, transferKey{}, transfer), g, "transfer", transfer, fn)
 	}
 
 	// The call completes: its writes and the earlier step's record commit

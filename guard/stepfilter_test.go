@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/adapt"
 	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/store/memory"
 )
@@ -43,7 +44,7 @@ func TestStepFilterInsideDoTx(t *testing.T) {
 			tx.writes = append(tx.writes, "credit bob 100")
 			return "moved", nil
 		}
-		v, out, err := guard.ExecuteTx(ctx, g, "transfer", "t-1", fn)
+		v, out, err := adapt.ExecuteTx(ctx, g, "transfer", "t-1", fn)
 		if err != nil || v != "moved" || out != guard.OutcomeExecuted {
 			t.Fatalf("ExecuteTx = %q, %v, %v; want moved, executed", v, out, err)
 		}
@@ -56,7 +57,7 @@ func TestStepFilterInsideDoTx(t *testing.T) {
 		if got := stepRecord(t, s.Store, "transfer", "t-1", "quote"); got != nil {
 			t.Errorf("the refused step's record = %+v; want it released", got)
 		}
-		if v, out, err := guard.ExecuteTx(ctx, g, "transfer", "t-1", fn); v != "moved" || out != guard.OutcomeReplayed || err != nil {
+		if v, out, err := adapt.ExecuteTx(ctx, g, "transfer", "t-1", fn); v != "moved" || out != guard.OutcomeReplayed || err != nil {
 			t.Errorf("second call = %q, %v, %v; want the stored result", v, out, err)
 		}
 		if reserves != 1 || quotes != 1 || len(s.ledger) != 2 {
@@ -121,7 +122,7 @@ func TestStepFilterKeepsEarlierSteps(t *testing.T) {
 	if _, err := guard.Do(ctx, g, "checkout", "o-1", fn, keep); err == nil {
 		t.Fatal("the first attempt did not fail")
 	}
-	v, out, err := guard.Execute(ctx, g, "checkout", "o-1", fn, keep)
+	v, out, err := adapt.Execute(ctx, g, "checkout", "o-1", fn, keep)
 	if err != nil || v != 2 || out != guard.OutcomeExecuted {
 		t.Fatalf("retry = %d, %v, %v; want the refused step run again (2), executed", v, out, err)
 	}
@@ -165,14 +166,14 @@ func TestResultFilterReleasesReplayedSteps(t *testing.T) {
 				return n, nil
 			}
 			keepEven := guard.WithResultFilter(func(v any) bool { return v.(int)%2 == 0 })
-			if _, out, err := guard.Execute(ctx, first, "pay", "p-1", fn, keepEven); err == nil || out != guard.OutcomeReleased {
+			if _, out, err := adapt.Execute(ctx, first, "pay", "p-1", fn, keepEven); err == nil || out != guard.OutcomeReleased {
 				t.Fatalf("first attempt = %v, %v; want its error, released", out, err)
 			}
-			v, out, err := guard.Execute(ctx, later, "pay", "p-1", fn, keepEven)
+			v, out, err := adapt.Execute(ctx, later, "pay", "p-1", fn, keepEven)
 			if err != nil || v != 1 || out != guard.OutcomeReleased || charges != 1 {
 				t.Fatalf("second attempt = %d, %v, %v after %d charges; want the replayed step's 1, refused and released", v, out, err, charges)
 			}
-			v, out, err = guard.Execute(ctx, later, "pay", "p-1", fn, keepEven)
+			v, out, err = adapt.Execute(ctx, later, "pay", "p-1", fn, keepEven)
 			if err != nil || v != 2 || out != guard.OutcomeExecuted || charges != 2 {
 				t.Errorf("third attempt = %d, %v, %v after %d charges; want the step run again (2), executed", v, out, err, charges)
 			}

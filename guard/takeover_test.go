@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/adapt"
 	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/telemetry"
 )
@@ -46,7 +47,7 @@ func TestTakeoverNotCountedForContention(t *testing.T) {
 	m, _ := newMemory()
 	holder := mustGuard(t, m, h.opts...)
 	rejected := mustGuard(t, m, h.opts...)
-	waiter := mustGuard(t, m, append(h.opts, guard.WithWait(5*time.Second), guard.WithWaitBackoff(time.Millisecond, 4*time.Millisecond))...)
+	waiter := mustGuard(t, m, append(h.opts, guard.WithWait(5*time.Second), adapt.WithWaitBackoff(time.Millisecond, 4*time.Millisecond))...)
 	inside, release := make(chan struct{}), make(chan struct{})
 	done := make(chan error, 1)
 	go func() {
@@ -60,7 +61,7 @@ func TestTakeoverNotCountedForContention(t *testing.T) {
 		}
 	}
 	time.AfterFunc(20*time.Millisecond, func() { close(release) })
-	if v, out, err := guard.Execute(ctx, waiter, "ship", "k", func(context.Context) (int, error) { return 3, nil }); v != 1 || out != guard.OutcomeReplayed {
+	if v, out, err := adapt.Execute(ctx, waiter, "ship", "k", func(context.Context) (int, error) { return 3, nil }); v != 1 || out != guard.OutcomeReplayed {
 		t.Fatalf("a waiting duplicate: %d, %v, %v; want the holder's 1, replayed", v, out, err)
 	}
 	if err := <-done; err != nil {
@@ -84,16 +85,16 @@ func TestTakeoverCountedForLapsedClaims(t *testing.T) {
 	m := newMemoryStore()
 	clock := newFakeClock()
 	var logs strings.Builder
-	dead := mustGuard(t, m, guard.WithClock(clock), guard.WithLease(30*time.Second))
-	taker := mustGuard(t, m, append(h.opts, guard.WithClock(clock), guard.WithLease(30*time.Second), guard.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))...)
+	dead := mustGuard(t, m, adapt.WithClock(clock), guard.WithLease(30*time.Second))
+	taker := mustGuard(t, m, append(h.opts, adapt.WithClock(clock), guard.WithLease(30*time.Second), guard.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))...)
 
-	cl, _, err := dead.Claim(ctx, "export", "e-1")
+	cl, _, err := adapt.Obtain(ctx, dead, "export", "e-1")
 	if err != nil || cl == nil {
 		t.Fatalf("claim: %v, %v", cl, err)
 	}
 	clock.Advance(45 * time.Second) // past the lease and the clock skew: the holder is gone
 	h.reset()
-	if _, out, err := guard.Execute(ctx, taker, "export", "e-1", func(context.Context) (int, error) { return 2, nil }); out != guard.OutcomeExecuted {
+	if _, out, err := adapt.Execute(ctx, taker, "export", "e-1", func(context.Context) (int, error) { return 2, nil }); out != guard.OutcomeExecuted {
 		t.Fatalf("a call after its key's holder died: %v, %v; want executed", out, err)
 	}
 	if got := takeovers(t, h); len(got) != 1 || got["export"] != 1 {

@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/adapt"
 	"github.com/idemguard/idemguard/telemetry"
 )
 
@@ -245,7 +246,7 @@ func TestTelemetryWaitThenReplay(t *testing.T) {
 	h := newOtel()
 	m, _ := newMemory()
 	holder := mustGuard(t, m)
-	waiter := mustGuard(t, m, append(h.opts, guard.WithWait(5*time.Second), guard.WithWaitBackoff(2*time.Millisecond, 4*time.Millisecond))...)
+	waiter := mustGuard(t, m, append(h.opts, guard.WithWait(5*time.Second), adapt.WithWaitBackoff(2*time.Millisecond, 4*time.Millisecond))...)
 	inside, release := make(chan struct{}), make(chan struct{})
 	go guard.Do(ctx, holder, "job", "k", func(context.Context) (int, error) { close(inside); <-release; return 7, nil })
 	<-inside
@@ -287,8 +288,8 @@ func TestTelemetryLeaseLost(t *testing.T) {
 	m := newMemoryStore()
 	clock := newFakeClock()
 	zs := newCounting(m)
-	zombie := mustGuard(t, zs, append(h.opts, guard.WithClock(clock), guard.WithLease(30*time.Second))...)
-	holder := mustGuard(t, m, guard.WithClock(clock), guard.WithLease(30*time.Second))
+	zombie := mustGuard(t, zs, append(h.opts, adapt.WithClock(clock), guard.WithLease(30*time.Second))...)
+	holder := mustGuard(t, m, adapt.WithClock(clock), guard.WithLease(30*time.Second))
 	inside, resume := make(chan struct{}), make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -343,7 +344,7 @@ func TestTelemetryNeverRecordsRawKeyUnlessAskedTo(t *testing.T) {
 	for _, optIn := range []bool{false, true} {
 		h := newOtel()
 		m, _ := newMemory()
-		g := mustGuard(t, m, append(h.opts, guard.WithKeySelectionAttribute(optIn))...)
+		g := mustGuard(t, m, append(h.opts, adapt.WithKeySelectionAttribute(optIn))...)
 		guard.Do(ctx, g, "charge", map[string]string{"card": secret}, func(context.Context) (int, error) { return 1, nil })
 		guard.Do(ctx, g, "charge", map[string]string{"card": secret}, func(context.Context) (int, error) { return 1, nil })
 		seen := false
@@ -369,7 +370,7 @@ func TestTelemetryReleaseAndSpanAttributes(t *testing.T) {
 	g := mustGuard(t, m, h.opts...)
 	boom := errors.New("boom")
 	guard.Do(ctx, g, "job", "k", func(context.Context) (int, error) { return 0, boom },
-		guard.WithSpanAttributes(attribute.String("temporal.workflow_id", "wf-1")))
+		adapt.WithSpanAttributes(attribute.String("temporal.workflow_id", "wf-1")))
 	spans := h.ended()
 	exec := spanNamed(t, spans, telemetry.SpanExecute)
 	children(t, spans, exec, telemetry.SpanAcquire, telemetry.SpanRelease)
@@ -437,7 +438,7 @@ func TestTelemetrySharedOutcomes(t *testing.T) {
 			var out guard.Outcome
 			go func() {
 				defer wg.Done()
-				_, out, _ = guard.Execute(ctx, g, "s", "k", func(context.Context) (int, error) { return 2, nil })
+				_, out, _ = adapt.Execute(ctx, g, "s", "k", func(context.Context) (int, error) { return 2, nil })
 			}()
 			waitFor(t, "the duplicate to join", func() bool { return joinedAny(g) })
 			close(release)

@@ -2,7 +2,6 @@ package guard
 
 import (
 	"context"
-	"errors"
 
 	"github.com/idemguard/idemguard/store"
 )
@@ -23,7 +22,7 @@ import (
 // happens and the panic continues. If the store refuses the commit
 // because of fn's own writes (a condition of fn's that did not hold, a
 // constraint checked at commit), nothing is written, the key is released
-// and DoTx returns a [*RefusedError] ([ErrRefused]), not a store error. If
+// and DoTx returns an error matching [ErrRefused], not a store error. If
 // the commit fails otherwise, its answer is lost or it outlives its
 // deadline, DoTx reads the record, under a deadline of its own, to learn
 // whether it committed, and releases the key if it did not. A [Step]
@@ -33,35 +32,34 @@ import (
 // DoTx promises exactly once, so it requires a key: an empty key
 // selection fails with [ErrKeyMissing] without running fn, unless the call,
 // or the defaults given to [New], say [WithRequireKey](false). A call that
-// then runs unguarded (an empty key selection, or [DisableEnv]) still runs
+// then runs unguarded (an empty key selection, or IDEMGUARD_DISABLED) still runs
 // fn in a transaction of its own.
 //
 // H is the store's handle type: the store must implement
 // store.Transactor[H], or DoTx returns [ErrInvalidOption] without
 // claiming. fn must not end the transaction itself.
+//
+// How the result was obtained goes to [WithOutcomeHook] and telemetry:
+// executed when fn's writes committed (or fn ran and its claim was taken
+// over: [ErrLeaseLost], nothing of it committed), replayed, released when
+// nothing of fn committed and the key was released (fn's error, a refusal
+// by fn's own condition, a transaction the store failed to begin or
+// commit), unguarded.
 func DoTx[T, H any](ctx context.Context, g *Guard, scope string, input any, fn func(ctx context.Context, tx H) (T, error), opts ...CallOption) (T, error) {
-	v, _, err := ExecuteTx(ctx, g, scope, input, fn, opts...)
-	return v, err
-}
-
-// ExecuteTx is [DoTx] that also reports how the result was obtained, as
-// [Execute] does for [Do]: [OutcomeExecuted] when fn's writes committed
-// (or fn ran and its claim was taken over: [ErrLeaseLost], nothing of it
-// committed), [OutcomeReplayed], [OutcomeReleased] when nothing of fn
-// committed and the key was released (fn's error, a refusal by fn's own
-// condition, a transaction the store failed to begin or commit),
-// [OutcomeUnguarded].
-func ExecuteTx[T, H any](ctx context.Context, g *Guard, scope string, input any, fn func(ctx context.Context, tx H) (T, error), opts ...CallOption) (T, Outcome, error) {
 	var zero T
 	tr, err := transactor[H](g)
 	if err != nil {
-		return zero, 0, err
+		return zero, err
 	}
 	c, err := g.withTx(scope, opts)
 	if err != nil {
-		return zero, 0, err
+		return zero, err
 	}
-	return execute(ctx, g, c, scope, input, txBody(fn), tr)
+	v, out, err := execute(ctx, g, c, scope, input, txBody(fn), tr)
+	if c.report != nil {
+		*c.report = out
+	}
+	return v, err
 }
 
 // WrapTx returns a function with the shape of a plain call, func(ctx, in),
@@ -110,32 +108,4 @@ func transactor[H any](g *Guard) (beginner, error) {
 // txBody adapts fn to the protocol's function of a transaction.
 func txBody[T, H any](fn func(context.Context, H) (T, error)) body[T] {
 	return func(ctx context.Context, tx txn) (T, error) { return fn(ctx, tx.(store.Tx[H]).Handle()) }
-}
-
-// unguarded runs fn without a record: in a transaction of its own when the
-// call is transactional (begin is not nil).
-func unguarded[T any](ctx context.Context, fn body[T], begin beginner) (v T, err error) {
-	if begin == nil {
-		return fn(ctx, nil)
-	}
-	tx, err := begin(ctx)
-	if err != nil {
-		return v, &StoreError{Op: "begin", Err: err}
-	}
-	committed := false
-	defer func() {
-		if !committed {
-			_ = tx.Rollback(context.WithoutCancel(ctx))
-		}
-	}()
-	if v, err = fn(ctx, tx); err != nil {
-		return v, err
-	}
-	committed = true
-	if err := tx.Commit(ctx); errors.Is(err, store.ErrRefused) {
-		return v, &RefusedError{Err: err}
-	} else if err != nil {
-		return v, err
-	}
-	return v, nil
 }

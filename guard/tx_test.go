@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/adapt"
 	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/store/memory"
 )
@@ -100,7 +101,7 @@ func (lostTxStore) Extend(context.Context, string, string, time.Time, time.Time)
 func TestDoTxResultFilterAfterLeaseLost(t *testing.T) {
 	clock := newFakeClock()
 	s := lostTxStore{txStore{memory.New()}}
-	g := mustGuard(t, s, guard.WithClock(clock), guard.WithLease(3*time.Second))
+	g := mustGuard(t, s, adapt.WithClock(clock), guard.WithLease(3*time.Second))
 	var txs []*fakeTx
 	fn := func(ctx context.Context, tx *fakeTx) (int, error) {
 		txs = append(txs, tx)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/adapt"
 	"github.com/idemguard/idemguard/internal/teststores"
 	"github.com/idemguard/idemguard/store/memory"
 	"github.com/idemguard/idemguard/telemetry"
@@ -21,13 +22,13 @@ func TestUnguardedRunsAreLoggedOncePerScopePerMinute(t *testing.T) {
 	var logs teststores.Logs
 	h := newOtel()
 	clock := newFakeClock()
-	g, err := guard.New(memory.New(), append(h.opts, guard.WithLogger(logs.Logger()), guard.WithClock(clock), guard.WithKeyPath("id"))...)
+	g, err := guard.New(memory.New(), append(h.opts, guard.WithLogger(logs.Logger()), adapt.WithClock(clock), guard.WithKeyPath("id"))...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	call := func(scope string) {
 		t.Helper()
-		if _, out, err := guard.Execute(ctx, g, scope, order{}, func(context.Context) (int, error) { return 1, nil }); err != nil || out != guard.OutcomeUnguarded {
+		if _, out, err := adapt.Execute(ctx, g, scope, order{}, func(context.Context) (int, error) { return 1, nil }); err != nil || out != guard.OutcomeUnguarded {
 			t.Fatalf("call in %s = %v, %v; want unguarded", scope, out, err)
 		}
 	}
@@ -77,7 +78,7 @@ func TestDoTxRequiresAKey(t *testing.T) {
 	byID := guard.WithKeyPath("id")
 
 	g := mustGuard(t, s, byID)
-	if _, out, err := guard.ExecuteTx(ctx, g, "move", keyless, fn); !errors.Is(err, guard.ErrKeyMissing) || out != 0 || runs != 0 {
+	if _, out, err := adapt.ExecuteTx(ctx, g, "move", keyless, fn); !errors.Is(err, guard.ErrKeyMissing) || out != 0 || runs != 0 {
 		t.Errorf("ExecuteTx without a key = %v, %v after %d runs; want ErrKeyMissing, nothing run", out, err, runs)
 	}
 	wrapped, err := guard.WrapTx(g, "move", func(ctx context.Context, tx *fakeTx, _ map[string]any) (int, error) { return fn(ctx, tx) })
@@ -87,18 +88,18 @@ func TestDoTxRequiresAKey(t *testing.T) {
 	if _, err := wrapped(ctx, keyless); !errors.Is(err, guard.ErrKeyMissing) || runs != 0 {
 		t.Errorf("WrapTx without a key = %v after %d runs; want ErrKeyMissing", err, runs)
 	}
-	if _, out, err := guard.Execute(ctx, g, "move", keyless, func(context.Context) (int, error) { return 1, nil }); err != nil || out != guard.OutcomeUnguarded {
+	if _, out, err := adapt.Execute(ctx, g, "move", keyless, func(context.Context) (int, error) { return 1, nil }); err != nil || out != guard.OutcomeUnguarded {
 		t.Errorf("Execute without a key = %v, %v; want it unguarded, as before", out, err)
 	}
 
-	if _, out, err := guard.ExecuteTx(ctx, g, "move", keyless, fn, guard.WithRequireKey(false)); err != nil || out != guard.OutcomeUnguarded || runs != 1 {
+	if _, out, err := adapt.ExecuteTx(ctx, g, "move", keyless, fn, guard.WithRequireKey(false)); err != nil || out != guard.OutcomeUnguarded || runs != 1 {
 		t.Errorf("ExecuteTx with WithRequireKey(false) = %v, %v after %d runs; want unguarded", out, err, runs)
 	}
 	optOut := mustGuard(t, s, byID, guard.WithRequireKey(false))
-	if _, out, err := guard.ExecuteTx(ctx, optOut, "move", keyless, fn); err != nil || out != guard.OutcomeUnguarded || runs != 2 {
+	if _, out, err := adapt.ExecuteTx(ctx, optOut, "move", keyless, fn); err != nil || out != guard.OutcomeUnguarded || runs != 2 {
 		t.Errorf("ExecuteTx on a guard built WithRequireKey(false) = %v, %v after %d runs; want unguarded", out, err, runs)
 	}
-	if _, out, err := guard.ExecuteTx(ctx, optOut, "move", keyless, fn, guard.WithTTL(time.Minute)); err != nil || out != guard.OutcomeUnguarded || runs != 3 {
+	if _, out, err := adapt.ExecuteTx(ctx, optOut, "move", keyless, fn, guard.WithTTL(time.Minute)); err != nil || out != guard.OutcomeUnguarded || runs != 3 {
 		t.Errorf("the same with a call option = %v, %v after %d runs; want the guard's default kept", out, err, runs)
 	}
 	if _, err := guard.DoTx(ctx, optOut, "move", keyless, fn, guard.WithRequireKey(true)); !errors.Is(err, guard.ErrKeyMissing) {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/adapt"
 	"github.com/idemguard/idemguard/internal/dynamodbtest"
 	"github.com/idemguard/idemguard/internal/postgrestest"
 	"github.com/idemguard/idemguard/internal/redistest"
@@ -83,7 +84,7 @@ func TestWaitStores(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			a, b := tc.make(t)
 			holder := mustGuard(t, a)
-			cl, _, err := holder.Claim(ctx, "pay", "w-1")
+			cl, _, err := adapt.Obtain(ctx, holder, "pay", "w-1")
 			if err != nil || cl == nil {
 				t.Fatalf("claim: %v, %v", cl, err)
 			}
@@ -92,13 +93,13 @@ func TestWaitStores(t *testing.T) {
 			for range n {
 				g := mustGuard(t, b)
 				go func() {
-					v, out, err := guard.Execute(ctx, g, "pay", "w-1", func(context.Context) (int, error) { return 8, nil }, guard.WithWait(time.Minute))
+					v, out, err := adapt.Execute(ctx, g, "pay", "w-1", func(context.Context) (int, error) { return 8, nil }, guard.WithWait(time.Minute))
 					ch <- waited{v, out, err}
 				}()
 			}
 			waitFor(t, "every duplicate waiting", func() bool { return guard.WaitingOn(cl.Key) == n })
 			b7, _ := json.Marshal(7)
-			if _, err := holder.Complete(ctx, *cl, store.ResultValue, b7); err != nil {
+			if _, err := adapt.Complete(ctx, holder, *cl, store.ResultValue, b7); err != nil {
 				t.Fatal(err)
 			}
 			for range n {
@@ -128,39 +129,39 @@ func TestLookupStores(t *testing.T) {
 			o := order{"l-1", 5}
 			keyed := []guard.CallOption{guard.WithKeyPath("id"), guard.WithPayloadValidation("@")}
 
-			st, err := guard.Lookup[int](ctx, look, "pay", o, keyed...)
-			if err != nil || st.State != guard.StateNone || st.Record != nil {
-				t.Fatalf("before any call: %+v, %v; want none", st, err)
+			v, rec, err := guard.Lookup[int](ctx, look, "pay", o, keyed...)
+			if err != nil || rec != nil || v != 0 {
+				t.Fatalf("before any call: %v, %+v, %v; want none", v, rec, err)
 			}
-			cl, _, err := g.Claim(ctx, "pay", o, keyed...)
+			cl, _, err := adapt.Obtain(ctx, g, "pay", o, keyed...)
 			if err != nil || cl == nil {
 				t.Fatalf("claim: %v, %v", cl, err)
 			}
-			st, err = guard.Lookup[int](ctx, look, "pay", o, keyed...)
+			v, rec, err = guard.Lookup[int](ctx, look, "pay", o, keyed...)
 			// (Stores keep times to the millisecond.)
-			if err != nil || st.State != guard.StateInProgress || st.LeaseExpiresAt.Sub(cl.LeaseExpiresAt).Abs() > time.Millisecond {
-				t.Fatalf("while held: %+v, %v; want in progress until %v", st, err, cl.LeaseExpiresAt)
+			if err != nil || rec == nil || rec.Status != store.StatusInProgress || rec.LeaseExpiresAt.Sub(cl.LeaseExpiresAt).Abs() > time.Millisecond {
+				t.Fatalf("while held: %v, %+v, %v; want in progress until %v", v, rec, err, cl.LeaseExpiresAt)
 			}
 			// The look-up claimed nothing: the holder completes.
-			if _, err := g.Finish(ctx, *cl, 42, nil, keyed...); err != nil {
+			if _, err := adapt.Finish(ctx, g, *cl, 42, nil, keyed...); err != nil {
 				t.Fatalf("finish after a look-up: %v", err)
 			}
-			st, err = guard.Lookup[int](ctx, look, "pay", o, keyed...)
-			if err != nil || st.State != guard.StateCompleted || st.Value != 42 || st.Err != nil || st.ExpiresAt.IsZero() {
-				t.Fatalf("completed: %+v, %v; want 42", st, err)
+			v, rec, err = guard.Lookup[int](ctx, look, "pay", o, keyed...)
+			if err != nil || rec == nil || rec.Status != store.StatusCompleted || v != 42 || rec.ExpiresAt.IsZero() {
+				t.Fatalf("completed: %v, %+v, %v; want 42", v, rec, err)
 			}
-			if _, err := guard.Lookup[int](ctx, look, "pay", order{"l-1", 6}, keyed...); !errors.Is(err, guard.ErrPayloadMismatch) {
-				t.Errorf("another payload under the key: %v, want ErrPayloadMismatch", err)
+			if _, rec, err := guard.Lookup[int](ctx, look, "pay", order{"l-1", 6}, keyed...); !errors.Is(err, guard.ErrPayloadMismatch) || rec != nil {
+				t.Errorf("another payload under the key: %+v, %v, want ErrPayloadMismatch", rec, err)
 			}
 
 			// A definite error, looked up as a replay returns it.
 			if _, err := guard.Do(ctx, g, "pay", "l-2", func(context.Context) (int, error) { return 0, errDeclined }, definite); !errors.Is(err, errDeclined) {
 				t.Fatalf("call: %v", err)
 			}
-			st, err = guard.Lookup[int](ctx, look, "pay", "l-2")
+			_, rec, err = guard.Lookup[int](ctx, look, "pay", "l-2")
 			_, replayed := guard.Do(ctx, look, "pay", "l-2", func(context.Context) (int, error) { return 1, nil })
-			if err != nil || st.State != guard.StateCompleted || st.Err == nil || replayed == nil || st.Err.Error() != replayed.Error() {
-				t.Fatalf("definite error: %+v, %v; want completed with the error a replay returns (%v)", st, err, replayed)
+			if rec == nil || rec.Status != store.StatusCompleted || err == nil || !guard.IsDefinite(err) || replayed == nil || err.Error() != replayed.Error() {
+				t.Fatalf("definite error: %+v, %v; want completed with the error a replay returns (%v)", rec, err, replayed)
 			}
 		})
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/adapt"
 	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/store/memory"
 )
@@ -95,15 +96,15 @@ func TestWaitCompletionWhileSubscribingNotMissed(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := &watchStore{Store: memory.New()}
 			clock := newFakeClock()
-			holder := mustGuard(t, s, guard.WithClock(clock))
-			dup := mustGuard(t, s, guard.WithClock(clock))
-			cl, _, err := holder.Claim(ctx, "pay", "o-1")
+			holder := mustGuard(t, s, adapt.WithClock(clock))
+			dup := mustGuard(t, s, adapt.WithClock(clock))
+			cl, _, err := adapt.Obtain(ctx, holder, "pay", "o-1")
 			if err != nil || cl == nil {
 				t.Fatalf("claim: %v, %v", cl, err)
 			}
 			complete := func() {
 				b, _ := json.Marshal(7)
-				if _, err := holder.Complete(ctx, *cl, store.ResultValue, b); err != nil {
+				if _, err := adapt.Complete(ctx, holder, *cl, store.ResultValue, b); err != nil {
 					t.Errorf("complete: %v", err)
 				}
 			}
@@ -127,7 +128,7 @@ func TestWaitCompletionWhileSubscribingNotMissed(t *testing.T) {
 			s.mu.Unlock()
 			ch := make(chan waited, 1)
 			go func() {
-				v, out, err := guard.Execute(ctx, dup, "pay", "o-1", func(context.Context) (int, error) { return 8, nil }, guard.WithWait(time.Hour))
+				v, out, err := adapt.Execute(ctx, dup, "pay", "o-1", func(context.Context) (int, error) { return 8, nil }, guard.WithWait(time.Hour))
 				ch <- waited{v, out, err}
 			}()
 			got := result(t, "duplicate", ch)
@@ -148,7 +149,7 @@ func TestWaitLostSubscriptionPolls(t *testing.T) {
 	s := &watchStore{Store: memory.New()}
 	holder := mustGuard(t, s)
 	dup := mustGuard(t, s)
-	cl, _, err := holder.Claim(ctx, "pay", "o-2")
+	cl, _, err := adapt.Obtain(ctx, holder, "pay", "o-2")
 	if err != nil || cl == nil {
 		t.Fatalf("claim: %v, %v", cl, err)
 	}
@@ -164,14 +165,14 @@ func TestWaitLostSubscriptionPolls(t *testing.T) {
 	s.mu.Unlock()
 	ch := make(chan waited, 1)
 	go func() {
-		v, out, err := guard.Execute(ctx, dup, "pay", "o-2", func(context.Context) (int, error) { return 8, nil }, guard.WithWait(time.Hour), guard.WithWaitBackoff(time.Millisecond, 10*time.Millisecond))
+		v, out, err := adapt.Execute(ctx, dup, "pay", "o-2", func(context.Context) (int, error) { return 8, nil }, guard.WithWait(time.Hour), adapt.WithWaitBackoff(time.Millisecond, 10*time.Millisecond))
 		ch <- waited{v, out, err}
 	}()
 	<-lost
 	waitFor(t, "a watch after the loss", func() bool { return s.watches.Load() >= 2 })
 	gets := s.gets.Load()
 	b, _ := json.Marshal(7)
-	if _, err := holder.Complete(ctx, *cl, store.ResultValue, b); err != nil {
+	if _, err := adapt.Complete(ctx, holder, *cl, store.ResultValue, b); err != nil {
 		t.Fatal(err)
 	}
 	got := result(t, "duplicate", ch)
@@ -188,7 +189,7 @@ func TestWaitLostSubscriptionPolls(t *testing.T) {
 func TestWaitReleaseWakesOneRunner(t *testing.T) {
 	s := &watchStore{Store: memory.New()}
 	holder := mustGuard(t, s)
-	cl, _, err := holder.Claim(ctx, "pay", "o-3")
+	cl, _, err := adapt.Obtain(ctx, holder, "pay", "o-3")
 	if err != nil || cl == nil {
 		t.Fatalf("claim: %v, %v", cl, err)
 	}
@@ -199,12 +200,12 @@ func TestWaitReleaseWakesOneRunner(t *testing.T) {
 	for i := range n {
 		g := mustGuard(t, s)
 		go func() {
-			v, out, err := guard.Execute(ctx, g, "pay", "o-3", func(context.Context) (int, error) { runs.Add(1); return 100 + i, nil }, guard.WithWait(time.Hour))
+			v, out, err := adapt.Execute(ctx, g, "pay", "o-3", func(context.Context) (int, error) { runs.Add(1); return 100 + i, nil }, guard.WithWait(time.Hour))
 			ch <- waited{v, out, err}
 		}()
 	}
 	waitFor(t, "every duplicate waiting", func() bool { return guard.WaitingOn(key) == n })
-	if err := holder.Release(ctx, *cl); err != nil {
+	if err := adapt.Release(ctx, holder, *cl); err != nil {
 		t.Fatal(err)
 	}
 	var executed, replayed int
@@ -239,13 +240,13 @@ func TestWaitTakesOverAtLeaseEnd(t *testing.T) {
 	s := &watchStore{Store: memory.New()}
 	dead := mustGuard(t, s, guard.WithLease(300*time.Millisecond), guard.WithClockSkew(0))
 	taker := mustGuard(t, s, guard.WithClockSkew(0))
-	cl, _, err := dead.Claim(ctx, "pay", "o-4")
+	cl, _, err := adapt.Obtain(ctx, dead, "pay", "o-4")
 	if err != nil || cl == nil {
 		t.Fatalf("claim: %v, %v", cl, err)
 	}
 	ch := make(chan waited, 1)
 	go func() {
-		v, out, err := guard.Execute(ctx, taker, "pay", "o-4", func(context.Context) (int, error) { return 9, nil }, guard.WithWait(time.Hour))
+		v, out, err := adapt.Execute(ctx, taker, "pay", "o-4", func(context.Context) (int, error) { return 9, nil }, guard.WithWait(time.Hour))
 		ch <- waited{v, out, err}
 	}()
 	got := result(t, "waiter", ch)
@@ -280,7 +281,7 @@ func TestWaitThousandDuplicatesFourProcesses(t *testing.T) {
 				key, _, _ = g.Key("pay", "o-5")
 			}
 			go func() {
-				v, out, err := guard.Execute(ctx, g, "pay", "o-5", func(context.Context) (int, error) {
+				v, out, err := adapt.Execute(ctx, g, "pay", "o-5", func(context.Context) (int, error) {
 					runs.Add(1)
 					<-release
 					return 5, nil

@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/adapt"
 	"github.com/idemguard/idemguard/internal/canonjson"
 	"github.com/idemguard/idemguard/internal/idemkey"
 	"github.com/idemguard/idemguard/telemetry"
@@ -54,7 +55,7 @@ func NewMiddleware(g *guard.Guard, opts ...Option) (func(http.Handler) http.Hand
 	if err != nil {
 		return nil, err
 	}
-	cs, _ := g.Settings(call...) // checked by Finish
+	cs, _ := adapt.Settings(g, call...) // checked by Finish
 	m := &middleware{g: g, c: c, call: call, ttl: cs.TTL, health: new(idemkey.Health)}
 	return func(next http.Handler) http.Handler {
 		h := *m
@@ -191,12 +192,12 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if pattern {
 		attrs = append(attrs, attribute.String("http.route", in.K.Route))
 	}
-	call = append(slices.Clip(call), guard.WithSpanAttributes(attrs...))
+	call = append(slices.Clip(call), adapt.WithSpanAttributes(attrs...))
 
 	ctx, st := idemkey.WithCallState(r.Context())
 	var fresh *response // the response to send when the handler ran here
 	ran := false
-	resp, out, err := guard.Execute(ctx, m.g, m.c.Scope, in, func(ctx context.Context) (*response, error) {
+	resp, out, err := adapt.Execute(ctx, m.g, m.c.Scope, in, func(ctx context.Context) (*response, error) {
 		ran = true
 		rec := newRecorder(w, m.c.MaxResponse, func(h http.Header, status int) {
 			m.setHeaders(h, m.freshStatus(status), m.freshExpiry(status, ttl))
@@ -348,7 +349,7 @@ func (m *middleware) serve(w http.ResponseWriter, resp *response, status string,
 
 // refuse answers a request the guard did not run the handler for.
 func (m *middleware) refuse(w http.ResponseWriter, r *http.Request, err error, st *idemkey.CallState) {
-	var busy *guard.InProgressError
+	var busy *adapt.InProgressError
 	switch {
 	case errors.As(err, &busy):
 		retry := idemkey.RetryAfter(busy.LeaseExpiresAt, m.g.ClockSkew(), m.g.Now())

@@ -15,6 +15,7 @@ import (
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/httpguard"
+	"github.com/idemguard/idemguard/internal/adapt"
 	"github.com/idemguard/idemguard/internal/reqcount"
 	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/store/memory"
@@ -485,9 +486,9 @@ func TestInvalidOptions(t *testing.T) {
 		"lease":      httpguard.WithGuardOptions(guard.WithLease(-time.Second)),
 		"wait":       httpguard.WithGuardOptions(guard.WithWait(0)),
 		"one key":    httpguard.WithGuardOptions(guard.WithKey("k")),
-		"one token":  httpguard.WithGuardOptions(guard.WithClaimToken("t")),
+		"one token":  httpguard.WithGuardOptions(adapt.WithClaimToken("t")),
 		"key path":   httpguard.WithGuardOptions(guard.WithKeyPath("id")),
-		"codec":      httpguard.WithGuardOptions(guard.WithCodec(guard.JSON)),
+		"codec":      httpguard.WithGuardOptions(guard.WithCodec(adapt.JSON)),
 		"hook":       httpguard.WithGuardOptions(guard.WithOutcomeHook(func(context.Context, string, *store.Record, guard.Outcome) {})),
 		"length":     httpguard.WithKeyLength(10, 5),
 		"methods":    httpguard.WithMethods(),
@@ -573,7 +574,7 @@ func TestSharedResponseTooLarge(t *testing.T) {
 
 // IDEMGUARD_DISABLED makes the middleware a pass-through.
 func TestGuardDisabled(t *testing.T) {
-	t.Setenv(guard.DisableEnv, "true")
+	t.Setenv(adapt.DisableEnv, "true")
 	h := &counting{}
 	srv := serve(t, newGuard(t, memoryStore()), h)
 	for range 2 {
@@ -611,7 +612,7 @@ func TestRenamedHeadersAndSkip(t *testing.T) {
 // With IDEMGUARD_DISABLED the middleware steps aside: every request runs
 // the handler, and the responses carry no idempotency headers.
 func TestDisabledGuardPassesThrough(t *testing.T) {
-	t.Setenv(guard.DisableEnv, "true")
+	t.Setenv(adapt.DisableEnv, "true")
 	g, err := guard.New(memory.New())
 	if err != nil {
 		t.Fatal(err)

@@ -93,14 +93,14 @@ func (c *config) stores(status int) bool { return !retryLater(status) && c.polic
 // WithGuardOptions passes guard call options to every guarded request,
 // such as guard.WithTTL (default 24 hours), guard.WithWait (default: wait
 // up to 30 s for an in-flight duplicate), guard.WithReject (answer a
-// duplicate 409 at once), guard.WithLease or guard.WithWaitBackoff. They
+// duplicate 409 at once), guard.WithLease or adapt.WithWaitBackoff. They
 // win over the defaults given to guard.New, which win over the
 // middleware's own. The middleware sets the key (path and requirement),
 // the payload validation (see [WithFingerprint]), the codec, the definite
 // errors (a response [WithStatusPolicy] does not store is an error that
 // releases the key) and the outcome hook of its calls itself: those set
 // on the guard give way, and those given here are refused
-// (guard.ErrInvalidOption), as are guard.WithKey and guard.WithClaimToken,
+// (guard.ErrInvalidOption), as are guard.WithKey and adapt.WithClaimToken,
 // which name one call.
 func WithGuardOptions(opts ...guard.CallOption) Option {
 	return func(c *config) { c.AddGuardOptions(opts) }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/adapt"
 )
 
 // preferWait returns the wait a request asks for with an RFC 7240
@@ -39,8 +40,8 @@ func preferWait(h http.Header) (time.Duration, bool) {
 // at once) and never longer than the API's own wait budget. An API that
 // does not wait (guard.WithReject) keeps answering at once.
 func (m *middleware) preferredWait(call []guard.CallOption, d time.Duration) []guard.CallOption {
-	s, err := m.g.Settings(call...)
-	if err != nil || s.Mode != guard.Wait || d >= s.WaitBudget {
+	s, err := adapt.Settings(m.g, call...)
+	if err != nil || s.Mode != adapt.Wait || d >= s.WaitBudget {
 		return call
 	}
 	if d == 0 {

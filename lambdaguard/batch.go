@@ -7,6 +7,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/adapt"
 	"github.com/idemguard/idemguard/internal/leasecap"
 )
 
@@ -127,14 +128,14 @@ func newBatch[R any](g *guard.Guard, fn func(context.Context, R) error, opts []O
 		return nil, invalid("nil record handler")
 	}
 	call := make([]guard.CallOption, 0, len(c.guardOpts)+1)
-	call = append(call, guard.WithDefaults(guard.WithKeyPath(keyPath)))
+	call = append(call, adapt.WithDefaults(guard.WithKeyPath(keyPath)))
 	call = append(call, c.guardOpts...)
 	if err := c.check(g, call); err != nil {
 		return nil, err
 	}
 	bo := make([]guard.BatchOption, 0, len(call)+len(c.batchOpts))
 	for _, o := range call {
-		bo = append(bo, o)
+		bo = append(bo, adapt.Lift(o))
 	}
 	bo = append(bo, c.batchOpts...)
 	return &batch[R]{g: g, scope: c.scope, fn: fn, call: call, batchOpts: bo, skipGroup: c.skipGroup}, nil

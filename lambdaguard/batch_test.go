@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/adapt"
 	"github.com/idemguard/idemguard/lambdaguard"
 	"github.com/idemguard/idemguard/store/memory"
 )
@@ -249,7 +250,7 @@ func TestStreams(t *testing.T) {
 // With IDEMGUARD_DISABLED every record runs, and guard.Step in the record
 // handler runs its function unguarded.
 func TestSQSDisabledKeepsSteps(t *testing.T) {
-	t.Setenv(guard.DisableEnv, "true")
+	t.Setenv(adapt.DisableEnv, "true")
 	fx := &effects{}
 	g := newGuard(t, memory.New())
 	h := lambdaguard.Must(lambdaguard.WrapSQS(g, func(ctx context.Context, m events.SQSMessage) error {

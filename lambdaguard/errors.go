@@ -86,7 +86,7 @@ func lambdaError(err error) error {
 // definiteType is the type of guard.Definite's errors.
 var definiteType = reflect.TypeOf(guard.Definite(errors.New("")))
 
-// invokeErrors is the wrapper's default guard.ErrorCodec: a definite
+// invokeErrors is the wrapper's default adapt.ErrorCodec: a definite
 // error (guard.Definite, guard.WithDefiniteErrors) is stored as the
 // runtime reports it, its errorType and errorMessage, and replayed as a
 // messages.InvokeResponse_Error, which the runtime reports with the same

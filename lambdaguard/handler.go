@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-lambda-go/lambda"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/adapt"
 	"github.com/idemguard/idemguard/internal/leasecap"
 )
 
@@ -64,9 +65,9 @@ func Wrap(g *guard.Guard, handler any, opts ...Option) (lambda.Handler, error) {
 		return nil, fmt.Errorf("%w: lambdaguard: %w", guard.ErrInvalidOption, err)
 	}
 	call := make([]guard.CallOption, 0, len(c.guardOpts)+2)
-	call = append(call, guard.WithDefaults(guard.WithErrorCodec(invokeErrors{})))
+	call = append(call, adapt.WithDefaults(adapt.WithErrorCodec(invokeErrors{})))
 	call = append(call, c.guardOpts...)
-	call = append(call, guard.Fixed(guard.WithCodec(rawJSON{})))
+	call = append(call, adapt.Fixed(guard.WithCodec(rawJSON{})))
 	if err := c.check(g, call); err != nil {
 		return nil, err
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/httpguard"
+	"github.com/idemguard/idemguard/internal/adapt"
 	"github.com/idemguard/idemguard/lambdaguard"
 	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/store/memory"
@@ -113,7 +114,7 @@ func TestWrapRefuses(t *testing.T) {
 	if _, err := lambdaguard.Wrap(g, func() {}); !errors.Is(err, guard.ErrInvalidOption) {
 		t.Errorf("Wrap without a scope = %v, want ErrInvalidOption", err)
 	}
-	if _, err := lambdaguard.Wrap(g, func() {}, lambdaguard.WithScope("fn"), lambdaguard.WithGuardOptions(guard.WithCodec(guard.JSON))); !errors.Is(err, guard.ErrInvalidOption) {
+	if _, err := lambdaguard.Wrap(g, func() {}, lambdaguard.WithScope("fn"), lambdaguard.WithGuardOptions(guard.WithCodec(adapt.JSON))); !errors.Is(err, guard.ErrInvalidOption) {
 		t.Errorf("Wrap with a codec of its own = %v, want ErrInvalidOption", err)
 	}
 	if _, err := lambdaguard.Wrap(g, func() {}, lambdaguard.WithScope("fn"), lambdaguard.WithGuardOptions(guard.WithKey("k"))); !errors.Is(err, guard.ErrInvalidOption) {
@@ -257,7 +258,7 @@ func TestWrapLeaseEndsAtDeadline(t *testing.T) {
 // With IDEMGUARD_DISABLED the handler runs every time, and guard.Step in it
 // runs its function unguarded.
 func TestWrapDisabledKeepsSteps(t *testing.T) {
-	t.Setenv(guard.DisableEnv, "true")
+	t.Setenv(adapt.DisableEnv, "true")
 	g := newGuard(t, memory.New())
 	var steps atomic.Int64
 	h := lambdaguard.Must(lambdaguard.Wrap(g, func(ctx context.Context, o order) (string, error) {
@@ -307,8 +308,8 @@ func (c fixedClock) AfterFunc(time.Duration, func()) (stop func() bool) {
 func TestWrapLeaseLostReported(t *testing.T) {
 	m := memory.New()
 	now := time.Now()
-	holderGuard := newGuard(t, m, guard.WithClock(fixedClock{now}))
-	takerGuard := newGuard(t, m, guard.WithClock(fixedClock{now.Add(time.Hour)}))
+	holderGuard := newGuard(t, m, adapt.WithClock(fixedClock{now}))
+	takerGuard := newGuard(t, m, adapt.WithClock(fixedClock{now.Add(time.Hour)}))
 	started, release := make(chan struct{}), make(chan struct{})
 	handler := func(by string) func(context.Context, order) (receipt, error) {
 		return func(context.Context, order) (receipt, error) {

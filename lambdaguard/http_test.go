@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/httpguard"
+	"github.com/idemguard/idemguard/internal/adapt"
 	"github.com/idemguard/idemguard/lambdaguard"
 	"github.com/idemguard/idemguard/store/memory"
 )
@@ -140,7 +141,7 @@ func TestFunctionURL(t *testing.T) {
 
 // With IDEMGUARD_DISABLED the handler runs, and guard.Step in it too.
 func TestAPIGatewayDisabledKeepsSteps(t *testing.T) {
-	t.Setenv(guard.DisableEnv, "true")
+	t.Setenv(adapt.DisableEnv, "true")
 	g := newGuard(t, memory.New())
 	h := lambdaguard.Must(lambdaguard.WrapAPIGateway(g, func(ctx context.Context, r events.APIGatewayProxyRequest) (events.APIGatewayProxyResponse, error) {
 		v, err := guard.Step(ctx, "charge", func(context.Context) (string, error) { return "charged", nil })

@@ -8,6 +8,7 @@ import (
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/httpguard"
+	"github.com/idemguard/idemguard/internal/adapt"
 )
 
 // FunctionNameEnv is the environment variable the Lambda runtime sets to
@@ -80,8 +81,8 @@ func newConfig(g *guard.Guard, opts []Option, kind wrapper) (*config, error) {
 // key or claim token among the user's options: they name one call, and
 // would give every invocation one key or one claimant.
 func (c *config) check(g *guard.Guard, call []guard.CallOption) error {
-	probe := append(append([]guard.CallOption(nil), call...), guard.Fixed(guard.WithKey("probe"), guard.WithClaimToken("probe")))
-	if _, err := g.Settings(probe...); err != nil {
+	probe := append(append([]guard.CallOption(nil), call...), adapt.Fixed(guard.WithKey("probe"), adapt.WithClaimToken("probe")))
+	if _, err := adapt.Settings(g, probe...); err != nil {
 		return fmt.Errorf("lambdaguard: %w", err)
 	}
 	return nil
@@ -102,7 +103,7 @@ func WithScope(scope string) Option {
 // guard.WithPayloadValidation, guard.WithTTL, guard.WithLease,
 // guard.WithWait, guard.WithRequireKey, guard.WithDefiniteErrors, … They
 // override the defaults given to guard.New, which override the wrapper's
-// own. guard.WithKey and guard.WithClaimToken name one call and are
+// own. guard.WithKey and adapt.WithClaimToken name one call and are
 // refused, and so is guard.WithCodec for a handler, whose result is
 // stored as the JSON the handler answered.
 func WithGuardOptions(opts ...guard.CallOption) Option {
@@ -111,7 +112,7 @@ func WithGuardOptions(opts ...guard.CallOption) Option {
 
 // WithBatchOptions gives the batch wrappers ([WrapSQS], [WrapKinesis],
 // [WrapDynamoDBStream]) batch options, such as guard.WithConcurrency for
-// a standard SQS queue's records (default guard.DefaultConcurrency).
+// a standard SQS queue's records (default adapt.DefaultConcurrency).
 // Ordered batches (a FIFO queue, a stream) run one record at a time
 // whatever it says.
 func WithBatchOptions(opts ...guard.BatchOption) Option {

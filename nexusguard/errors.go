@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/adapt"
 	"github.com/idemguard/idemguard/internal/temporalerr"
 	"github.com/idemguard/idemguard/store"
 )
@@ -82,7 +83,7 @@ func classify(err error) (nexus.HandlerErrorType, nexus.HandlerErrorRetryBehavio
 	// The request is wrong: a retry fails the same way.
 	case errors.Is(err, guard.ErrPayloadMismatch), errors.Is(err, guard.ErrKeyMissing), errors.Is(err, guard.ErrInvalidInput):
 		return nexus.HandlerErrorTypeBadRequest, final
-	case errors.Is(err, guard.ErrResultUnavailable), errors.Is(err, guard.ErrInvalidOption), errors.Is(err, guard.ErrNotInCall):
+	case errors.Is(err, guard.ErrResultUnavailable), errors.Is(err, guard.ErrInvalidOption), errors.Is(err, adapt.ErrNotInCall):
 		return nexus.HandlerErrorTypeInternal, final
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		// The request timed out while the guard talked to the store;
@@ -138,7 +139,7 @@ func startedElsewhere(concurrent bool) error {
 	}
 }
 
-// errorCodec is the [guard.ErrorCodec] of guarded starts: it stores a
+// errorCodec is the [adapt.ErrorCodec] of guarded starts: it stores a
 // recorded error as the operation error it is returned as (see
 // operationError), in the form of a Temporal failure (protobuf binary)
 // whose cause is encoded by the failure converter over the call's data
@@ -189,4 +190,4 @@ func (c errorCodec) DecodeError(data []byte) error {
 	return oe
 }
 
-var _ guard.ErrorCodec = errorCodec{}
+var _ adapt.ErrorCodec = errorCodec{}

@@ -11,6 +11,7 @@ import (
 	"go.temporal.io/sdk/temporalnexus"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/adapt"
 )
 
 // Attributes of the guard's idemguard.execute span.
@@ -40,7 +41,7 @@ func newOperation(g *guard.Guard, opts []Option) (*operation, error) {
 		}
 	}
 	// The package's defaults give way to the guard's and to the user's.
-	call := []guard.CallOption{guard.WithDefaults(
+	call := []guard.CallOption{adapt.WithDefaults(
 		guard.WithRequireKey(true),
 		guard.WithPayloadValidation("@"),
 		guard.WithDefiniteErrors(isDefinite),
@@ -48,9 +49,9 @@ func newOperation(g *guard.Guard, opts []Option) (*operation, error) {
 	call = append(call, c.guardOpts...)
 	// A key or a claim token would name every start of the operation; the
 	// codecs are the package's: the user's are refused.
-	probe := append(slices.Clip(call), guard.Fixed(guard.WithKey("probe"), guard.WithClaimToken("probe"),
-		guard.WithCodec(guard.JSON), guard.WithErrorCodec(guard.MessageErrors)))
-	s, err := g.Settings(probe...)
+	probe := append(slices.Clip(call), adapt.Fixed(guard.WithKey("probe"), adapt.WithClaimToken("probe"),
+		guard.WithCodec(adapt.JSON), adapt.WithErrorCodec(adapt.MessageErrors)))
+	s, err := adapt.Settings(g, probe...)
 	if err != nil {
 		return nil, err
 	}
@@ -93,12 +94,12 @@ func start[R any](ctx context.Context, o *operation, input any, options nexus.St
 	opts := make([]guard.CallOption, 0, len(o.call)+3)
 	opts = append(opts, o.call...)
 	opts = append(opts,
-		guard.Fixed(guard.WithCodec(startCodec{dc: dc, decode: decode, st: st}), guard.WithErrorCodec(newErrorCodec(dc))),
-		guard.WithSpanAttributes(serviceKey.String(info.Service), operationKey.String(info.Operation), requestIDKey.String(options.RequestID)))
+		adapt.Fixed(guard.WithCodec(startCodec{dc: dc, decode: decode, st: st}), adapt.WithErrorCodec(newErrorCodec(dc))),
+		adapt.WithSpanAttributes(serviceKey.String(info.Service), operationKey.String(info.Operation), requestIDKey.String(options.RequestID)))
 	if !o.keyOnInput {
 		opts = append(opts, guard.WithKey(options.RequestID))
 	}
-	v, out, err := guard.Execute(ctx, o.g, info.Service+"/"+info.Operation, input, func(ctx context.Context) (any, error) {
+	v, out, err := adapt.Execute(ctx, o.g, info.Service+"/"+info.Operation, input, func(ctx context.Context) (any, error) {
 		r, val, err := begin(ctx)
 		res = r
 		if err == nil {

@@ -27,8 +27,8 @@ type config struct {
 // guard.WithWait, guard.WithDefiniteErrors, guard.WithResultFilter, … They
 // override the defaults given to guard.New, which override the package's
 // own (a required key, payload validation of the whole input, operation
-// errors definite). guard.WithKey and guard.WithClaimToken name one call,
-// and guard.WithCodec and guard.WithErrorCodec are the package's own: they
+// errors definite). guard.WithKey and adapt.WithClaimToken name one call,
+// and guard.WithCodec and adapt.WithErrorCodec are the package's own: they
 // are refused.
 func WithGuardOptions(opts ...guard.CallOption) Option {
 	return optionFunc(func(c *config) { c.guardOpts = append(c.guardOpts, opts...) })

@@ -14,6 +14,7 @@ import (
 
 	"github.com/idemguard/idemguard/activity"
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/adapt"
 	"github.com/idemguard/idemguard/nexusguard"
 	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/store/memory"
@@ -247,7 +248,7 @@ func TestWrapStoreFailure(t *testing.T) {
 // With the guard disabled (IDEMGUARD_DISABLED) the handler runs on every
 // start, and guard.Step inside it runs unguarded instead of failing.
 func TestWrapDisabled(t *testing.T) {
-	t.Setenv(guard.DisableEnv, "true")
+	t.Setenv(adapt.DisableEnv, "true")
 	var l ledger
 	h := nexusguard.MustWrap(newGuard(t), func(ctx context.Context, o Order, _ nexus.StartOperationOptions) (Receipt, error) {
 		return guard.Step(ctx, "charge", func(ctx context.Context) (Receipt, error) {
@@ -278,8 +279,8 @@ func TestWrapOptions(t *testing.T) {
 		{"nil guard", nil, nil},
 		{"a JMESPath expression that does not compile", g, []nexusguard.Option{nexusguard.WithGuardOptions(guard.WithKeyPath("a["))}},
 		{"a key for every call", g, []nexusguard.Option{nexusguard.WithGuardOptions(guard.WithKey("k"))}},
-		{"a claim token for every call", g, []nexusguard.Option{nexusguard.WithGuardOptions(guard.WithClaimToken("t"))}},
-		{"a codec of its own", g, []nexusguard.Option{nexusguard.WithGuardOptions(guard.WithCodec(guard.JSON))}},
+		{"a claim token for every call", g, []nexusguard.Option{nexusguard.WithGuardOptions(adapt.WithClaimToken("t"))}},
+		{"a codec of its own", g, []nexusguard.Option{nexusguard.WithGuardOptions(guard.WithCodec(adapt.JSON))}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if _, err := nexusguard.Wrap(c.g, charge(&l), c.opts...); err == nil {

@@ -35,7 +35,7 @@
 // process polls the store with backoff (20 ms, doubling to a second), and
 // lasts at most a lease, the clock skew and half a second; if the holder
 // is still alive then (a handler running longer, whose lease is
-// extended), the middleware returns *guard.InProgressError and the router
+// extended), the middleware returns *adapt.InProgressError and the router
 // nacks the delivery. Such a delivery is logged once per key and lease, at
 // info level ([WithLogger]).
 //
@@ -43,7 +43,7 @@
 // or [WithGuardOptions] give guard.WithLease; the guard extends it every
 // third of a lease while the handler runs, so a consumer that dies holding
 // a message stalls it for about 16 s. guard.WithReject, given to the guard
-// or with [WithGuardOptions], returns *guard.InProgressError at once
+// or with [WithGuardOptions], returns *adapt.InProgressError at once
 // instead of waiting (for a broker whose nack delays the redelivery
 // without holding back other messages); guard.WithWait(budget) waits for
 // a budget of its own.
@@ -88,13 +88,13 @@
 //	duplicate in progress elsewhere            waits for it, then as   as they say
 //	                                           replayed (or shared) or
 //	                                           first delivery
-//	  still in progress after a lease          *guard.InProgressError  nacks: redelivered later
+//	  still in progress after a lease          *adapt.InProgressError  nacks: redelivered later
 //	  (with guard.WithReject: at once)
 //	the handler failed (error released)        the handler's error     nacks: redelivered, runs again
 //	the handler failed with a definite error   *PermanentError         poison queue: acks
 //	  (recorded; redeliveries replay it)
 //	payload mismatch, no key, payload not JSON *PermanentError         poison queue: acks
-//	store failure before the handler ran       *guard.StoreError       nacks: redelivered
+//	store failure before the handler ran       *adapt.StoreError       nacks: redelivered
 //
 // A [PermanentError] is one that a redelivery meets again; [IsPermanent]
 // is the filter for Watermill's poison queue

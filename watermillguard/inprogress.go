@@ -10,6 +10,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/adapt"
 	"github.com/idemguard/idemguard/telemetry"
 )
 
@@ -53,15 +54,15 @@ type inProgress struct {
 
 // initWait sets what m does with a message in progress elsewhere, from the
 // settings s of its calls (whose options are check).
-func (m *middleware) initWait(s guard.CallSettings, check []guard.CallOption) error {
-	probe, err := m.g.Settings(append([]guard.CallOption{guard.WithDefaults(guard.WithWait(unsetMode))}, check...)...)
+func (m *middleware) initWait(s adapt.CallSettings, check []guard.CallOption) error {
+	probe, err := adapt.Settings(m.g, append([]guard.CallOption{adapt.WithDefaults(guard.WithWait(unsetMode))}, check...)...)
 	if err != nil {
 		return err
 	}
-	m.wait = probe.Mode == guard.Wait && probe.WaitBudget == unsetMode
+	m.wait = probe.Mode == adapt.Wait && probe.WaitBudget == unsetMode
 	m.lease = s.Lease
 	if m.lease == 0 { // guard.WithLease(0): until the context's deadline
-		m.lease = guard.DefaultLease
+		m.lease = adapt.DefaultLease
 	}
 	m.limit = m.lease + m.g.ClockSkew() + waitMargin
 	return nil
@@ -74,7 +75,7 @@ func (m *middleware) execute(ctx context.Context, scope string, msg *message.Mes
 	if m.wait {
 		call = append(call, guard.WithReject())
 	}
-	produced, out, err := guard.Execute(ctx, m.g, scope, payload(msg.Payload), fn, call...)
+	produced, out, err := adapt.Execute(ctx, m.g, scope, payload(msg.Payload), fn, call...)
 	busy := heldElsewhere(out, err)
 	if busy == nil {
 		return produced, out, err
@@ -84,7 +85,7 @@ func (m *middleware) execute(ctx context.Context, scope string, msg *message.Mes
 		return produced, out, err
 	}
 	call[len(call)-1] = guard.WithWait(m.budget(busy))
-	produced, out, err = guard.Execute(ctx, m.g, scope, payload(msg.Payload), fn, call...)
+	produced, out, err = adapt.Execute(ctx, m.g, scope, payload(msg.Payload), fn, call...)
 	if busy := heldElsewhere(out, err); busy != nil {
 		m.logHeld(ctx, scope, msg, busy, false)
 	}
@@ -94,8 +95,8 @@ func (m *middleware) execute(ctx context.Context, scope string, msg *message.Mes
 // heldElsewhere returns the guard's refusal of a call whose key another
 // caller holds; nil for any other outcome (a handler's own error that
 // wraps an InProgressError included: the handler ran).
-func heldElsewhere(out guard.Outcome, err error) *guard.InProgressError {
-	var busy *guard.InProgressError
+func heldElsewhere(out guard.Outcome, err error) *adapt.InProgressError {
+	var busy *adapt.InProgressError
 	if out != 0 || !errors.As(err, &busy) {
 		return nil
 	}
@@ -106,7 +107,7 @@ func heldElsewhere(out guard.Outcome, err error) *guard.InProgressError {
 // lease can have lapsed on the guard's clock, at most a lease of this
 // middleware's (a holder with a longer lease is met again on the
 // redelivery).
-func (m *middleware) budget(busy *guard.InProgressError) time.Duration {
+func (m *middleware) budget(busy *adapt.InProgressError) time.Duration {
 	d := m.limit
 	if !busy.LeaseExpiresAt.IsZero() {
 		d = min(busy.LeaseExpiresAt.Sub(m.g.Now())+m.g.ClockSkew()+waitMargin, d)
@@ -118,7 +119,7 @@ func (m *middleware) budget(busy *guard.InProgressError) time.Duration {
 // another caller, and that it waits for it or is nacked: once per key until
 // the holder's lease can have lapsed, however often the message is
 // delivered meanwhile.
-func (m *middleware) logHeld(ctx context.Context, scope string, msg *message.Message, busy *guard.InProgressError, waiting bool) {
+func (m *middleware) logHeld(ctx context.Context, scope string, msg *message.Message, busy *adapt.InProgressError, waiting bool) {
 	now := m.g.Now()
 	until := busy.LeaseExpiresAt.Add(m.g.ClockSkew())
 	if busy.LeaseExpiresAt.IsZero() || !until.After(now) {

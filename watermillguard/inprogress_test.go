@@ -12,6 +12,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/adapt"
 	"github.com/idemguard/idemguard/internal/teststores"
 	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/store/memory"
@@ -23,7 +24,7 @@ import (
 // the handler.
 func deadClaim(t *testing.T, s store.Store, key string) {
 	t.Helper()
-	if _, _, err := newGuard(t, s).Claim(t.Context(), watermillguard.DefaultScope, nil, guard.WithKey(key), guard.WithLease(time.Second)); err != nil {
+	if _, _, err := adapt.Obtain(t.Context(), newGuard(t, s), watermillguard.DefaultScope, nil, guard.WithKey(key), guard.WithLease(time.Second)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -70,7 +71,7 @@ func TestInProgressLoggedOncePerLease(t *testing.T) {
 		watermillguard.WithGuardOptions(guard.WithReject()))
 	held := func(key string) {
 		t.Helper()
-		if _, _, err := newGuard(t, s).Claim(t.Context(), watermillguard.DefaultScope, nil, guard.WithKey(key), guard.WithLease(time.Minute)); err != nil {
+		if _, _, err := adapt.Obtain(t.Context(), newGuard(t, s), watermillguard.DefaultScope, nil, guard.WithKey(key), guard.WithLease(time.Minute)); err != nil {
 			t.Fatal(err)
 		}
 	}

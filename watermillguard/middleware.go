@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/adapt"
 )
 
 // MessageIDKey is the attribute of the guard's idemguard.execute span that
@@ -48,15 +49,15 @@ func NewMiddleware(g *guard.Guard, opts ...Option) (message.HandlerMiddleware, e
 	// its codec and its key are its own: a user's option for them is
 	// refused. So is a claim token, which names one claimant: every
 	// delivery would take the others' claims over.
-	m.call = append(m.call, guard.WithDefaults(
+	m.call = append(m.call, adapt.WithDefaults(
 		guard.WithTTL(DefaultTTL),
 		guard.WithRequireKey(true),
 		guard.WithLease(DefaultLease),
 	))
 	m.call = append(m.call, c.call...)
-	m.call = append(m.call, guard.Fixed(guard.WithCodec(codec{})))
-	check := append(slices.Clip(m.call), guard.Fixed(guard.WithKey("probe"), guard.WithClaimToken("probe")))
-	s, err := g.Settings(check...)
+	m.call = append(m.call, adapt.Fixed(guard.WithCodec(codec{})))
+	check := append(slices.Clip(m.call), adapt.Fixed(guard.WithKey("probe"), adapt.WithClaimToken("probe")))
+	s, err := adapt.Settings(g, check...)
 	if err != nil {
 		return nil, err
 	}
@@ -103,7 +104,7 @@ func (m *middleware) handle(h message.HandlerFunc, msg *message.Message) ([]*mes
 	case keyMetadata:
 		call = append(call, guard.WithKey(msg.Metadata.Get(m.c.field)))
 	}
-	call = append(call, guard.WithSpanAttributes(MessageIDKey.String(msg.UUID)))
+	call = append(call, adapt.WithSpanAttributes(MessageIDKey.String(msg.UUID)))
 
 	produced, out, err := m.execute(orig, scope, msg, func(ctx context.Context) ([]*message.Message, error) {
 		// The handler sees the guarded call's context: its key

@@ -15,6 +15,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/adapt"
 	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/store/memory"
 	"github.com/idemguard/idemguard/watermillguard"
@@ -188,7 +189,7 @@ func TestStepsInsideTheHandler(t *testing.T) {
 
 // A duplicate delivered while another consumer handles the message waits
 // for it, by default or for guard.WithWait's budget, and gets the same
-// messages; under guard.WithReject it gets *guard.InProgressError at once
+// messages; under guard.WithReject it gets *adapt.InProgressError at once
 // (nacked, not permanent).
 func TestDuplicateInProgress(t *testing.T) {
 	s := memory.New()
@@ -219,7 +220,7 @@ func TestDuplicateInProgress(t *testing.T) {
 	}
 	waiting := map[string]message.HandlerMiddleware{
 		"by default":     newMiddleware(t, other),
-		"guard.WithWait": newMiddleware(t, other, watermillguard.WithGuardOptions(guard.WithWait(10*time.Second), guard.WithWaitBackoff(5*time.Millisecond, 20*time.Millisecond))),
+		"guard.WithWait": newMiddleware(t, other, watermillguard.WithGuardOptions(guard.WithWait(10*time.Second), adapt.WithWaitBackoff(5*time.Millisecond, 20*time.Millisecond))),
 	}
 	got := map[string]chan []*message.Message{}
 	for name, mw := range waiting {
@@ -364,9 +365,9 @@ func TestPayloadValidation(t *testing.T) {
 			t.Errorf("same amount, another note: %v", err)
 		}
 		_, err := through(ctx, mw, key, []byte(`{"amount":999}`), body)
-		var mm *guard.MismatchError
+		var mm *adapt.MismatchError
 		if !errors.As(err, &mm) || !watermillguard.IsPermanent(err) {
-			t.Errorf("another amount: %v; want a PermanentError holding a *guard.MismatchError", err)
+			t.Errorf("another amount: %v; want a PermanentError holding a *adapt.MismatchError", err)
 		}
 		_, err = through(ctx, mw, watermill.NewUUID(), []byte(`amount=1`), body)
 		if !errors.Is(err, watermillguard.ErrPayloadNotJSON) || !watermillguard.IsPermanent(err) {
@@ -454,7 +455,7 @@ func TestDefiniteErrorsPredicate(t *testing.T) {
 
 // IDEMGUARD_DISABLED makes the middleware a pass-through.
 func TestDisabled(t *testing.T) {
-	t.Setenv(guard.DisableEnv, "true")
+	t.Setenv(adapt.DisableEnv, "true")
 	mw := newMiddleware(t, newGuard(t, memory.New()))
 	var runs atomic.Int32
 	for range 2 {
@@ -480,10 +481,10 @@ func TestInvalidOptions(t *testing.T) {
 		"negative lease":      {watermillguard.WithGuardOptions(guard.WithLease(-time.Second))},
 		"zero wait budget":    {watermillguard.WithGuardOptions(guard.WithWait(0))},
 		"nil codec (guard's)": {watermillguard.WithGuardOptions(guard.WithCodec(nil))},
-		"a codec":             {watermillguard.WithGuardOptions(guard.WithCodec(guard.JSON))},
+		"a codec":             {watermillguard.WithGuardOptions(guard.WithCodec(adapt.JSON))},
 		"an explicit key":     {watermillguard.WithGuardOptions(guard.WithKey("k"))},
 		"an explicit key, the key from the payload": {watermillguard.WithKeyFromPayload(), watermillguard.WithGuardOptions(guard.WithKey("k"))},
-		"a claim token": {watermillguard.WithGuardOptions(guard.WithClaimToken("t"))},
+		"a claim token": {watermillguard.WithGuardOptions(adapt.WithClaimToken("t"))},
 	} {
 		if _, err := watermillguard.NewMiddleware(g, opts...); err == nil {
 			t.Errorf("%s: no error", name)

@@ -123,7 +123,7 @@ func WithKeyFromPayload() Option {
 // guard.WithDefiniteErrors, and the rest. They override the guard's
 // defaults and the middleware's ([DefaultTTL], [DefaultLease], a required
 // key, a wait for a message in progress elsewhere until its holder's lease
-// can have lapsed). guard.WithKey, guard.WithClaimToken and
+// can have lapsed). guard.WithKey, adapt.WithClaimToken and
 // guard.WithCodec are refused (guard.ErrInvalidOption): the middleware
 // sets the key from the message, each delivery claims for itself, and the
 // produced messages are stored in a format of its own.

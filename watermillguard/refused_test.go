@@ -11,6 +11,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/adapt"
 	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/store/memory"
 	"github.com/idemguard/idemguard/watermillguard"
@@ -23,7 +24,7 @@ import (
 func TestRefusedHandlerIsPermanent(t *testing.T) {
 	mw := newMiddleware(t, newGuard(t, memory.New()))
 	var runs atomic.Int32
-	refused := &guard.RefusedError{Key: "debit#1", Err: &store.OpError{Store: "postgres", Op: "Tx.Commit", Err: errors.New("insufficient funds"), Refused: true}}
+	refused := &adapt.RefusedError{Key: "debit#1", Err: &store.OpError{Store: "postgres", Op: "Tx.Commit", Err: errors.New("insufficient funds"), Refused: true}}
 	body := func(context.Context, *message.Message) ([]*message.Message, error) {
 		runs.Add(1)
 		return nil, refused

@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemguard/idemguard/activity"
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/adapt"
 )
 
 // workflowConverter returns dc (nil: the SDK's default) as the worker
@@ -67,4 +68,4 @@ func (c failureCodec) DecodeError(data []byte) error {
 	return c.fc.FailureToError(f)
 }
 
-var _ guard.ErrorCodec = failureCodec{}
+var _ adapt.ErrorCodec = failureCodec{}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/idemguard/idemguard/activity"
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/adapt"
 	"github.com/idemguard/idemguard/internal/temporaltest"
 	"github.com/idemguard/idemguard/workflow"
 )
@@ -120,7 +121,7 @@ func TestGuardedWorkflowWaitsForHolder(t *testing.T) {
 	g := newGuard(t)
 	var ships ledger
 	const lease = 2 * time.Second
-	tq := shipWorker(t, c, g, &ships, workflow.WithGuardOptions(guard.WithLease(lease)), workflow.WithGuardOptions(guard.WithWaitBackoff(time.Second, time.Second)))
+	tq := shipWorker(t, c, g, &ships, workflow.WithGuardOptions(guard.WithLease(lease)), workflow.WithGuardOptions(adapt.WithWaitBackoff(time.Second, time.Second)))
 	rejectTQ := shipWorker(t, c, g, &ships, workflow.WithGuardOptions(guard.WithReject()))
 
 	idA, idB := temporaltest.Name(t, "holder"), temporaltest.Name(t, "waiter")
@@ -166,7 +167,7 @@ func TestGuardedWorkflowWaitsForHolder(t *testing.T) {
 	if n := temporaltest.Count(hB, enumspb.EVENT_TYPE_TIMER_FIRED); n < 2 {
 		t.Errorf("the waiter slept %d times, want 2+", n)
 	}
-	guarded := workflow.Wrap(g, shipOrder, workflow.WithGuardOptions(guard.WithKeyPath("order_id")), workflow.WithGuardOptions(guard.WithLease(lease)), workflow.WithGuardOptions(guard.WithWaitBackoff(time.Second, time.Second)))
+	guarded := workflow.Wrap(g, shipOrder, workflow.WithGuardOptions(guard.WithKeyPath("order_id")), workflow.WithGuardOptions(guard.WithLease(lease)), workflow.WithGuardOptions(adapt.WithWaitBackoff(time.Second, time.Second)))
 	if err := replay(t, guarded, hA, hB); err != nil {
 		t.Errorf("replaying: %v", err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/idemguard/idemguard/activity"
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/adapt"
 	"github.com/idemguard/idemguard/internal/temporaltest"
 	"github.com/idemguard/idemguard/store/memory"
 	"github.com/idemguard/idemguard/workflow"
@@ -33,11 +34,11 @@ func TestInProgressWaitsForTheLapse(t *testing.T) {
 	var ships ledger
 	// Backoff steps longer than the test: only the wake-up aimed at the
 	// lapse can take the key over in time.
-	tq := shipWorker(t, c, g, &ships, workflow.WithGuardOptions(guard.WithWaitBackoff(time.Minute, time.Minute)))
+	tq := shipWorker(t, c, g, &ships, workflow.WithGuardOptions(adapt.WithWaitBackoff(time.Minute, time.Minute)))
 	rejectTQ := shipWorker(t, c, g, &ships, workflow.WithGuardOptions(guard.WithReject()))
 	hold := func(o Order) time.Time {
 		t.Helper()
-		cl, _, err := g.Claim(t.Context(), "shipOrder", o, guard.WithKeyPath("order_id"), guard.WithLease(2*time.Second))
+		cl, _, err := adapt.Obtain(t.Context(), g, "shipOrder", o, guard.WithKeyPath("order_id"), guard.WithLease(2*time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}

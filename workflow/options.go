@@ -9,7 +9,7 @@ import (
 	"github.com/idemguard/idemguard/guard"
 )
 
-// Defaults of [Wrap], applied with guard.WithDefaults: a lease, mode or
+// Defaults of [Wrap], applied with adapt.WithDefaults: a lease, mode or
 // backoff given to guard.New, or with [WithGuardOptions], wins.
 const (
 	// DefaultLease is how long a guarded workflow's claim holds without
@@ -60,14 +60,14 @@ func newConfig(opts []Option) *config {
 
 // WithGuardOptions gives this workflow guard options, as they are:
 // guard.WithKeyPath, guard.WithPayloadValidation, guard.WithTTL,
-// guard.WithLease, guard.WithReject or guard.WithWait, guard.WithWaitBackoff,
+// guard.WithLease, guard.WithReject or guard.WithWait, adapt.WithWaitBackoff,
 // guard.WithRequireKey, guard.WithResultFilter, guard.WithDefiniteErrors,
 // guard.WithOutcomeHook, guard.WithCodec, … They override the defaults
 // given to guard.New, which override the workflow guard's own
 // ([DefaultLease]; waiting for the holder on workflow timers, from a second
 // up to a minute apart, for as long as it holds the key), and they apply to
 // every step of the claim: claiming, extending, completing and replaying.
-// guard.WithKey and guard.WithClaimToken name one call and are refused
+// guard.WithKey and adapt.WithClaimToken name one call and are refused
 // (the caller gives a run its key with [ContextWithKey]).
 func WithGuardOptions(opts ...guard.CallOption) Option {
 	return optionFunc(func(c *config) { c.guardOpts = append(c.guardOpts, opts...) })

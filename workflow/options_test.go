@@ -22,6 +22,7 @@ import (
 
 	"github.com/idemguard/idemguard/activity"
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/adapt"
 	"github.com/idemguard/idemguard/internal/temporaltest"
 	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/store/memory"
@@ -341,7 +342,7 @@ func TestGuardOptionsOnEveryStep(t *testing.T) {
 			hooked = append(hooked, o)
 			mu.Unlock()
 		}),
-		guard.WithCodec(guard.JSON),
+		guard.WithCodec(adapt.JSON),
 	))
 	run := func(o Order) (Receipt, error) {
 		var r Receipt
@@ -401,7 +402,7 @@ func TestGuardOptionsOnEveryStep(t *testing.T) {
 	}
 }
 
-// guard.WithKey and guard.WithClaimToken name one call: given to every run
+// guard.WithKey and adapt.WithClaimToken name one call: given to every run
 // of a workflow they would give every run one key, or one claimant. Wrap
 // refuses them, as it refuses any invalid option, by panicking.
 func TestWrapRefusesOneCallOptions(t *testing.T) {
@@ -412,7 +413,7 @@ func TestWrapRefusesOneCallOptions(t *testing.T) {
 	wf := func(ctx tworkflow.Context, in string) (string, error) { return in, nil }
 	for name, opt := range map[string]guard.CallOption{
 		"an explicit key": guard.WithKey("k"),
-		"a claim token":   guard.WithClaimToken("t"),
+		"a claim token":   adapt.WithClaimToken("t"),
 	} {
 		func() {
 			defer func() {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/idemguard/idemguard/activity"
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/adapt"
 	"github.com/idemguard/idemguard/internal/wfkey"
 	"github.com/idemguard/idemguard/store"
 )
@@ -33,7 +34,7 @@ import (
 //   - Claim. If a workflow with the key has completed, its result is
 //     returned (or its stored definite error). If one is running, this
 //     workflow waits for it, sleeping on workflow timers and claiming again
-//     (guard.WithWait, guard.WithWaitBackoff; by default for as long as the
+//     (guard.WithWait, adapt.WithWaitBackoff; by default for as long as the
 //     holder holds the key, from a second to a minute apart), and returns
 //     its result, or runs the body if that workflow failed or its lease
 //     lapsed; in guard.WithReject mode, or once the wait budget is spent,
@@ -76,15 +77,15 @@ func Wrap[In, Out any](g *guard.Guard, wf func(tworkflow.Context, In) (Out, erro
 		panic("idemguard/workflow: nil guard")
 	}
 	c := newConfig(opts)
-	base := append([]guard.CallOption{guard.WithDefaults(
+	base := append([]guard.CallOption{adapt.WithDefaults(
 		guard.WithLease(DefaultLease),
 		guard.WithWait(forever),
-		guard.WithWaitBackoff(defaultPollInitial, defaultPollMax),
+		adapt.WithWaitBackoff(defaultPollInitial, defaultPollMax),
 	)}, c.guardOpts...)
 	// A key and a claim token name one call: given for every run they would
 	// give every run one key, or one claimant. The workflow's keys and
 	// tokens are its own, and a user's are refused.
-	s, err := g.Settings(append(slices.Clip(base), guard.Fixed(guard.WithKey("probe"), guard.WithClaimToken("probe")))...)
+	s, err := adapt.Settings(g, append(slices.Clip(base), adapt.Fixed(guard.WithKey("probe"), adapt.WithClaimToken("probe")))...)
 	if err != nil {
 		panic(fmt.Sprintf("idemguard/workflow: guarding %s: %v", activity.Name(wf), err))
 	}
@@ -92,9 +93,9 @@ func Wrap[In, Out any](g *guard.Guard, wf func(tworkflow.Context, In) (Out, erro
 		// "Until the context's deadline" would be the local activity's.
 		s.Lease = DefaultLease
 	}
-	s.Lease = max(s.Lease, guard.MinLease)
+	s.Lease = max(s.Lease, adapt.MinLease)
 	la := localActivities{g: g, c: c, s: s, opts: base, decode: func(rec *store.Record, opts []guard.CallOption) (any, error) {
-		return guard.Decode[Out](g, rec, opts...)
+		return adapt.Decode[Out](g, rec, opts...)
 	}}
 	return func(ctx tworkflow.Context, in In) (Out, error) {
 		return guarded(ctx, la, wf, in)
@@ -112,14 +113,14 @@ func Register(r worker.WorkflowRegistry, original, guarded any) {
 // handover is what a run that continues as new hands to the next.
 type handover struct {
 	Scope string      `json:"scope"`
-	Claim guard.Claim `json:"claim"`
+	Claim adapt.Claim `json:"claim"`
 }
 
 // handed returns the claim an earlier run of this workflow handed to this
 // one when it continued as new, if any: the interceptor
 // (activity.NewInterceptor) moves it from the run's header, which only
 // interceptors see, into ctx.
-func handed(ctx tworkflow.Context, scope string) *guard.Claim {
+func handed(ctx tworkflow.Context, scope string) *adapt.Claim {
 	p := wfkey.Handover(ctx)
 	if p == nil {
 		return nil
@@ -173,7 +174,7 @@ func guarded[In, Out any](ctx tworkflow.Context, la localActivities, wf func(two
 		now := tworkflow.Now(ctx)
 		untilLapse := res.HolderLeaseEnd.Sub(now) + la.g.ClockSkew() + lapseMargin
 		waited := now.Sub(start)
-		if s.Mode != guard.Wait || waited >= s.WaitBudget {
+		if s.Mode != adapt.Wait || waited >= s.WaitBudget {
 			return zero, temporal.NewApplicationErrorWithOptions(
 				fmt.Sprintf("%v (key %s)", guard.ErrInProgress, res.Key), activity.ErrorTypeInProgress,
 				temporal.ApplicationErrorOptions{NextRetryDelay: max(untilLapse, time.Second)})
@@ -228,8 +229,8 @@ func guarded[In, Out any](ctx tworkflow.Context, la localActivities, wf func(two
 
 // handOver extends the claim by a lease, so that the next run has a whole
 // lease to start in, and hands it to the next run in can's header.
-func handOver(ctx tworkflow.Context, la localActivities, can *tworkflow.ContinueAsNewError, held guard.Claim) {
-	var next guard.Claim
+func handOver(ctx tworkflow.Context, la localActivities, can *tworkflow.ContinueAsNewError, held adapt.Claim) {
+	var next adapt.Claim
 	if err := tworkflow.ExecuteLocalActivity(ctx, la.IdempotencyExtend, held).Get(ctx, &next); err == nil {
 		held = next
 	} else {
@@ -252,7 +253,7 @@ func handOver(ctx tworkflow.Context, la localActivities, can *tworkflow.Continue
 // keepLease extends the claim every third of a lease until done is closed
 // or the claim is lost. It never cancels an extension in flight, so that
 // no extension runs after the claim is finished.
-func keepLease(ctx tworkflow.Context, la localActivities, done tworkflow.ReceiveChannel, held *guard.Claim) {
+func keepLease(ctx tworkflow.Context, la localActivities, done tworkflow.ReceiveChannel, held *adapt.Claim) {
 	lctx := tworkflow.WithLocalActivityOptions(ctx, la.c.la)
 	for {
 		tctx, cancelTimer := tworkflow.WithCancel(ctx)
@@ -266,7 +267,7 @@ func keepLease(ctx tworkflow.Context, la localActivities, done tworkflow.Receive
 		if stopped || ctx.Err() != nil {
 			return
 		}
-		var next guard.Claim
+		var next adapt.Claim
 		if err := tworkflow.ExecuteLocalActivity(lctx, la.IdempotencyExtend, *held).Get(lctx, &next); err != nil {
 			tworkflow.GetLogger(ctx).Warn("idemguard: extending the workflow's claim failed", "Key", held.Key, "Error", err)
 			var ae *temporal.ApplicationError
@@ -303,7 +304,7 @@ func unwrap(err error) error {
 type localActivities struct {
 	g      *guard.Guard
 	c      *config
-	s      guard.CallSettings // the resolved lease and mode
+	s      adapt.CallSettings // the resolved lease and mode
 	opts   []guard.CallOption // the workflow's guard options, defaults first
 	decode func(rec *store.Record, opts []guard.CallOption) (any, error)
 }
@@ -312,14 +313,14 @@ type claimRequest struct {
 	Scope  string
 	Input  any
 	Token  string       // the fencing token of the run's chain
-	Handed *guard.Claim // the claim an earlier run handed over, if any
+	Handed *adapt.Claim // the claim an earlier run handed over, if any
 }
 
 // claimResult is what IdempotencyClaim returns, and claimOutcome is how the
 // workflow reads it, with the workflow's result type.
 type claimResult struct {
 	// Claim is set when this workflow now holds the key.
-	Claim *guard.Claim `json:"claim,omitempty"`
+	Claim *adapt.Claim `json:"claim,omitempty"`
 	// Done is set when a workflow with the key completed; Value is its
 	// result.
 	Done  bool `json:"done,omitempty"`
@@ -330,7 +331,7 @@ type claimResult struct {
 }
 
 type claimOutcome[Out any] struct {
-	Claim          *guard.Claim `json:"claim,omitempty"`
+	Claim          *adapt.Claim `json:"claim,omitempty"`
 	Done           bool         `json:"done,omitempty"`
 	Value          Out          `json:"value"`
 	Key            string       `json:"key,omitempty"`
@@ -338,18 +339,18 @@ type claimOutcome[Out any] struct {
 }
 
 type finishRequest struct {
-	Claim guard.Claim
+	Claim adapt.Claim
 	Value any
 	Err   error
 }
 
 // options are the guard options of every step of the claim: the Temporal
-// encodings first, so that guard.WithCodec and guard.WithErrorCodec of
+// encodings first, so that guard.WithCodec and adapt.WithErrorCodec of
 // the workflow's options replace them.
 func (la localActivities) options(ctx context.Context, extra ...guard.CallOption) []guard.CallOption {
 	dc := workflowConverter(ctx, la.c.dc)
 	opts := make([]guard.CallOption, 0, len(la.opts)+2+len(extra))
-	opts = append(opts, guard.WithCodec(activity.PayloadCodec{DataConverter: dc}), guard.WithErrorCodec(newFailureCodec(dc)))
+	opts = append(opts, guard.WithCodec(activity.PayloadCodec{DataConverter: dc}), adapt.WithErrorCodec(newFailureCodec(dc)))
 	opts = append(opts, la.opts...)
 	return append(opts, extra...)
 }
@@ -360,7 +361,7 @@ func (la localActivities) IdempotencyClaim(ctx context.Context, req claimRequest
 	var res claimResult
 	opts := la.options(ctx)
 	if req.Handed != nil {
-		next, err := la.g.Extend(ctx, *req.Handed, la.g.Now().Add(la.s.Lease), opts...)
+		next, err := adapt.Extend(ctx, la.g, *req.Handed, la.g.Now().Add(la.s.Lease), opts...)
 		switch {
 		case err == nil:
 			res.Claim = &next
@@ -370,9 +371,9 @@ func (la localActivities) IdempotencyClaim(ctx context.Context, req claimRequest
 		}
 		// The handed claim lapsed and was taken: claim as any run would.
 	}
-	cl, rec, err := la.g.Claim(ctx, req.Scope, req.Input,
-		append(opts, guard.WithLease(la.s.Lease), guard.WithReject(), guard.WithClaimToken(req.Token))...)
-	var busy *guard.InProgressError
+	cl, rec, err := adapt.Obtain(ctx, la.g, req.Scope, req.Input,
+		append(opts, guard.WithLease(la.s.Lease), guard.WithReject(), adapt.WithClaimToken(req.Token))...)
+	var busy *adapt.InProgressError
 	switch {
 	case errors.As(err, &busy):
 		res.Key, res.HolderLeaseEnd = busy.Key, busy.LeaseExpiresAt
@@ -400,8 +401,8 @@ func (la localActivities) IdempotencyClaim(ctx context.Context, req claimRequest
 }
 
 // IdempotencyExtend extends the workflow's claim by a lease from now.
-func (la localActivities) IdempotencyExtend(ctx context.Context, cl guard.Claim) (guard.Claim, error) {
-	next, err := la.g.Extend(ctx, cl, la.g.Now().Add(la.s.Lease), la.options(ctx)...)
+func (la localActivities) IdempotencyExtend(ctx context.Context, cl adapt.Claim) (adapt.Claim, error) {
+	next, err := adapt.Extend(ctx, la.g, cl, la.g.Now().Add(la.s.Lease), la.options(ctx)...)
 	return next, finalError(err)
 }
 
@@ -421,7 +422,7 @@ func (la localActivities) IdempotencyRelease(ctx context.Context, req finishRequ
 }
 
 func (la localActivities) finish(ctx context.Context, req finishRequest) error {
-	_, err := la.g.Finish(ctx, req.Claim, req.Value, req.Err, la.options(ctx)...)
+	_, err := adapt.Finish(ctx, la.g, req.Claim, req.Value, req.Err, la.options(ctx)...)
 	if req.Err != nil && errors.Is(err, guard.ErrLeaseLost) {
 		return nil // someone else holds the key now: nothing to release
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/adapt"
 	"github.com/idemguard/idemguard/internal/dynamodbtest"
 	"github.com/idemguard/idemguard/internal/reqcount"
 	"github.com/idemguard/idemguard/store"
@@ -438,7 +439,7 @@ func storeMiss(ctx context.Context, b *bench, s store.Store, key string, in Orde
 	now := time.Now()
 	claim := &store.Record{Key: key, Status: store.StatusInProgress, Token: newToken(),
 		ExpiresAt: now.Add(max(rawTTL, rawLease)), LeaseExpiresAt: now.Add(rawLease)}
-	if _, err := s.Acquire(ctx, claim, now.Add(-guard.DefaultClockSkew)); err != nil {
+	if _, err := s.Acquire(ctx, claim, now.Add(-adapt.DefaultClockSkew)); err != nil {
 		return err
 	}
 	b.bodyRuns.Add(1)
@@ -455,7 +456,7 @@ func storeReplay(ctx context.Context, s store.Store, key string) error {
 	now := time.Now()
 	claim := &store.Record{Key: key, Status: store.StatusInProgress, Token: newToken(),
 		ExpiresAt: now.Add(max(rawTTL, rawLease)), LeaseExpiresAt: now.Add(rawLease)}
-	old, err := s.Acquire(ctx, claim, now.Add(-guard.DefaultClockSkew))
+	old, err := s.Acquire(ctx, claim, now.Add(-adapt.DefaultClockSkew))
 	if !errors.Is(err, store.ErrConflict) {
 		if err == nil {
 			return fmt.Errorf("replay of %s: the claim succeeded; the record was missing", key)

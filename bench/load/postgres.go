@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/adapt"
 	"github.com/idemguard/idemguard/internal/postgrestest"
 	"github.com/idemguard/idemguard/store/postgres"
 )
@@ -192,7 +193,7 @@ func (p *pgBench) rawClaim(ctx context.Context, key, token string, now time.Time
 		exp, lease         pgtype.Timestamptz
 	)
 	err = p.pool.QueryRow(ctx, p.sql.claim, key, token, "", ceilMicro(now.Add(max(rawTTL, rawLease))), ceilMicro(now.Add(rawLease)),
-		now.Add(-guard.DefaultClockSkew)).Scan(&k, &status, &tok, &ph, &kind, &result, &exp, &lease, &format, &won)
+		now.Add(-adapt.DefaultClockSkew)).Scan(&k, &status, &tok, &ph, &kind, &result, &exp, &lease, &format, &won)
 	if err != nil {
 		return false, nil, err
 	}

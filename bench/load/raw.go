@@ -15,7 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/adapt"
 	"github.com/idemguard/idemguard/internal/epoch"
 	"github.com/idemguard/idemguard/store"
 )
@@ -32,8 +32,8 @@ import (
 // guard's overhead.
 
 const (
-	rawTTL   = guard.DefaultTTL
-	rawLease = guard.DefaultLease
+	rawTTL   = adapt.DefaultTTL
+	rawLease = adapt.DefaultLease
 
 	// The claim's condition: the record is absent, expired, or in progress
 	// under a lapsed lease (store/dynamodb Acquire).

@@ -12,7 +12,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/adapt"
 	"github.com/idemguard/idemguard/internal/epoch"
 	"github.com/idemguard/idemguard/internal/redistest"
 	"github.com/idemguard/idemguard/internal/reqcount"
@@ -134,7 +134,7 @@ func (r *redisBench) close() error {
 // record's format. It returns the script's reply: 1 when it claimed, the
 // record it met otherwise, packed in one string.
 func (r *redisBench) rawClaim(ctx context.Context, key, token string, now time.Time) (any, error) {
-	seen := now.Add(-guard.DefaultClockSkew)
+	seen := now.Add(-adapt.DefaultClockSkew)
 	exp := epoch.CeilSeconds(now.Add(max(rawTTL, rawLease)))
 	return r.client.EvalSha(ctx, r.acquireSHA, []string{r.prefix + key},
 		epoch.FloorMillis(seen), exp*1000+r.grace, exp, token, epoch.CeilMillis(now.Add(rawLease)),

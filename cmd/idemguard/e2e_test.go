@@ -15,6 +15,7 @@ import (
 
 	"github.com/idemguard/idemguard/activity"
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/adapt"
 	"github.com/idemguard/idemguard/store"
 )
 
@@ -109,9 +110,9 @@ func testEndToEnd(t *testing.T, f e2eStore) {
 		t.Helper()
 		opts := []guard.CallOption{guard.WithKeyPath("order.id"), guard.WithPayloadValidation("order")}
 		if token != "" {
-			opts = append(opts, guard.WithClaimToken(token))
+			opts = append(opts, adapt.WithClaimToken(token))
 		}
-		_, out, err := guard.Execute(ctx, g, "charge", json.RawMessage(input), func(context.Context) (receipt, error) {
+		_, out, err := adapt.Execute(ctx, g, "charge", json.RawMessage(input), func(context.Context) (receipt, error) {
 			runs.Add(1)
 			return receipt{ID: "r-1", Amount: 1250}, nil
 		}, opts...)
@@ -160,7 +161,7 @@ func testEndToEnd(t *testing.T, f e2eStore) {
 	}
 	// Not stuck while the lease runs.
 	run(exitNotFound, "", "list", "--stuck")
-	time.Sleep(lease + guard.DefaultClockSkew + 200*time.Millisecond)
+	time.Sleep(lease + adapt.DefaultClockSkew + 200*time.Millisecond)
 	if err := f.s.Extend(ctx, k3, tokenRenewed, time.Now().Add(time.Hour), time.Now().Add(2*time.Hour)); err != nil {
 		t.Fatal(err)
 	}
@@ -238,9 +239,9 @@ func testEndToEnd(t *testing.T, f e2eStore) {
 
 	// A Temporal activity's result, stored as payloads by
 	// activity.PayloadCodec: get shows the encoding metadata.
-	_, _, err = guard.Execute(ctx, g, "activity:Charge", json.RawMessage(`{"id":"p-1"}`), func(context.Context) (receipt, error) {
+	_, _, err = adapt.Execute(ctx, g, "activity:Charge", json.RawMessage(`{"id":"p-1"}`), func(context.Context) (receipt, error) {
 		return receipt{ID: "r-9", Amount: 7}, nil
-	}, guard.WithCodec(activity.PayloadCodec{}), guard.WithClaimToken(tokenPayload))
+	}, guard.WithCodec(activity.PayloadCodec{}), adapt.WithClaimToken(tokenPayload))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/adapt"
 	"github.com/idemguard/idemguard/store"
 )
 
@@ -15,7 +15,7 @@ import (
 // clocks (guard.WithClockSkew): a lease counts as lapsed only once it has
 // lapsed by more than this on the operator's clock, as for a claimant.
 func addSkewFlag(c *cobra.Command, skew *time.Duration) {
-	c.Flags().DurationVar(skew, "clock-skew", guard.DefaultClockSkew,
+	c.Flags().DurationVar(skew, "clock-skew", adapt.DefaultClockSkew,
 		"how far clocks may disagree (guard.WithClockSkew): a lease counts as lapsed only once it lapsed by more than this")
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/aws/smithy-go/logging"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/adapt"
 	idemddb "github.com/idemguard/idemguard/store/dynamodb"
 )
 
@@ -85,7 +86,7 @@ func TestDynamoDBLocalReplaysWithoutChecksumWarnings(t *testing.T) {
 				t.Fatal(err)
 			}
 			for i := range 3 { // a first call, then two replays: failed conditions
-				v, out, err := guard.Execute(ctx, g, "checksum", "order-1", func(context.Context) (int, error) { return 7, nil })
+				v, out, err := adapt.Execute(ctx, g, "checksum", "order-1", func(context.Context) (int, error) { return 7, nil })
 				if err != nil || v != 7 || (i > 0) != (out == guard.OutcomeReplayed) {
 					t.Fatalf("call %d: %v, %v, %v", i, v, out, err)
 				}

@@ -30,6 +30,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/adapt"
 	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/store/memory"
 	idemredis "github.com/idemguard/idemguard/store/redis"
@@ -230,7 +231,7 @@ func (p *process) consume(ctx context.Context, b *broker, led *ledger, due []int
 		go func() {
 			defer idle.Done()
 			for i := range jobs {
-				_, outcome, err := guard.Execute(ctx, g, "apply-payment", b.stream[i], func(ctx context.Context) (string, error) {
+				_, outcome, err := adapt.Execute(ctx, g, "apply-payment", b.stream[i], func(ctx context.Context) (string, error) {
 					return apply(ctx, b.stream[i])
 				})
 				if err != nil {

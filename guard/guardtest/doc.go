@@ -4,7 +4,7 @@
 // ([RunComposition]: a guarded step inside every entry point, through
 // replays, errors, reused keys, live holders and takeovers, with each side
 // effect happening once; and with the guard disabled, a pass-through),
-// and, for a store with transactions, the outcomes of guard.ExecuteTx
+// and, for a store with transactions, the outcomes of adapt.ExecuteTx
 // ([RunTxOutcomes]: the outcome and error every path reports, a refusal
 // by the function's own condition among them).
 //

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/adapt"
 )
 
 // paused is a run of the guarded function that stops after its step until
@@ -102,7 +103,7 @@ func composeLiveHolder(t *testing.T, h *composeHarness) {
 func (h *composeHarness) stalledHolder(t *testing.T, zombie bool) (*stallClock, *paused, <-chan result) {
 	clk := &stallClock{}
 	p := newPause(clk.stall)
-	g := h.guard(t, guard.WithClock(clk))
+	g := h.guard(t, adapt.WithClock(clk))
 	done := h.start(t, g, "order 1", h.body(how{by: "holder", pause: p.pause, zombie: zombie}))
 	h.reach(t, p, done, "holder")
 	return clk, p, done

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/adapt"
 	"github.com/idemguard/idemguard/store"
 )
 
@@ -31,7 +32,7 @@ type TxStore[H any] struct {
 	Count func(t *testing.T, name string) int
 }
 
-// RunTxOutcomes holds guard.ExecuteTx on a store to the outcome it
+// RunTxOutcomes holds adapt.ExecuteTx on a store to the outcome it
 // reports, and the error, on every path, with each case's side effects
 // counted where they commit:
 //
@@ -44,7 +45,7 @@ type TxStore[H any] struct {
 //     function's error. A retry runs the function again.
 //   - ReleasedByOwnCondition: the function's own condition refuses the
 //     commit; nothing commits, the key is released;
-//     [guard.OutcomeReleased] and a [*guard.RefusedError], which matches
+//     [guard.OutcomeReleased] and a [*adapt.RefusedError], which matches
 //     [guard.ErrRefused] and not [guard.ErrStore] (nor any error that
 //     says the function did not run). A retry runs the function again.
 //   - LeaseLost: the holder's claim is taken over while its function
@@ -55,7 +56,7 @@ type TxStore[H any] struct {
 //   - Unguarded: a key selection that selects nothing, with
 //     guard.WithRequireKey(false): the write commits in a transaction of
 //     its own; [guard.OutcomeUnguarded]. A refused one is a
-//     [*guard.RefusedError] too.
+//     [*adapt.RefusedError] too.
 func RunTxOutcomes[H any](t *testing.T, ts TxStore[H]) {
 	runCases(t, func(ctx context.Context, t *testing.T) *txOutcomes[H] {
 		return &txOutcomes[H]{ts: ts, s: ts.NewStore(t), ctx: ctx, key: fmt.Sprintf("%s-%d", t.Name(), time.Now().UnixNano())}
@@ -125,7 +126,7 @@ func (h *txOutcomes[H]) wantRuns(t *testing.T, n int32) {
 var errDeclined = errors.New("guardtest: declined")
 
 func txExecuted[H any](t *testing.T, h *txOutcomes[H]) {
-	v, out, err := guard.ExecuteTx(h.ctx, h.guard(t), "outcomes", h.input(), h.write(h.key))
+	v, out, err := adapt.ExecuteTx(h.ctx, h.guard(t), "outcomes", h.input(), h.write(h.key))
 	if err != nil || out != guard.OutcomeExecuted || v != "done "+h.key {
 		t.Fatalf("ExecuteTx = %q, %v, %v; want the result, OutcomeExecuted", v, out, err)
 	}
@@ -134,10 +135,10 @@ func txExecuted[H any](t *testing.T, h *txOutcomes[H]) {
 
 func txReplayed[H any](t *testing.T, h *txOutcomes[H]) {
 	g := h.guard(t)
-	if _, _, err := guard.ExecuteTx(h.ctx, g, "outcomes", h.input(), h.write(h.key)); err != nil {
+	if _, _, err := adapt.ExecuteTx(h.ctx, g, "outcomes", h.input(), h.write(h.key)); err != nil {
 		t.Fatal(err)
 	}
-	v, out, err := guard.ExecuteTx(h.ctx, g, "outcomes", h.input(), h.write(h.key))
+	v, out, err := adapt.ExecuteTx(h.ctx, g, "outcomes", h.input(), h.write(h.key))
 	if err != nil || out != guard.OutcomeReplayed || v != "done "+h.key {
 		t.Fatalf("the second ExecuteTx = %q, %v, %v; want the stored result, OutcomeReplayed", v, out, err)
 	}
@@ -147,7 +148,7 @@ func txReplayed[H any](t *testing.T, h *txOutcomes[H]) {
 
 func txReleasedByError[H any](t *testing.T, h *txOutcomes[H]) {
 	g := h.guard(t)
-	_, out, err := guard.ExecuteTx(h.ctx, g, "outcomes", h.input(), func(ctx context.Context, tx H) (string, error) {
+	_, out, err := adapt.ExecuteTx(h.ctx, g, "outcomes", h.input(), func(ctx context.Context, tx H) (string, error) {
 		if _, err := h.write(h.key)(ctx, tx); err != nil {
 			return "", err
 		}
@@ -157,7 +158,7 @@ func txReleasedByError[H any](t *testing.T, h *txOutcomes[H]) {
 		t.Fatalf("ExecuteTx whose function fails = %v, %v; want its error, OutcomeReleased", out, err)
 	}
 	h.want(t, h.key, 0)
-	if _, out, err := guard.ExecuteTx(h.ctx, g, "outcomes", h.input(), h.write(h.key)); err != nil || out != guard.OutcomeExecuted {
+	if _, out, err := adapt.ExecuteTx(h.ctx, g, "outcomes", h.input(), h.write(h.key)); err != nil || out != guard.OutcomeExecuted {
 		t.Fatalf("the retry = %v, %v; want it run: the key was released", out, err)
 	}
 	h.wantRuns(t, 2)
@@ -167,25 +168,25 @@ func txReleasedByError[H any](t *testing.T, h *txOutcomes[H]) {
 func txReleasedByOwnCondition[H any](t *testing.T, h *txOutcomes[H]) {
 	g := h.guard(t)
 	for i := range 2 {
-		_, out, err := guard.ExecuteTx(h.ctx, g, "outcomes", h.input(), h.refuse(h.key))
+		_, out, err := adapt.ExecuteTx(h.ctx, g, "outcomes", h.input(), h.refuse(h.key))
 		checkRefused(t, fmt.Sprintf("call %d, refused by its own condition", i+1), out, guard.OutcomeReleased, err)
 	}
 	h.wantRuns(t, 2) // the key was released: the retry ran again
 	h.want(t, h.key, 0)
-	if _, out, err := guard.ExecuteTx(h.ctx, g, "outcomes", h.input(), h.write(h.key)); err != nil || out != guard.OutcomeExecuted {
+	if _, out, err := adapt.ExecuteTx(h.ctx, g, "outcomes", h.input(), h.write(h.key)); err != nil || out != guard.OutcomeExecuted {
 		t.Fatalf("a call whose condition holds = %v, %v; want it run", out, err)
 	}
 	h.want(t, h.key, 1)
 }
 
 // checkRefused fails unless the call ended with outcome want and a
-// refusal: a *guard.RefusedError, which says nothing of the store's or of
+// refusal: a *adapt.RefusedError, which says nothing of the store's or of
 // a function that did not run.
 func checkRefused(t *testing.T, what string, out, want guard.Outcome, err error) {
 	t.Helper()
-	var re *guard.RefusedError
+	var re *adapt.RefusedError
 	if !errors.Is(err, guard.ErrRefused) || !errors.As(err, &re) || !errors.Is(err, store.ErrRefused) || out != want {
-		t.Fatalf("%s = %v, %v; want a *guard.RefusedError matching store.ErrRefused, and %v", what, out, err, want)
+		t.Fatalf("%s = %v, %v; want a *adapt.RefusedError matching store.ErrRefused, and %v", what, out, err, want)
 	}
 	for _, not := range []error{guard.ErrStore, guard.ErrInProgress, guard.ErrBatchStopped, guard.ErrLeaseLost, guard.ErrNotRecorded, store.ErrThrottled, store.ErrTokenMismatch} {
 		if errors.Is(err, not) {
@@ -195,17 +196,17 @@ func checkRefused(t *testing.T, what string, out, want guard.Outcome, err error)
 }
 
 func txLeaseLost[H any](t *testing.T, h *txOutcomes[H]) {
-	holder := h.guard(t, guard.WithClock(behind{composeLease + 10*time.Second}))
+	holder := h.guard(t, adapt.WithClock(behind{composeLease + 10*time.Second}))
 	taker := h.guard(t)
 	var takerOut guard.Outcome
 	var takerErr error
-	_, out, err := guard.ExecuteTx(h.ctx, holder, "outcomes", h.input(), func(ctx context.Context, tx H) (string, error) {
+	_, out, err := adapt.ExecuteTx(h.ctx, holder, "outcomes", h.input(), func(ctx context.Context, tx H) (string, error) {
 		if _, err := h.write("holder")(ctx, tx); err != nil {
 			return "", err
 		}
 		// The holder's lease has lapsed for the taker, which takes the
 		// key over and commits while the holder's transaction is open.
-		_, takerOut, takerErr = guard.ExecuteTx(context.WithoutCancel(ctx), taker, "outcomes", h.input(), h.write("taker"))
+		_, takerOut, takerErr = adapt.ExecuteTx(context.WithoutCancel(ctx), taker, "outcomes", h.input(), h.write("taker"))
 		return "holder's", nil
 	})
 	if takerErr != nil || takerOut != guard.OutcomeExecuted {
@@ -216,7 +217,7 @@ func txLeaseLost[H any](t *testing.T, h *txOutcomes[H]) {
 	}
 	h.want(t, "holder", 0)
 	h.want(t, "taker", 1)
-	v, out, err := guard.ExecuteTx(h.ctx, taker, "outcomes", h.input(), h.write(h.key))
+	v, out, err := adapt.ExecuteTx(h.ctx, taker, "outcomes", h.input(), h.write(h.key))
 	if err != nil || out != guard.OutcomeReplayed || v != "done taker" {
 		t.Errorf("a later call = %q, %v, %v; want the taker's result replayed", v, out, err)
 	}
@@ -225,12 +226,12 @@ func txLeaseLost[H any](t *testing.T, h *txOutcomes[H]) {
 func txUnguarded[H any](t *testing.T, h *txOutcomes[H]) {
 	g := h.guard(t)
 	none := map[string]string{"note": "no id"}
-	v, out, err := guard.ExecuteTx(h.ctx, g, "outcomes", none, h.write(h.key), guard.WithRequireKey(false))
+	v, out, err := adapt.ExecuteTx(h.ctx, g, "outcomes", none, h.write(h.key), guard.WithRequireKey(false))
 	if err != nil || out != guard.OutcomeUnguarded || v != "done "+h.key {
 		t.Fatalf("ExecuteTx without a key = %q, %v, %v; want the result, OutcomeUnguarded", v, out, err)
 	}
 	h.want(t, h.key, 1)
-	_, out, err = guard.ExecuteTx(h.ctx, g, "outcomes", none, h.refuse(h.key+"-refused"), guard.WithRequireKey(false))
+	_, out, err = adapt.ExecuteTx(h.ctx, g, "outcomes", none, h.refuse(h.key+"-refused"), guard.WithRequireKey(false))
 	checkRefused(t, "ExecuteTx without a key, refused by its own condition", out, guard.OutcomeUnguarded, err)
 	h.want(t, h.key+"-refused", 0)
 }

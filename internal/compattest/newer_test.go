@@ -17,6 +17,7 @@ import (
 
 	"github.com/idemguard/idemguard/activity"
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/adapt"
 	"github.com/idemguard/idemguard/store"
 	idemddb "github.com/idemguard/idemguard/store/dynamodb"
 	idemredis "github.com/idemguard/idemguard/store/redis"
@@ -57,7 +58,7 @@ func TestNewerFormat(t *testing.T) {
 			}
 			call := func(scope, id string, amount int) {
 				t.Helper()
-				_, _, err := guard.Execute(ctx, e.g, scope, order{ID: id, Amount: amount}, func(context.Context) (receipt, error) {
+				_, _, err := adapt.Execute(ctx, e.g, scope, order{ID: id, Amount: amount}, func(context.Context) (receipt, error) {
 					e.run(scope)
 					return receipt{}, nil
 				}, keyed...)
@@ -75,7 +76,7 @@ func TestNewerFormat(t *testing.T) {
 			// The crashed call's claim lapsed: it is taken over, whatever its
 			// format. Its step's record, of the newer format, is not replayed
 			// and the step does not run.
-			_, _, err := guard.Execute(ctx, e.g, "golden-step", order{ID: "o-6", Amount: 600}, func(ctx context.Context) (receipt, error) {
+			_, _, err := adapt.Execute(ctx, e.g, "golden-step", order{ID: "o-6", Amount: 600}, func(ctx context.Context) (receipt, error) {
 				_, err := guard.Step(ctx, "reserve", func(context.Context) (receipt, error) {
 					e.run("reserve")
 					return receipt{}, nil

@@ -22,6 +22,7 @@ import (
 	"github.com/idemguard/idemguard/grpcguard"
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/httpguard"
+	"github.com/idemguard/idemguard/internal/adapt"
 	"github.com/idemguard/idemguard/store"
 )
 
@@ -127,18 +128,18 @@ var scenarios = []scenario{
 		// another call is refused with the holder's lease end.
 		name: "in-progress",
 		write: func(ctx context.Context, e *env) error {
-			cl, _, err := e.g.Claim(ctx, "golden-claim", order{ID: "o-1", Amount: 100}, opts(guard.WithLease(2*time.Hour))...)
+			cl, _, err := adapt.Obtain(ctx, e.g, "golden-claim", order{ID: "o-1", Amount: 100}, opts(guard.WithLease(2*time.Hour))...)
 			if err == nil && cl == nil {
 				err = errors.New("Claim found a record; want a claim")
 			}
 			return err
 		},
 		read: func(ctx context.Context, e *env) error {
-			_, _, err := guard.Execute(ctx, e.g, "golden-claim", order{ID: "o-1", Amount: 100}, func(context.Context) (receipt, error) {
+			_, _, err := adapt.Execute(ctx, e.g, "golden-claim", order{ID: "o-1", Amount: 100}, func(context.Context) (receipt, error) {
 				e.run("claim")
 				return receipt{}, nil
 			}, opts(guard.WithReject())...)
-			var busy *guard.InProgressError
+			var busy *adapt.InProgressError
 			switch {
 			case e.runs("claim") != 0:
 				return errors.New("the function ran over a live claim")
@@ -160,7 +161,7 @@ var scenarios = []scenario{
 			return err
 		},
 		read: func(ctx context.Context, e *env) error {
-			v, out, err := guard.Execute(ctx, e.g, "golden-value", order{ID: "o-2", Amount: 250}, func(context.Context) (receipt, error) {
+			v, out, err := adapt.Execute(ctx, e.g, "golden-value", order{ID: "o-2", Amount: 250}, func(context.Context) (receipt, error) {
 				e.run("value")
 				return receipt{}, nil
 			}, keyed...)
@@ -193,7 +194,7 @@ var scenarios = []scenario{
 			return nil
 		},
 		read: func(ctx context.Context, e *env) error {
-			_, out, err := guard.Execute(ctx, e.g, "golden-error", order{ID: "o-3", Amount: 300}, func(context.Context) (receipt, error) {
+			_, out, err := adapt.Execute(ctx, e.g, "golden-error", order{ID: "o-3", Amount: 300}, func(context.Context) (receipt, error) {
 				e.run("error")
 				return receipt{}, nil
 			}, keyed...)
@@ -217,7 +218,7 @@ var scenarios = []scenario{
 			return err
 		},
 		read: func(ctx context.Context, e *env) error {
-			_, out, err := guard.Execute(ctx, e.g, "golden-unavailable", order{ID: "o-4", Amount: 400}, func(context.Context) (any, error) {
+			_, out, err := adapt.Execute(ctx, e.g, "golden-unavailable", order{ID: "o-4", Amount: 400}, func(context.Context) (any, error) {
 				e.run("unavailable")
 				return nil, nil
 			}, keyed...)
@@ -238,7 +239,7 @@ var scenarios = []scenario{
 			return err
 		},
 		read: func(ctx context.Context, e *env) error {
-			v, out, err := guard.Execute(ctx, e.g, "golden-large", order{ID: "o-5", Amount: 500}, func(context.Context) (receipt, error) {
+			v, out, err := adapt.Execute(ctx, e.g, "golden-large", order{ID: "o-5", Amount: 500}, func(context.Context) (receipt, error) {
 				e.run("large")
 				return receipt{}, nil
 			}, keyed...)
@@ -272,7 +273,7 @@ var scenarios = []scenario{
 			return nil
 		},
 		read: func(ctx context.Context, e *env) error {
-			v, out, err := guard.Execute(ctx, e.g, "golden-step", order{ID: "o-6", Amount: 600}, func(ctx context.Context) (receipt, error) {
+			v, out, err := adapt.Execute(ctx, e.g, "golden-step", order{ID: "o-6", Amount: 600}, func(ctx context.Context) (receipt, error) {
 				e.run("step-call")
 				r, err := guard.Step(ctx, "reserve", func(context.Context) (receipt, error) {
 					e.run("reserve")
@@ -487,7 +488,7 @@ func deref(b *blob) string {
 func newEnv(t *testing.T, sp *space, s store.Store, at time.Time) *env {
 	t.Helper()
 	e := &env{sp: sp, clock: &stillClock{t: at}, base: at, snap: func() {}}
-	g, err := guard.New(s, guard.WithClock(e.clock), guard.WithTTL(24*time.Hour), guard.WithLease(5*time.Minute),
+	g, err := guard.New(s, adapt.WithClock(e.clock), guard.WithTTL(24*time.Hour), guard.WithLease(5*time.Minute),
 		guard.WithLogger(discardLogger))
 	if err != nil {
 		t.Fatal(err)

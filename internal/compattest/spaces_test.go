@@ -21,6 +21,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/adapt"
 	"github.com/idemguard/idemguard/internal/compress"
 	"github.com/idemguard/idemguard/internal/dynamodbtest"
 	"github.com/idemguard/idemguard/internal/postgrestest"
@@ -121,7 +122,7 @@ func dynamoSpace(t *testing.T) *space {
 			return &tokenTxStore[*idemddb.TxWrites]{tokenStore: tokenStore{Store: s, m: m}, tr: s.(store.Transactor[*idemddb.TxWrites])}
 		},
 		execTx: func(ctx context.Context, g *guard.Guard, scope string, input any, fn func(context.Context) (receipt, error), opts ...guard.CallOption) (receipt, guard.Outcome, error) {
-			return guard.ExecuteTx(ctx, g, scope, input, func(ctx context.Context, _ *idemddb.TxWrites) (receipt, error) { return fn(ctx) }, opts...)
+			return adapt.ExecuteTx(ctx, g, scope, input, func(ctx context.Context, _ *idemddb.TxWrites) (receipt, error) { return fn(ctx) }, opts...)
 		},
 	}
 }
@@ -325,7 +326,7 @@ func postgresSpace(t *testing.T) *space {
 			return &tokenTxStore[pgx.Tx]{tokenStore: tokenStore{Store: s, m: m}, tr: s.(store.Transactor[pgx.Tx])}
 		},
 		execTx: func(ctx context.Context, g *guard.Guard, scope string, input any, fn func(context.Context) (receipt, error), opts ...guard.CallOption) (receipt, guard.Outcome, error) {
-			return guard.ExecuteTx(ctx, g, scope, input, func(ctx context.Context, tx pgx.Tx) (receipt, error) {
+			return adapt.ExecuteTx(ctx, g, scope, input, func(ctx context.Context, tx pgx.Tx) (receipt, error) {
 				if _, err := tx.Exec(ctx, "SELECT 1"); err != nil {
 					return receipt{}, err
 				}

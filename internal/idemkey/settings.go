@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/adapt"
 	"github.com/idemguard/idemguard/store"
 )
 
@@ -117,7 +118,7 @@ func (s *Settings) AddGuardOptions(opts []guard.CallOption) { s.Guard = append(s
 // Finish checks the settings and returns the guard call options of every
 // guarded request, in the order that makes each win where it should:
 //
-//  1. the transport's defaults, through guard.WithDefaults, so that what
+//  1. the transport's defaults, through adapt.WithDefaults, so that what
 //     the user gave guard.New wins over them: a TTL of [DefaultTTL] and
 //     wait mode with a budget of [DefaultWait];
 //  2. the user's options (WithGuardOptions), which win over both;
@@ -127,7 +128,7 @@ func (s *Settings) AddGuardOptions(opts []guard.CallOption) { s.Guard = append(s
 //     [CallState], and own (the transport's codec and result policy).
 //
 // It checks them against g, checks that the user's options could be a
-// guard's defaults (guard.WithKey and guard.WithClaimToken name one call,
+// guard's defaults (guard.WithKey and adapt.WithClaimToken name one call,
 // and would give every request one key or one claim), and that g's store
 // can hold the keys of the scope (guard.CheckScope).
 func (s *Settings) Finish(g *guard.Guard, fingerprint bool, own ...guard.CallOption) ([]guard.CallOption, error) {
@@ -158,10 +159,10 @@ func (s *Settings) Finish(g *guard.Guard, fingerprint bool, own ...guard.CallOpt
 		fixed = append(fixed, guard.WithPayloadValidation(fingerprintPath))
 	}
 	call := make([]guard.CallOption, 0, 2+len(s.Guard))
-	call = append(call, guard.WithDefaults(guard.WithTTL(DefaultTTL), guard.WithWait(DefaultWait)))
+	call = append(call, adapt.WithDefaults(guard.WithTTL(DefaultTTL), guard.WithWait(DefaultWait)))
 	call = append(call, s.Guard...)
-	call = append(call, guard.Fixed(append(fixed, own...)...))
-	if _, err := g.Settings(call...); err != nil {
+	call = append(call, adapt.Fixed(append(fixed, own...)...))
+	if _, err := adapt.Settings(g, call...); err != nil {
 		return nil, fmt.Errorf("%s: %w", s.Pkg, err)
 	}
 	return call, nil
@@ -170,7 +171,7 @@ func (s *Settings) Finish(g *guard.Guard, fingerprint bool, own ...guard.CallOpt
 func toOptions(opts []guard.CallOption) []guard.Option {
 	out := make([]guard.Option, len(opts))
 	for i, o := range opts {
-		out[i] = o
+		out[i] = adapt.Lift(o)
 	}
 	return out
 }
@@ -198,7 +199,7 @@ type CallState struct {
 
 type callStateKey struct{}
 
-// WithCallState returns a context for guard.Execute whose outcome hook
+// WithCallState returns a context for adapt.Execute whose outcome hook
 // (set by [Settings.Finish]) fills the returned state.
 func WithCallState(ctx context.Context) (context.Context, *CallState) {
 	st := &CallState{}

@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/adapt"
 	"github.com/idemguard/idemguard/internal/dynamodbtest"
 	"github.com/idemguard/idemguard/store"
 	idemddb "github.com/idemguard/idemguard/store/dynamodb"
@@ -148,7 +149,7 @@ func TestDoTxKilledBeforeCommit(t *testing.T) {
 
 			// A retry one lease and the skew later, on its clock.
 			var runs atomic.Int32
-			retry := e.guard(t, nil, guard.WithClock(offsetClock(time.Minute+guard.DefaultClockSkew+time.Second)))
+			retry := e.guard(t, nil, adapt.WithClock(offsetClock(time.Minute+adapt.DefaultClockSkew+time.Second)))
 			fn := func(ctx context.Context, w *idemddb.TxWrites) (int, error) {
 				runs.Add(1)
 				return 2, e.charge(w, c, "retry")

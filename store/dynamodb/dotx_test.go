@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/adapt"
 	"github.com/idemguard/idemguard/store"
 	idemddb "github.com/idemguard/idemguard/store/dynamodb"
 )
@@ -169,7 +170,7 @@ func TestDoTxFailureSendsNothing(t *testing.T) {
 		t.Fatalf("record of the definite error = %+v, want COMPLETED with an error", rec)
 	}
 	_, err := guard.DoTx(e.ctx, g, "charge", d, declined, isDef)
-	var re *guard.ReplayedError
+	var re *adapt.ReplayedError
 	if !errors.As(err, &re) || re.Message != errDeclined.Error() || defRuns.Load() != 1 {
 		t.Errorf("replay of the definite error = %v after %d runs; want the recorded error, no run", err, defRuns.Load())
 	}
@@ -207,7 +208,7 @@ func TestDoTxZombieCancelled(t *testing.T) {
 	c := charge{ID: "c-zombie", Account: "a-zombie", Cents: 40}
 	const lease = time.Minute
 	zombie := e.guard(t, nil)
-	taker := e.guard(t, nil, guard.WithClock(offsetClock(lease+guard.DefaultClockSkew+time.Second)))
+	taker := e.guard(t, nil, adapt.WithClock(offsetClock(lease+adapt.DefaultClockSkew+time.Second)))
 
 	added, resume := make(chan struct{}), make(chan struct{})
 	zerr := make(chan error, 1)
@@ -407,12 +408,12 @@ func TestDoTxLostCommitAnswer(t *testing.T) {
 				return 9, e.charge(w, c, "w")
 			}
 			v, err := guard.DoTx(e.ctx, g, "charge", c, fn)
-			var se *guard.StoreError
+			var se *adapt.StoreError
 			switch {
 			case committed && (err != nil || v != 9):
 				t.Fatalf("DoTx whose commit landed = %d, %v; want 9 (the record says it committed)", v, err)
 			case !committed && !errors.As(err, &se):
-				t.Fatalf("DoTx whose commit did not land = %v, want a *guard.StoreError", err)
+				t.Fatalf("DoTx whose commit did not land = %v, want a *adapt.StoreError", err)
 			}
 			if !committed && e.record(t, "charge", c) != nil {
 				t.Errorf("the uncommitted call left its claim; want it released")

@@ -14,12 +14,13 @@ import (
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/guard/guardtest"
+	"github.com/idemguard/idemguard/internal/adapt"
 	"github.com/idemguard/idemguard/store"
 	idemddb "github.com/idemguard/idemguard/store/dynamodb"
 	"github.com/idemguard/idemguard/telemetry"
 )
 
-// guard.ExecuteTx reports the true outcome on every path on DynamoDB
+// adapt.ExecuteTx reports the true outcome on every path on DynamoDB
 // Local: the function's side effect is a counter item of the business
 // table, incremented through the transaction; the refused one comes with
 // an Update of an account that does not exist, conditional on its
@@ -55,7 +56,7 @@ func TestDoTxRefusedDebitIsNotAStoreError(t *testing.T) {
 	g := e.guard(t, nil, guard.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))))
 	e.putAccount(t, "a-wallet", 100)
 	c := charge{ID: "c-refused", Account: "a-wallet", Cents: 250}
-	_, out, err := guard.ExecuteTx(e.ctx, g, "debit", c, func(ctx context.Context, w *idemddb.TxWrites) (string, error) {
+	_, out, err := adapt.ExecuteTx(e.ctx, g, "debit", c, func(ctx context.Context, w *idemddb.TxWrites) (string, error) {
 		return "debited", w.Update(e.biz, pk("acct#"+c.Account),
 			expression.Add(expression.Name("balance"), expression.Value(-c.Cents)),
 			idemddb.If(expression.Name("balance").GreaterThanEqual(expression.Value(c.Cents))),
@@ -118,7 +119,7 @@ func TestDoTxCommitPastItsDeadline(t *testing.T) {
 		runs.Add(1)
 		return 4, e.charge(w, c, "w")
 	}
-	_, out, err := guard.ExecuteTx(e.ctx, g, "charge", c, fn)
+	_, out, err := adapt.ExecuteTx(e.ctx, g, "charge", c, fn)
 	if errors.Is(err, guard.ErrNotRecorded) || !errors.Is(err, guard.ErrStore) || out != guard.OutcomeReleased {
 		t.Fatalf("DoTx whose commit outlived its deadline = %v, %v; want a store error and OutcomeReleased (the record says it did not commit)", out, err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/aws/smithy-go/middleware"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/adapt"
 	"github.com/idemguard/idemguard/internal/dynamodbtest"
 	"github.com/idemguard/idemguard/internal/reqcount"
 	"github.com/idemguard/idemguard/store"
@@ -197,7 +198,7 @@ func TestAcquireRetryAfterLostResponse(t *testing.T) {
 		t.Fatal(err)
 	}
 	runs := 0
-	v, out, err := guard.Execute(t.Context(), g, "scope", "lost-again", func(context.Context) (int, error) { runs++; return 7, nil })
+	v, out, err := adapt.Execute(t.Context(), g, "scope", "lost-again", func(context.Context) (int, error) { runs++; return 7, nil })
 	if err != nil || v != 7 || out != guard.OutcomeExecuted || runs != 1 {
 		t.Errorf("guarded call = %d, %v, %v after %d runs; want 7, executed, once", v, out, err, runs)
 	}

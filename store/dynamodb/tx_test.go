@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/adapt"
 	"github.com/idemguard/idemguard/store"
 	idemddb "github.com/idemguard/idemguard/store/dynamodb"
 )
@@ -375,9 +376,9 @@ func TestBeginNeedsTxAPI(t *testing.T) {
 		ran = true
 		return 1, nil
 	})
-	var se *guard.StoreError
+	var se *adapt.StoreError
 	if !errors.As(err, &se) || ran {
-		t.Fatalf("DoTx = %v, ran %v; want a *guard.StoreError and no run", err, ran)
+		t.Fatalf("DoTx = %v, ran %v; want a *adapt.StoreError and no run", err, ran)
 	}
 	if rec := e.record(t, "charge", charge{ID: "no-tx"}); rec != nil {
 		t.Errorf("claim left: %+v", rec)

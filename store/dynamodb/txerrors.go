@@ -140,7 +140,7 @@ const (
 //
 // It matches [store.ErrRefused] when a condition of the function's own
 // did not hold (and the guard's completions' did): guard.DoTx then
-// returns a *guard.RefusedError wrapping it, which matches
+// returns a *adapt.RefusedError wrapping it, which matches
 // guard.ErrRefused, not guard.ErrStore: a business outcome (a debit the
 // balance does not cover), not a failure of the store.
 //

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/adapt"
 	"github.com/idemguard/idemguard/internal/postgrestest"
 	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/store/postgres"
@@ -170,7 +171,7 @@ func TestDoTxKilledBeforeCommit(t *testing.T) {
 
 			// A retry one lease and the skew later, on its clock.
 			var runs atomic.Int32
-			retry := e.guard(t, nil, guard.WithClock(offsetClock(time.Minute+guard.DefaultClockSkew+time.Second)))
+			retry := e.guard(t, nil, adapt.WithClock(offsetClock(time.Minute+adapt.DefaultClockSkew+time.Second)))
 			fn := func(ctx context.Context, tx pgx.Tx) (int, error) {
 				runs.Add(1)
 				return 2, e.write(ctx, tx, in.ID, "retry")
@@ -198,7 +199,7 @@ func TestDoTxZombieRolledBack(t *testing.T) {
 	zombie := e.guard(t, nil)
 	// The taker's clock is a lease and the skew ahead: the zombie's lease
 	// has lapsed for it, as it would after a real pause.
-	taker := e.guard(t, nil, guard.WithClock(offsetClock(lease+guard.DefaultClockSkew+time.Second)))
+	taker := e.guard(t, nil, adapt.WithClock(offsetClock(lease+adapt.DefaultClockSkew+time.Second)))
 
 	written, resume := make(chan struct{}), make(chan struct{})
 	zerr := make(chan error, 1)
@@ -267,12 +268,12 @@ func TestDoTxLostCommitAnswer(t *testing.T) {
 				return 9, e.write(ctx, tx, in.ID, "w")
 			}
 			v, err := guard.DoTx(e.ctx, g, "move", in, fn)
-			var se *guard.StoreError
+			var se *adapt.StoreError
 			switch {
 			case committed && (err != nil || v != 9):
 				t.Fatalf("DoTx whose commit landed = %d, %v; want 9 (the record says it committed)", v, err)
 			case !committed && !errors.As(err, &se):
-				t.Fatalf("DoTx whose commit did not land = %v, want a *guard.StoreError", err)
+				t.Fatalf("DoTx whose commit did not land = %v, want a *adapt.StoreError", err)
 			}
 			if !committed {
 				if rec := e.record(t, "move", in); rec != nil {

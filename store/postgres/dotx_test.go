@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/adapt"
 	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/store/postgres"
 )
@@ -285,7 +286,7 @@ func TestDoTxFailureRollsBack(t *testing.T) {
 		t.Fatalf("record of the definite error = %+v, want COMPLETED with an error", rec)
 	}
 	_, err := guard.DoTx(e.ctx, g, "move", def, declined, isDef)
-	var re *guard.ReplayedError
+	var re *adapt.ReplayedError
 	if !errors.As(err, &re) || re.Message != errDeclined.Error() || defRuns.Load() != 1 {
 		t.Errorf("replay of the definite error = %v after %d runs; want the recorded error, no run", err, defRuns.Load())
 	}
@@ -358,9 +359,9 @@ func TestDoTxFunctionCannotEndTransaction(t *testing.T) {
 		_, err := tx.Exec(ctx, "COMMIT")
 		return 1, err
 	})
-	var se *guard.StoreError
+	var se *adapt.StoreError
 	if !errors.As(err, &se) {
-		t.Errorf("DoTx whose function sent COMMIT = %v, want a *guard.StoreError from the completion", err)
+		t.Errorf("DoTx whose function sent COMMIT = %v, want a *adapt.StoreError from the completion", err)
 	}
 	if rec := e.record(t, "move", raw); rec != nil && rec.Status == store.StatusCompleted {
 		t.Errorf("the completion committed on its own: %+v", rec)

@@ -15,11 +15,12 @@ import (
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/guard/guardtest"
+	"github.com/idemguard/idemguard/internal/adapt"
 	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/telemetry"
 )
 
-// guard.ExecuteTx reports the true outcome on every path on PostgreSQL:
+// adapt.ExecuteTx reports the true outcome on every path on PostgreSQL:
 // the function's side effect is a row; the refused one comes with two
 // rows of one id in a table whose unique constraint is checked at commit
 // (DEFERRABLE INITIALLY DEFERRED).
@@ -76,7 +77,7 @@ func TestDoTxRefusedDebitIsNotAStoreError(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
 	g := e.guard(t, nil, guard.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))))
 	in := transfer{ID: "debit-1", Amount: 250}
-	_, out, err := guard.ExecuteTx(e.ctx, g, "debit", in, func(ctx context.Context, tx pgx.Tx) (string, error) {
+	_, out, err := adapt.ExecuteTx(e.ctx, g, "debit", in, func(ctx context.Context, tx pgx.Tx) (string, error) {
 		if err := e.write(ctx, tx, in.ID, "w"); err != nil {
 			return "", err
 		}
@@ -162,7 +163,7 @@ func TestDoTxCommitPastItsDeadline(t *testing.T) {
 				}
 				return 6, e.write(ctx, tx, in.ID, "w")
 			}
-			v, out, err := guard.ExecuteTx(e.ctx, g, "move", in, fn)
+			v, out, err := adapt.ExecuteTx(e.ctx, g, "move", in, fn)
 			if errors.Is(err, guard.ErrNotRecorded) {
 				t.Fatalf("DoTx whose commit outlived its deadline = %v; want it to learn whether it committed", err)
 			}

@@ -733,7 +733,7 @@ func testTooLarge(t *testing.T, h *harness, n int) {
 }
 
 // A claim made again under the token of a record that has completed (a
-// claimant with a fixed token, guard.WithClaimToken) is a conflict that
+// claimant with a fixed token, adapt.WithClaimToken) is a conflict that
 // returns the completed record, never a fresh claim.
 func testCompletedUnderSameToken(t *testing.T, h *harness) {
 	rec := h.claim("scope#same-token", time.Minute)

@@ -15,6 +15,7 @@ import (
 	"os"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/adapt"
 	"github.com/idemguard/idemguard/lambdaguard"
 	"github.com/idemguard/idemguard/store/dynamodb"
 	"github.com/idemguard/idemguard/store/memory"
@@ -47,11 +48,11 @@ func run() error {
 		return fmt.Sprintf("receipt-%d", charges), nil
 	}
 	order := map[string]any{"order_id": "o-1", "cents": 4200}
-	first, o1, err := guard.Execute(ctx, g, "charge", order, charge, guard.WithKeyPath("order_id"))
+	first, o1, err := adapt.Execute(ctx, g, "charge", order, charge, guard.WithKeyPath("order_id"))
 	if err != nil {
 		return err
 	}
-	second, o2, err := guard.Execute(ctx, g, "charge", order, charge, guard.WithKeyPath("order_id"))
+	second, o2, err := adapt.Execute(ctx, g, "charge", order, charge, guard.WithKeyPath("order_id"))
 	if err != nil {
 		return err
 	}

@@ -36,6 +36,7 @@ import (
 	"github.com/idemguard/idemguard/grpcguard"
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/httpguard"
+	"github.com/idemguard/idemguard/internal/adapt"
 	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/store/memory"
 )
@@ -91,12 +92,12 @@ func New(mp metric.MeterProvider, opts Options) (*Workload, error) {
 	w.cached = mk(s, guard.WithCache(1024, 0))
 	w.plain = mk(s)
 	w.other = mk(s)
-	w.waiter = mk(s, guard.WithWait(5*time.Second), guard.WithWaitBackoff(time.Millisecond, 5*time.Millisecond))
+	w.waiter = mk(s, guard.WithWait(5*time.Second), adapt.WithWaitBackoff(time.Millisecond, 5*time.Millisecond))
 	w.validating = mk(s, guard.WithKeyPath("id"), guard.WithPayloadValidation("amount"))
 	w.flaky = mk(&flakyStore{Store: memory.New()})
 	fake := memory.New()
-	w.leased = mk(fake, guard.WithClock(w.clock), guard.WithLease(30*time.Second))
-	w.taker = mk(fake, guard.WithClock(w.clock), guard.WithLease(30*time.Second))
+	w.leased = mk(fake, adapt.WithClock(w.clock), guard.WithLease(30*time.Second))
+	w.taker = mk(fake, adapt.WithClock(w.clock), guard.WithLease(30*time.Second))
 	if err != nil {
 		return nil, err
 	}
@@ -206,12 +207,12 @@ func (w *Workload) executeAndReplay(ctx context.Context, n int) error {
 			{"a retry, from the store", w.plain, guard.OutcomeReplayed},
 			{"a retry, from the cache", w.cached, guard.OutcomeReplayed},
 		} {
-			if _, out, err := guard.Execute(ctx, c.g, "charge", id, one); out != c.want {
+			if _, out, err := adapt.Execute(ctx, c.g, "charge", id, one); out != c.want {
 				return expect(c.what, out, c.want, err)
 			}
 		}
 	}
-	_, out, err := guard.Execute(ctx, w.plain, "charge", map[string]any{}, one)
+	_, out, err := adapt.Execute(ctx, w.plain, "charge", map[string]any{}, one)
 	return expect("a call with an empty key", out, guard.OutcomeUnguarded, err)
 }
 
@@ -229,7 +230,7 @@ func (w *Workload) shared(ctx context.Context, _ int) error {
 	<-inside
 	done := make(chan guard.Outcome, 1)
 	go func() {
-		_, out, _ := guard.Execute(ctx, w.waiter, "charge", id, func(context.Context) (int, error) { return 2, nil })
+		_, out, _ := adapt.Execute(ctx, w.waiter, "charge", id, func(context.Context) (int, error) { return 2, nil })
 		done <- out
 	}()
 	time.Sleep(10 * time.Millisecond) // let the duplicate join
@@ -255,14 +256,14 @@ func (w *Workload) inProgressAndWait(ctx context.Context, _ int) error {
 		guard.Do(ctx, w.plain, "ship", id, func(context.Context) (int, error) { close(inside); <-release; return 1, nil })
 	}()
 	<-inside
-	_, out, err := guard.Execute(ctx, w.other, "ship", id, func(context.Context) (int, error) { return 2, nil })
+	_, out, err := adapt.Execute(ctx, w.other, "ship", id, func(context.Context) (int, error) { return 2, nil })
 	if !errors.Is(err, guard.ErrInProgress) {
 		close(release)
 		wg.Wait()
 		return fmt.Errorf("workload: a duplicate in Reject mode ended %v, %v; want ErrInProgress", out, err)
 	}
 	time.AfterFunc(20*time.Millisecond, func() { close(release) })
-	_, out, err = guard.Execute(ctx, w.waiter, "ship", id, func(context.Context) (int, error) { return 3, nil })
+	_, out, err = adapt.Execute(ctx, w.waiter, "ship", id, func(context.Context) (int, error) { return 3, nil })
 	wg.Wait()
 	return expect("a duplicate in Wait mode", out, guard.OutcomeReplayed, err)
 }
@@ -315,15 +316,15 @@ func (w *Workload) extendAndLoseLease(ctx context.Context, _ int) error {
 	}
 
 	id := w.next("export")
-	cl, _, err := w.leased.Claim(ctx, "export", id)
+	cl, _, err := adapt.Obtain(ctx, w.leased, "export", id)
 	if err != nil || cl == nil {
 		return fmt.Errorf("workload: a claim: %v", err)
 	}
 	w.clock.Advance(45 * time.Second) // past the lease and the clock skew
-	if _, out, err := guard.Execute(ctx, w.taker, "export", id, func(context.Context) (int, error) { return 2, nil }); out != guard.OutcomeExecuted {
+	if _, out, err := adapt.Execute(ctx, w.taker, "export", id, func(context.Context) (int, error) { return 2, nil }); out != guard.OutcomeExecuted {
 		return expect("a takeover", out, guard.OutcomeExecuted, err)
 	}
-	if _, err := w.leased.Complete(ctx, *cl, store.ResultValue, []byte("1")); !errors.Is(err, guard.ErrLeaseLost) {
+	if _, err := adapt.Complete(ctx, w.leased, *cl, store.ResultValue, []byte("1")); !errors.Is(err, guard.ErrLeaseLost) {
 		return fmt.Errorf("workload: completing a claim taken over: %v, want ErrLeaseLost", err)
 	}
 	return nil
@@ -541,7 +542,7 @@ func (g *gate) block() {
 	<-release
 }
 
-// fakeClock is a guard.Clock that moves only when told to.
+// fakeClock is a adapt.Clock that moves only when told to.
 type fakeClock struct{ *clockwork.FakeClock }
 
 func (c *fakeClock) AfterFunc(d time.Duration, f func()) func() bool {

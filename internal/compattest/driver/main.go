@@ -5,8 +5,8 @@
 // current one, and runs the two builds alternately and side by side on
 // the same keys.
 //
-// It uses only the public API the releases share (guard.New, guard.Execute
-// and ExecuteTx, guard.Step, guard.Definite, httpguard.Middleware,
+// It uses only the public API the releases share (guard.New, guard.Do
+// and DoTx, guard.Step, guard.Definite, httpguard.Middleware,
 // grpcguard.UnaryServerInterceptor, the stores' New), so that it builds
 // against either tree. Its flags, its effects file and its report are a
 // protocol between builds of different releases: keep them as they are,
@@ -198,7 +198,7 @@ func (d *driver) open(ctx context.Context) store.Store {
 			log.Fatal(err)
 		}
 		d.execTx = func(ctx context.Context, scope string, in order, fn func(context.Context) (receipt, error)) (receipt, error) {
-			v, _, err := guard.ExecuteTx(ctx, d.g, scope, in, func(ctx context.Context, _ *idemddb.TxWrites) (receipt, error) { return fn(ctx) }, keyed...)
+			v, err := guard.DoTx(ctx, d.g, scope, in, func(ctx context.Context, _ *idemddb.TxWrites) (receipt, error) { return fn(ctx) }, keyed...)
 			return v, err
 		}
 		return s
@@ -218,7 +218,7 @@ func (d *driver) open(ctx context.Context) store.Store {
 			log.Fatal(err)
 		}
 		d.execTx = func(ctx context.Context, scope string, in order, fn func(context.Context) (receipt, error)) (receipt, error) {
-			v, _, err := guard.ExecuteTx(ctx, d.g, scope, in, func(ctx context.Context, tx pgx.Tx) (receipt, error) {
+			v, err := guard.DoTx(ctx, d.g, scope, in, func(ctx context.Context, tx pgx.Tx) (receipt, error) {
 				if _, err := tx.Exec(ctx, "SELECT 1"); err != nil {
 					return receipt{}, err
 				}
@@ -280,14 +280,14 @@ func (d *driver) once(ctx context.Context, kind, id string, in order, ran *bool)
 		if kind == "tx" {
 			v, err = d.execTx(ctx, "roll-tx", in, fn)
 		} else {
-			v, _, err = guard.Execute(ctx, d.g, "roll-value", in, fn, keyed...)
+			v, err = guard.Do(ctx, d.g, "roll-value", in, fn, keyed...)
 		}
 		if err != nil {
 			return "", busy(err)
 		}
 		return v.By, check(v, mine)
 	case "error":
-		_, _, err = guard.Execute(ctx, d.g, "roll-error", in, func(context.Context) (receipt, error) {
+		_, err = guard.Do(ctx, d.g, "roll-error", in, func(context.Context) (receipt, error) {
 			*ran = true
 			d.effect(kind, id)
 			return receipt{}, guard.Definite(fmt.Errorf("declined %s by %s", id, *build))
@@ -304,7 +304,7 @@ func (d *driver) once(ctx context.Context, kind, id string, in order, ran *bool)
 		}
 		return by, nil
 	case "step":
-		v, _, err := guard.Execute(ctx, d.g, "roll-step", in, func(ctx context.Context) (receipt, error) {
+		v, err := guard.Do(ctx, d.g, "roll-step", in, func(ctx context.Context) (receipt, error) {
 			*ran = true
 			r, err := guard.Step(ctx, "reserve", func(context.Context) (receipt, error) {
 				d.effect("reserve", id)
