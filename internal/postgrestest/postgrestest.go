@@ -241,9 +241,20 @@ func (c *Counter) log(s Statement) {
 var ops = []string{"SELECT", "INSERT", "UPDATE", "DELETE", "WITH", "BEGIN", "COMMIT", "ROLLBACK"}
 
 // firstWord returns the first word of sql in upper case, without a
-// trailing semicolon.
+// trailing semicolon; a WITH whose first query writes (the store's
+// notifying completion and release, "WITH done AS (UPDATE …) SELECT …")
+// counts as that write.
 func firstWord(sql string) string {
 	sql = strings.TrimLeft(sql, " \t\r\n")
+	if w := leadingWord(sql); strings.EqualFold(w, "WITH") {
+		if _, body, ok := strings.Cut(sql, "("); ok {
+			switch inner := strings.ToUpper(leadingWord(strings.TrimLeft(body, " \t\r\n"))); inner {
+			case "UPDATE", "DELETE", "INSERT":
+				return inner
+			}
+		}
+		return "WITH"
+	}
 	if i := strings.IndexAny(sql, " \t\r\n"); i >= 0 {
 		sql = sql[:i]
 	}
@@ -254,6 +265,14 @@ func firstWord(sql string) string {
 		}
 	}
 	return strings.ToUpper(sql)
+}
+
+// leadingWord returns the text of sql up to its first space.
+func leadingWord(sql string) string {
+	if i := strings.IndexAny(sql, " \t\r\n"); i >= 0 {
+		return sql[:i]
+	}
+	return sql
 }
 
 // Statements returns the round trips seen since the last [Counter.Reset],

@@ -359,15 +359,16 @@ func commitLandsDuringRelease(t *testing.T) (e *effects, v int, err error, retry
 	}
 }
 
-// waitForLockWait waits until a statement starting with prefix waits for
+// waitForLockWait waits until a statement holding text (the statement, or
+// the part of it, a CTE, that must wait) waits for
 // a lock on the server.
-func waitForLockWait(t *testing.T, f *fixture, prefix string) {
+func waitForLockWait(t *testing.T, f *fixture, text string) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		var n int
 		err := f.pool.QueryRow(f.ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE wait_event_type = 'Lock' AND starts_with(query, $1)`, prefix).Scan(&n)
+			WHERE wait_event_type = 'Lock' AND strpos(query, $1) > 0`, text).Scan(&n)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -376,5 +377,5 @@ func waitForLockWait(t *testing.T, f *fixture, prefix string) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	t.Fatalf("no statement %q waited for a lock within 30s", strings.TrimSpace(prefix))
+	t.Fatalf("no statement %q waited for a lock within 30s", strings.TrimSpace(text))
 }
