@@ -12,8 +12,8 @@ import (
 	"github.com/idemguard/idemguard/activity"
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/guard/guardtest"
-	"github.com/idemguard/idemguard/internal/temporaltest"
-	"github.com/idemguard/idemguard/internal/teststores"
+	"github.com/idemguard/idemguard/internal/testing/temporaltest"
+	"github.com/idemguard/idemguard/internal/testing/teststores"
 )
 
 // composeRequest is the composition suite's activity input: the caller's

@@ -18,7 +18,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/idemguard/idemguard/internal/faultproxy"
+	"github.com/idemguard/idemguard/internal/testing/faultproxy"
 	"github.com/idemguard/idemguard/store"
 	idemddb "github.com/idemguard/idemguard/store/dynamodb"
 	"github.com/idemguard/idemguard/store/memory"
@@ -30,7 +30,7 @@ import (
 // The linearizability run (make chaos, after the chaos run; command
 // chaos/cmd/linz): the long form of each store's TestLinearizable. For
 // every store it records histories of concurrent clients on a few hot keys
-// through the store's fault proxy (internal/faultproxy; the memory store
+// through the store's fault proxy (internal/testing/faultproxy; the memory store
 // faults in process) with storetest.RecordHistory, each on fresh keys, and
 // checks each with storetest's Porcupine model. A history that is not
 // linearizable fails the run, with Porcupine's visualisation written to a

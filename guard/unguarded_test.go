@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/idemguard/idemguard/guard"
-	"github.com/idemguard/idemguard/internal/teststores"
+	"github.com/idemguard/idemguard/internal/testing/teststores"
 	"github.com/idemguard/idemguard/store/memory"
 	"github.com/idemguard/idemguard/telemetry"
 )

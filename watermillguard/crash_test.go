@@ -25,8 +25,8 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/idemguard/idemguard/guard"
-	"github.com/idemguard/idemguard/internal/postgrestest"
-	"github.com/idemguard/idemguard/internal/redistest"
+	"github.com/idemguard/idemguard/internal/testing/postgrestest"
+	"github.com/idemguard/idemguard/internal/testing/redistest"
 	"github.com/idemguard/idemguard/store/postgres"
 	"github.com/idemguard/idemguard/watermillguard"
 )

@@ -23,7 +23,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/idemguard/idemguard/guard"
-	"github.com/idemguard/idemguard/internal/redistest"
+	"github.com/idemguard/idemguard/internal/testing/redistest"
 	idemredis "github.com/idemguard/idemguard/store/redis"
 	"github.com/idemguard/idemguard/watermillguard"
 )

@@ -13,7 +13,7 @@ import (
 	tworkflow "go.temporal.io/sdk/workflow"
 
 	"github.com/idemguard/idemguard/activity"
-	"github.com/idemguard/idemguard/internal/temporaltest"
+	"github.com/idemguard/idemguard/internal/testing/temporaltest"
 	"github.com/idemguard/idemguard/workflow"
 )
 

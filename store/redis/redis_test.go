@@ -3,7 +3,7 @@ package redis_test
 import (
 	"testing"
 
-	"github.com/idemguard/idemguard/internal/redistest"
+	"github.com/idemguard/idemguard/internal/testing/redistest"
 	"github.com/idemguard/idemguard/store"
 	idemredis "github.com/idemguard/idemguard/store/redis"
 	"github.com/idemguard/idemguard/store/storetest"
