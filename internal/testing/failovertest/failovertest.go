@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemguard/idemguard/internal/testing/linz"
 	"github.com/idemguard/idemguard/store"
-	"github.com/idemguard/idemguard/store/storetest"
 )
 
 // Config is one failover run.
@@ -33,7 +33,7 @@ type Config struct {
 	// the store may give back a claim it could not replicate.
 	AcquireMayRelease bool
 	// Precision is the store's clock precision for the history check.
-	Precision storetest.Precision
+	Precision linz.Precision
 }
 
 // Figures is what one failover run measured.
@@ -53,7 +53,7 @@ type Figures struct {
 	AfterOK, AfterFailed int
 	// History is the hot keys' history checked for linearizability
 	// across the failover (nil when it could not be recorded).
-	History *storetest.CheckResult
+	History *linz.CheckResult
 }
 
 func (f Figures) String() string {
@@ -137,12 +137,12 @@ func Run(t *testing.T, s store.Store, c Config) Figures {
 			}
 		}()
 	}
-	var h *storetest.History
+	var h *linz.History
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		var err error
-		h, err = storetest.RecordHistory(ctx, s, storetest.HistoryConfig{
+		h, err = linz.RecordHistory(ctx, s, linz.HistoryConfig{
 			Ops: 1 << 30, Duration: c.Before + c.After, Prefix: "hot#",
 			AcquireMayRelease: c.AcquireMayRelease, OpTimeout: 2 * time.Second,
 		})
@@ -187,7 +187,7 @@ func Run(t *testing.T, s store.Store, c Config) Figures {
 		fig.P50, fig.P99 = latencies[n/2], latencies[n*99/100]
 	}
 	if h != nil {
-		fig.History = h.Check(c.Precision, storetest.CheckOptions{Name: t.Name(), Dir: t.TempDir(), ShrinkTimeout: 30 * time.Second})
+		fig.History = h.Check(c.Precision, linz.CheckOptions{Name: t.Name(), Dir: t.TempDir(), ShrinkTimeout: 30 * time.Second})
 		if !fig.History.Linearizable {
 			t.Logf("the hot keys' history across the failover: %s", fig.History.Report())
 		}

@@ -1,11 +1,11 @@
-package storetest_test
+package linz_test
 
 import (
 	"context"
 	"fmt"
 
+	"github.com/idemguard/idemguard/internal/testing/linz"
 	"github.com/idemguard/idemguard/store/memory"
-	"github.com/idemguard/idemguard/store/storetest"
 )
 
 // Record a history of concurrent clients on a store and check it against
@@ -13,13 +13,13 @@ import (
 // instead of Faults, and its Precision (DynamoDB and Redis keep expiry in
 // seconds).
 func ExampleRecordHistory() {
-	h, err := storetest.RecordHistory(context.Background(), memory.New(), storetest.HistoryConfig{
+	h, err := linz.RecordHistory(context.Background(), memory.New(), linz.HistoryConfig{
 		Clients: 4, Keys: 2, Ops: 500, Faults: 0.1, Seed: 1,
 	})
 	if err != nil {
 		panic(err)
 	}
-	res := h.Check(storetest.Precision{}, storetest.CheckOptions{})
+	res := h.Check(linz.Precision{}, linz.CheckOptions{})
 	fmt.Println("linearizable:", res.Linearizable)
 	if !res.Linearizable {
 		fmt.Println(res.Report()) // names the visualisation, lists the minimal failing operations

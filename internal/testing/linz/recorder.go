@@ -1,4 +1,4 @@
-package storetest
+package linz
 
 import (
 	"context"
@@ -115,7 +115,7 @@ func (c *HistoryConfig) defaults() {
 // the history, with both attempts on record.
 func RecordHistory(ctx context.Context, s store.Store, cfg HistoryConfig) (*History, error) {
 	if s == nil {
-		return nil, errors.New("storetest: RecordHistory: nil store")
+		return nil, errors.New("linz: RecordHistory: nil store")
 	}
 	cfg.defaults()
 	h := newHistory(cfg.Base)
