@@ -138,4 +138,12 @@
 // record so that Temporal's retry runs the activity again. With
 // [WithStoredFailures], non-retryable application errors are stored and
 // replayed instead.
+//
+// # Telemetry
+//
+// A guarded activity's idemguard.execute span (package telemetry) carries
+// the activity's temporal.activity.type, temporal.activity.id and
+// temporal.activity.attempt, and, when a workflow scheduled it,
+// temporal.workflow.id, temporal.workflow.run_id and
+// temporal.workflow.type.
 package activity

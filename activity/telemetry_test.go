@@ -15,8 +15,8 @@ import (
 
 	"github.com/idemguard/idemguard/activity"
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/telemetry"
 	"github.com/idemguard/idemguard/store/memory"
-	"github.com/idemguard/idemguard/telemetry"
 )
 
 func TracedCharge(ctx context.Context, o Order) (Receipt, error) { return newReceipt(ctx, o), nil }

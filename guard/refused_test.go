@@ -8,9 +8,9 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/telemetry"
 	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/store/memory"
-	"github.com/idemguard/idemguard/telemetry"
 )
 
 // commitFailStore is a txStore whose transactions fail to commit with

@@ -14,9 +14,9 @@ import (
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/guard/guardtest"
+	"github.com/idemguard/idemguard/internal/telemetry"
 	"github.com/idemguard/idemguard/store"
 	idemddb "github.com/idemguard/idemguard/store/dynamodb"
-	"github.com/idemguard/idemguard/telemetry"
 )
 
 // guard.ExecuteTx reports the true outcome on every path on DynamoDB
