@@ -101,14 +101,14 @@ func TestPayloadCodecAppliesToStoredResults(t *testing.T) {
 			defer cancel()
 			item, err := ddb.GetItem(ctx, &dynamodb.GetItemInput{
 				TableName:      aws.String(table),
-				Key:            map[string]types.AttributeValue{idemddb.DefaultAttributes.Key: &types.AttributeValueMemberS{Value: k}},
+				Key:            map[string]types.AttributeValue{"id": &types.AttributeValueMemberS{Value: k}},
 				ConsistentRead: aws.Bool(true),
 			})
 			if err != nil {
 				t.Fatal(err)
 			}
 			var raw []byte
-			switch v := item.Item[idemddb.DefaultAttributes.Data].(type) {
+			switch v := item.Item["data"].(type) {
 			case *types.AttributeValueMemberB:
 				raw = v.Value
 			case *types.AttributeValueMemberS:

@@ -70,11 +70,11 @@ func (h *completeHook) Begin(ctx context.Context) (store.Tx[*idemddb.TxWrites], 
 	if err != nil {
 		return nil, err
 	}
-	return &completeHookTx{Tx: tx.(*idemddb.Tx), after: h.after}, nil
+	return &completeHookTx{Tx: tx, after: h.after}, nil
 }
 
 type completeHookTx struct {
-	*idemddb.Tx
+	store.Tx[*idemddb.TxWrites]
 	after func()
 }
 
