@@ -38,7 +38,7 @@ func (h *hookStore) Begin(ctx context.Context) (store.Tx[pgx.Tx], error) {
 	if err != nil {
 		return nil, err
 	}
-	return &hookTx{Tx: tx.(*postgres.Tx), h: h}, nil
+	return &hookTx{Tx: tx, h: h}, nil
 }
 
 func (h *hookStore) Release(ctx context.Context, key, token string) error {
@@ -49,7 +49,7 @@ func (h *hookStore) Release(ctx context.Context, key, token string) error {
 }
 
 type hookTx struct {
-	*postgres.Tx
+	store.Tx[pgx.Tx]
 	h *hookStore
 }
 
