@@ -11,9 +11,9 @@ require (
 	github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression v1.10.9
 	github.com/aws/aws-sdk-go-v2/service/dynamodb v1.74.0
 	github.com/aws/smithy-go v1.28.9
-	github.com/idemguard/idemguard v0.0.0
-	github.com/idemguard/idemguard/lambdaguard v0.0.0
-	github.com/idemguard/idemguard/watermillguard v0.0.0
+	github.com/idemguard/idemguard v0.1.0
+	github.com/idemguard/idemguard/lambdaguard v0.1.0
+	github.com/idemguard/idemguard/watermillguard v0.1.0
 	github.com/jackc/pgx/v5 v5.13.0
 	github.com/nexus-rpc/sdk-go v0.7.0
 	github.com/redis/go-redis/v9 v9.23.0
@@ -77,18 +77,12 @@ require (
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/exp v0.0.0-20261014143641-f0251eb4aa3e // indirect
 	golang.org/x/net v0.61.0 // indirect
-	golang.org/x/sync v0.24.0 // indirect
-	golang.org/x/sys v0.49.0 // indirect
-	golang.org/x/text v0.43.0 // indirect
+	golang.org/x/sync v0.25.0 // indirect
+	golang.org/x/sys v0.50.0 // indirect
+	golang.org/x/text v0.44.0 // indirect
 	golang.org/x/time v0.16.0 // indirect
 	google.golang.org/appengine v1.6.8 // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20261019180522-ce908d29299b // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20261012220534-4341edf3f941 // indirect
 	google.golang.org/grpc v1.85.0 // indirect
 )
-
-replace github.com/idemguard/idemguard => ../
-
-replace github.com/idemguard/idemguard/watermillguard => ../watermillguard
-
-replace github.com/idemguard/idemguard/lambdaguard => ../lambdaguard

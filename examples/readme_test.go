@@ -8,7 +8,9 @@ package examples
 //     go run ./examples/workerpool), other examples are built and their flags
 //     parsed, make targets must exist in the Makefile, docker compose must
 //     name services of docker-compose.yml, scripts must exist, and go
-//     test/vet/build must name packages that exist. A command the test does
+//     test/vet/build must name packages that exist; the install lines (go
+//     get, go install …@latest) must name packages of the repository, and
+//     make release-check runs them from outside it. A command the test does
 //     not know fails it: teach commandChecker.check below.
 //   - every ```go block type-checks against the real packages (see
 //     TestReadmeGoSnippets for the wrapper it is compiled in);
@@ -206,11 +208,35 @@ func (c *commandChecker) check(at string, w []string) {
 		c.compose(at, w[2:])
 	case w[0] == "scripts/harness.sh":
 		c.harness(at, w[1:])
+	case len(w) == 3 && w[0] == "go" && (w[1] == "get" || w[1] == "install"):
+		c.goFetch(at, w[1], w[2])
 	case len(w) >= 2 && w[0] == "idemguard":
 		// The operator's CLI: its subcommand exists and parses --help.
 		c.goRun(at, "./cmd/idemguard", []string{w[1], "--help"})
 	default:
 		c.errorf(at, "%q is not a command readme_test.go knows how to check; teach commandChecker.check", strings.Join(w, " "))
+	}
+}
+
+// goFetch checks an install line (go get or go install of a package of the
+// repository at @latest): the package exists, and go install's is a
+// command. make release-check runs these lines as written, outside the
+// repository, against the working tree packaged as a release
+// (scripts/release-check.sh).
+func (c *commandChecker) goFetch(at, verb, arg string) {
+	c.t.Helper()
+	pkg, version, _ := strings.Cut(arg, "@")
+	if version != "latest" || (pkg != "github.com/idemguard/idemguard" && !strings.HasPrefix(pkg, "github.com/idemguard/idemguard/")) {
+		c.errorf(at, "go %s %s: want a package of github.com/idemguard/idemguard at @latest", verb, arg)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := goCmd(ctx, root, "list", "-f", "{{.Name}}", pkg)
+	if err != nil {
+		c.errorf(at, "go %s %s: %v\n%s", verb, arg, err, out)
+	} else if verb == "install" && strings.TrimSpace(out) != "main" {
+		c.errorf(at, "go install %s: not a command (package %s)", arg, strings.TrimSpace(out))
 	}
 }
 
