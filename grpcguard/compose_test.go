@@ -31,7 +31,7 @@ func TestCompositionGRPC(t *testing.T) {
 	guardtest.RunComposition(t, guardtest.EntryPoint{
 		Name: "grpcguard",
 		Run: func(ctx context.Context, t *testing.T, g *guard.Guard, call guardtest.Call, effect guardtest.Effect, body guardtest.Body) (string, error) {
-			icpt := grpcguard.UnaryServerInterceptor(g)
+			icpt := grpcguard.MustUnaryServerInterceptor(g)
 			stream := &metadataStream{method: method}
 			ctx = grpc.NewContextWithServerTransportStream(metadata.NewIncomingContext(ctx, metadata.Pairs(grpcguard.DefaultKeyMetadata, call.Key)), stream)
 			resp, err := icpt(ctx, wrapperspb.String(call.Payload), &grpc.UnaryServerInfo{FullMethod: method},

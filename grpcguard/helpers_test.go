@@ -90,7 +90,7 @@ var newGuard = teststores.NewGuard
 // a client connection.
 func start(t testing.TB, g *guard.Guard, p paymentsServer, opts ...grpcguard.Option) *grpc.ClientConn {
 	t.Helper()
-	icpt, err := grpcguard.NewUnaryServerInterceptor(g, opts...)
+	icpt, err := grpcguard.UnaryServerInterceptor(g, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

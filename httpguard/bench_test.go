@@ -63,7 +63,7 @@ func BenchmarkMiddleware(b *testing.B) {
 		b.Run(backend.name, func(b *testing.B) {
 			s, n := backend.store(b)
 			g := newGuard(b, s)
-			h := httpguard.Middleware(g)(handler)
+			h := httpguard.MustMiddleware(g)(handler)
 			requests := func(b *testing.B, want float64) {
 				if n == nil {
 					return

@@ -17,7 +17,7 @@ import (
 func TestSpansNestUnderOtelhttp(t *testing.T) {
 	tr := teststores.NewTracing(t)
 	g := newGuard(t, memory.New(), guard.WithTracerProvider(tr.Provider))
-	h := otelhttp.NewHandler(httpguard.Middleware(g)(&counting{}), "POST /payments", otelhttp.WithTracerProvider(tr.Provider))
+	h := otelhttp.NewHandler(httpguard.MustMiddleware(g)(&counting{}), "POST /payments", otelhttp.WithTracerProvider(tr.Provider))
 	srv := serveRaw(t, h)
 	for _, want := range []string{"executed", "replayed"} {
 		tr.Reset()

@@ -1,4 +1,4 @@
-package idemkey
+package transport
 
 import (
 	"errors"

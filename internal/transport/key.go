@@ -1,14 +1,4 @@
-// Package idemkey is what the HTTP middleware (httpguard), the gRPC
-// interceptor (grpcguard) and the idemguard command (key --http) share: it
-// reads and checks the idempotency keys clients send in a request header
-// or in request metadata, derives a request's record key from them, holds
-// the options both transports have and the guard call options they make,
-// computes the retry hint a duplicate gets while the first request runs,
-// and names a request's outcome for the transport's server span.
-//
-// It sits above package guard, beside the adapters: it is their plumbing,
-// not a leaf below the engine.
-package idemkey
+package transport
 
 import (
 	"errors"
@@ -17,9 +7,6 @@ import (
 	"regexp"
 	"strings"
 	"time"
-
-	"github.com/idemguard/idemguard/guard"
-	"github.com/idemguard/idemguard/telemetry"
 )
 
 // Defaults shared by the HTTP middleware and the gRPC interceptor.
@@ -253,24 +240,4 @@ func RetryAfter(leaseEnd time.Time, skew time.Duration, now time.Time) int {
 		return math.MaxInt32
 	}
 	return int(secs)
-}
-
-// Outcome names a guarded request's outcome as the idemguard.outcome
-// attribute does (see package telemetry), for the transport's server span.
-func Outcome(out guard.Outcome, err error) string {
-	switch {
-	case errors.Is(err, guard.ErrInProgress):
-		return telemetry.OutcomeInProgress
-	case errors.Is(err, guard.ErrPayloadMismatch):
-		return telemetry.OutcomePayloadMismatch
-	case err != nil && (out == 0 || errors.Is(err, guard.ErrNotRecorded) || errors.Is(err, guard.ErrLeaseLost)):
-		return telemetry.OutcomeError
-	case out == guard.OutcomeExecuted || out == guard.OutcomeReleased:
-		return telemetry.OutcomeExecuted
-	case out == guard.OutcomeReplayed || out == guard.OutcomeShared:
-		return telemetry.OutcomeReplayed
-	case out == guard.OutcomeUnguarded:
-		return telemetry.OutcomeUnguarded
-	}
-	return telemetry.OutcomeError
 }
