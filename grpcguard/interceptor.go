@@ -142,11 +142,11 @@ func (in *interceptor) intercept(ctx context.Context, req any, info *grpc.UnaryS
 		if errors.Is(err, guard.ErrNotRecorded) || errors.Is(err, guard.ErrLeaseLost) {
 			in.t.NotRecorded(ctx, err, slog.String("method", info.FullMethod))
 		} else if out == guard.OutcomeExecuted || out == guard.OutcomeReleased {
-			v := StatusReleased
+			v := statusReleased
 			var exp time.Time
 			if herr == nil || in.c.stores(status.Code(herr)) {
 				// The expiry of the record just written.
-				v, exp = StatusExecuted, st.ExpiresAt
+				v, exp = statusExecuted, st.ExpiresAt
 			}
 			setMetadata(ctx, v, exp, herr != nil)
 		}
@@ -154,10 +154,10 @@ func (in *interceptor) intercept(ctx context.Context, req any, info *grpc.UnaryS
 	case (out == guard.OutcomeReplayed || out == guard.OutcomeShared) && !errors.Is(err, guard.ErrResultUnavailable):
 		if err != nil && !in.c.stores(status.Code(err)) {
 			// An error shared by a concurrent duplicate, not stored.
-			setMetadata(ctx, StatusReleased, time.Time{}, true)
+			setMetadata(ctx, statusReleased, time.Time{}, true)
 			return nil, err
 		}
-		setMetadata(ctx, StatusReplayed, st.ExpiresAt, err != nil)
+		setMetadata(ctx, statusReplayed, st.ExpiresAt, err != nil)
 		return resp, err
 	}
 	refused, retry := in.t.Refuse(ctx, err, slog.String("method", info.FullMethod))
@@ -218,11 +218,11 @@ func refusal(code codes.Code, reason, msg string) error {
 // header metadata would commit the call and so stop the retries gRPC
 // makes by itself (a retry policy, transparent retries).
 func setMetadata(ctx context.Context, v string, expires time.Time, isErr bool) {
-	md := metadata.Pairs(StatusMetadata, v)
+	md := metadata.Pairs(statusMetadata, v)
 	if !expires.IsZero() {
 		// Rounded up to the second, as the stores keep it, so that every
 		// replay says the same.
-		md.Set(ExpiresMetadata, transport.Expires(expires).UTC().Format(time.RFC3339))
+		md.Set(expiresMetadata, transport.Expires(expires).UTC().Format(time.RFC3339))
 	}
 	if isErr {
 		_ = grpc.SetTrailer(ctx, md)

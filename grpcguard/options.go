@@ -19,20 +19,20 @@ const (
 	// DefaultKeyMetadata is the request metadata key that carries the
 	// idempotency key (gRPC metadata keys are lowercase).
 	DefaultKeyMetadata = "idempotency-key"
-	// StatusMetadata is the response header metadata that says whether the
+	// statusMetadata is the response header metadata that says whether the
 	// response ran fresh ("executed"), is a stored one ("replayed"), or was
 	// not kept ("released").
-	StatusMetadata = "idempotency-key-status"
-	// ExpiresMetadata is the response header metadata that says until when
+	statusMetadata = "idempotency-key-status"
+	// expiresMetadata is the response header metadata that says until when
 	// a stored response is replayed (RFC 3339, UTC).
-	ExpiresMetadata = "idempotency-key-expires"
+	expiresMetadata = "idempotency-key-expires"
 )
 
 // Values of the status metadata.
 const (
-	StatusExecuted = "executed"
-	StatusReplayed = "replayed"
-	StatusReleased = "released"
+	statusExecuted = "executed"
+	statusReplayed = "replayed"
+	statusReleased = "released"
 )
 
 // Option configures the interceptor.

@@ -39,7 +39,7 @@ func ExampleUnaryServerInterceptor() {
 			fmt.Println(err)
 			return
 		}
-		fmt.Println(resp.GetStatus(), header.Get(grpcguard.StatusMetadata))
+		fmt.Println(resp.GetStatus(), header.Get("idempotency-key-status"))
 	}
 	// Output:
 	// SERVING [executed]

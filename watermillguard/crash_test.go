@@ -155,7 +155,7 @@ func runConsumer(name string) error {
 				return produced, err
 			}
 		},
-		watermillguard.Middleware(g, watermillguard.WithGuardOptions(guard.WithLease(time.Second))),
+		watermillguard.MustMiddleware(g, watermillguard.WithGuardOptions(guard.WithLease(time.Second))),
 	)
 	killingPub := publisherFunc(func(topic string, msgs ...*message.Message) error {
 		kill := false

@@ -139,7 +139,7 @@ func runCrashedConsumer(name string) error {
 			}
 		},
 		poison,
-		watermillguard.Middleware(g),
+		watermillguard.MustMiddleware(g),
 		middleware.Retry{
 			MaxRetries: 3, InitialInterval: 100 * time.Millisecond, Multiplier: 2,
 			ShouldRetry:         func(p middleware.RetryParams) bool { return !guard.IsDefinite(p.Err) },

@@ -27,7 +27,7 @@ func deduplicators(t *testing.T) map[string]func() message.HandlerMiddleware {
 			d := &middleware.Deduplicator{KeyFactory: func(m *message.Message) (string, error) { return m.UUID, nil }}
 			return d.Middleware
 		},
-		"idemguard": func() message.HandlerMiddleware { return watermillguard.Middleware(newGuard(t, s)) },
+		"idemguard": func() message.HandlerMiddleware { return watermillguard.MustMiddleware(newGuard(t, s)) },
 	}
 }
 

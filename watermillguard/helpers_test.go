@@ -75,7 +75,7 @@ func newGuard(t testing.TB, s store.Store, opts ...guard.Option) *guard.Guard {
 
 func newMiddleware(t testing.TB, g *guard.Guard, opts ...watermillguard.Option) message.HandlerMiddleware {
 	t.Helper()
-	mw, err := watermillguard.NewMiddleware(g, opts...)
+	mw, err := watermillguard.Middleware(g, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

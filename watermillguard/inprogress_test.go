@@ -181,7 +181,7 @@ func TestConcurrentDeliveriesShareOneRun(t *testing.T) {
 						return produced, err
 					}
 				},
-				watermillguard.Middleware(g),
+				watermillguard.MustMiddleware(g),
 			)
 			r.AddHandler("fulfil", in, b.sub(t, group), out, keepOpen(b.pub), func(msg *message.Message) ([]*message.Message, error) {
 				runs.Add(1)
