@@ -42,7 +42,7 @@ func TestRetryOfInProgressComesAfterTheLease(t *testing.T) {
 	var mu sync.Mutex
 	attempts := map[int32]attempt{} // protected by mu
 	ran := []int32{}                // protected by mu
-	charge := activity.Wrap(g, func(ctx context.Context, o Order) (Receipt, error) {
+	charge := activity.MustWrap(g, func(ctx context.Context, o Order) (Receipt, error) {
 		mu.Lock()
 		ran = append(ran, tactivity.GetInfo(ctx).Attempt)
 		mu.Unlock()

@@ -34,7 +34,7 @@ func TestCompositionNexus(t *testing.T) {
 		interceptor bool
 	}{
 		{"nexusguard.Wrap", false},
-		{"activity.NewInterceptor", true},
+		{"activity.Interceptor", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			guardtest.RunComposition(t, guardtest.EntryPoint{
@@ -48,7 +48,7 @@ func TestCompositionNexus(t *testing.T) {
 					if !tc.interceptor {
 						return nexusguard.MustWrap(g, handler)(ctx, in, start(call.Key))
 					}
-					wi := activity.NewInterceptor(nil, nexusguard.MustPolicy(g, service, operation))
+					wi := activity.MustInterceptor(nil, nexusguard.MustPolicy(g, service, operation))
 					res, err := wi.InterceptNexusOperation(ctx, &handlerInbound{start: func(ctx context.Context, in interceptor.NexusStartOperationInput) (nexus.HandlerStartOperationResult[any], error) {
 						v, err := handler(ctx, in.Input.(composeInput), in.Options)
 						if err != nil {

@@ -420,7 +420,7 @@ func TestWrapRefusesOneCallOptions(t *testing.T) {
 					t.Errorf("Wrap with %s did not panic", name)
 				}
 			}()
-			workflow.Wrap(g, wf, workflow.WithGuardOptions(opt))
+			workflow.MustWrap(g, wf, workflow.WithGuardOptions(opt))
 		}()
 	}
 }
