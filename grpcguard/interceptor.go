@@ -47,7 +47,7 @@ const (
 func UnaryServerInterceptor(g *guard.Guard, opts ...Option) (grpc.UnaryServerInterceptor, error) {
 	c := defaults()
 	for _, o := range opts {
-		o(&c)
+		o.apply(&c)
 	}
 	t, err := transport.New(g, c.Config, c.fingerprint != nil,
 		guard.WithCodec(messageCodec{max: c.MaxResponse, types: c.types}),

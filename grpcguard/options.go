@@ -36,7 +36,12 @@ const (
 )
 
 // Option configures the interceptor.
-type Option func(*config)
+type Option interface{ apply(*config) }
+
+// optionFunc is an Option that is a function.
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
 
 type config struct {
 	transport.Config
@@ -71,7 +76,7 @@ func retryLater(c codes.Code) bool {
 }
 
 // shared adapts an option the interceptor shares with the HTTP middleware.
-func shared(o transport.Option) Option { return func(c *config) { o(&c.Config) } }
+func shared(o transport.Option) Option { return optionFunc(func(c *config) { o(&c.Config) }) }
 
 // stores reports whether a handler's error with code c is stored.
 func (c *config) stores(code codes.Code) bool { return !retryLater(code) && c.policy(code) }
@@ -110,15 +115,24 @@ func fullMethod(m string) (string, error) {
 // WithSkip sets a predicate for calls the interceptor passes through
 // although their method is guarded.
 func WithSkip(skip func(ctx context.Context, fullMethod string) bool) Option {
-	return func(c *config) { c.skip = skip }
+	return optionFunc(func(c *config) { c.skip = skip })
 }
+
+// WithKeyOptional runs a call without a key unguarded instead of failing
+// it with InvalidArgument: the handler runs as an unguarded call (as
+// guard.Do runs one whose key selection is empty), so that guard.Step in
+// it runs its function unguarded, and the guard counts it (outcome
+// unguarded, or error when the handler fails) and warns, at most once a
+// minute, that calls run unguarded. A key that is present is still
+// validated.
+func WithKeyOptional() Option { return shared(transport.KeyOptional()) }
 
 // WithKeyMetadata sets the metadata key that carries the idempotency key
 // (default [DefaultKeyMetadata]).
 func WithKeyMetadata(name string) Option {
-	return func(c *config) {
+	return optionFunc(func(c *config) {
 		transport.Set(&c.Config, &c.keyMD, strings.ToLower(name), name != "", "empty key metadata name")
-	}
+	})
 }
 
 // WithKeyLength bounds a key's length in bytes (default 1 to 256).
@@ -132,15 +146,6 @@ func WithKeyPattern(pattern *regexp.Regexp) Option { return shared(transport.Key
 // bare value is accepted too, and means the same key as its quoted form.
 func WithStrictKey() Option { return shared(transport.StrictKey()) }
 
-// WithKeyOptional runs a call without a key unguarded instead of failing
-// it with InvalidArgument: the handler runs as an unguarded call (as
-// guard.Do runs one whose key selection is empty), so that guard.Step in
-// it runs its function unguarded, and the guard counts it (outcome
-// unguarded, or error when the handler fails) and warns, at most once a
-// minute, that calls run unguarded. A key that is present is still
-// validated.
-func WithKeyOptional() Option { return shared(transport.KeyOptional()) }
-
 // WithPrincipal sets how the authenticated caller of a call is named (from
 // what an authentication interceptor put in the context, or the peer's
 // certificate) and puts it in every key, so that the same key sent by two
@@ -149,9 +154,9 @@ func WithKeyOptional() Option { return shared(transport.KeyOptional()) }
 // Unauthenticated. Without this option, keys are scoped by the call's
 // authorization metadata (see [WithSharedKeys]).
 func WithPrincipal(principal func(ctx context.Context) string) Option {
-	return func(c *config) {
+	return optionFunc(func(c *config) {
 		transport.Set(&c.Config, &c.principal, principal, principal != nil, "nil principal function")
-	}
+	})
 }
 
 // WithSharedKeys stops scoping keys by the caller's credentials, for
@@ -167,7 +172,7 @@ func WithSharedKeys() Option { return shared(transport.SharedKeys()) }
 // [DefaultFingerprint]); a key reused with another fingerprint fails with
 // FailedPrecondition. nil turns the fingerprint off.
 func WithFingerprint(fingerprint func(fullMethod string, req any) (string, error)) Option {
-	return func(c *config) { c.fingerprint = fingerprint }
+	return optionFunc(func(c *config) { c.fingerprint = fingerprint })
 }
 
 // WithScope sets the guard scope of the interceptor's keys (default
@@ -191,7 +196,7 @@ func WithScope(scope string) Option { return shared(transport.Scope(scope)) }
 //		return false
 //	})
 func WithCodePolicy(store func(codes.Code) bool) Option {
-	return func(c *config) { transport.Set(&c.Config, &c.policy, store, store != nil, "nil code policy") }
+	return optionFunc(func(c *config) { transport.Set(&c.Config, &c.policy, store, store != nil, "nil code policy") })
 }
 
 // WithCacheErrors stores every error (but the codes that ask for a later
@@ -212,7 +217,7 @@ func WithMaxResponseBytes(n int) Option { return shared(transport.MaxResponseByt
 // name (default protoregistry.GlobalTypes, where generated code registers
 // its messages).
 func WithTypes(types protoregistry.MessageTypeResolver) Option {
-	return func(c *config) { transport.Set(&c.Config, &c.types, types, types != nil, "nil type resolver") }
+	return optionFunc(func(c *config) { transport.Set(&c.Config, &c.types, types, types != nil, "nil type resolver") })
 }
 
 // WithLogger sets where the interceptor logs what an operator must know:

@@ -29,7 +29,7 @@ import (
 func Middleware(g *guard.Guard, opts ...Option) (func(http.Handler) http.Handler, error) {
 	c := defaults()
 	for _, o := range opts {
-		o(&c)
+		o.apply(&c)
 	}
 	// A response the status policy does not store is the guarded
 	// function's error, never a definite one: the guard releases the key

@@ -32,7 +32,12 @@ const (
 const defaultMaxBody = 1 << 20
 
 // Option configures the middleware.
-type Option func(*config)
+type Option interface{ apply(*config) }
+
+// optionFunc is an Option that is a function.
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
 
 type config struct {
 	transport.Config
@@ -64,7 +69,7 @@ func defaults() config {
 }
 
 // shared adapts an option the middleware shares with the gRPC interceptor.
-func shared(o transport.Option) Option { return func(c *config) { o(&c.Config) } }
+func shared(o transport.Option) Option { return optionFunc(func(c *config) { o(&c.Config) }) }
 
 // successful is the default status policy: 2xx and 3xx.
 func successful(status int) bool { return status < 400 }
@@ -105,15 +110,17 @@ func upper(method string) (string, error) { return strings.ToUpper(method), nil 
 // WithSkip sets a predicate for requests the middleware passes through
 // although their method is guarded (like Fiber's Next): a WebSocket
 // upgrade, a health check.
-func WithSkip(skip func(*http.Request) bool) Option { return func(c *config) { c.skip = skip } }
+func WithSkip(skip func(*http.Request) bool) Option {
+	return optionFunc(func(c *config) { c.skip = skip })
+}
 
 // WithKeyHeader sets the request header that carries the key (default
 // Idempotency-Key, as the IETF httpapi draft names it), for APIs that use X-Idempotency-Key or a name of
 // their own.
 func WithKeyHeader(name string) Option {
-	return func(c *config) {
+	return optionFunc(func(c *config) {
 		transport.Set(&c.Config, &c.keyHeader, http.CanonicalHeaderKey(name), name != "", "empty key header name")
-	}
+	})
 }
 
 // WithKeyLength bounds a key's length in bytes (default 1 to 256, the
@@ -145,7 +152,7 @@ func WithKeyOptional() Option { return shared(transport.KeyOptional()) }
 // before the middleware ran, the pattern the ServeMux would route it to when
 // the middleware wraps the ServeMux itself, and else the URL path.
 func WithRoute(route func(*http.Request) string) Option {
-	return func(c *config) { transport.Set(&c.Config, &c.route, route, route != nil, "nil route function") }
+	return optionFunc(func(c *config) { transport.Set(&c.Config, &c.route, route, route != nil, "nil route function") })
 }
 
 // WithPrincipal sets how the authenticated caller of a request is named
@@ -158,9 +165,9 @@ func WithRoute(route func(*http.Request) string) Option {
 // this option, keys are scoped by the request's Authorization header (see
 // [WithSharedKeys]).
 func WithPrincipal(principal func(*http.Request) string) Option {
-	return func(c *config) {
+	return optionFunc(func(c *config) {
 		transport.Set(&c.Config, &c.principal, principal, principal != nil, "nil principal function")
-	}
+	})
 }
 
 // WithSharedKeys stops scoping keys by the caller's credentials, for
@@ -180,7 +187,7 @@ func WithSharedKeys() Option { return shared(transport.SharedKeys()) }
 // first response; the IETF draft makes the fingerprint optional, but
 // without it a client's bug goes unnoticed.
 func WithFingerprint(fingerprint func(r *http.Request, body []byte) string) Option {
-	return func(c *config) { c.fingerprint = fingerprint }
+	return optionFunc(func(c *config) { c.fingerprint = fingerprint })
 }
 
 // WithScope sets the guard scope of the middleware's keys (default
@@ -193,9 +200,9 @@ func WithScope(scope string) Option { return shared(transport.Scope(scope)) }
 // seconds; values above max are cut to max, and a malformed value gets
 // 400. Without this option the header is ignored.
 func WithRequestTTL(max time.Duration) Option {
-	return func(c *config) {
+	return optionFunc(func(c *config) {
 		transport.Set(&c.Config, &c.maxRequestTTL, max, max >= time.Second, "the most a request may ask for must be at least a second, got %v", max)
-	}
+	})
 }
 
 // WithStatusPolicy sets which responses are stored, by status code
@@ -204,7 +211,7 @@ func WithRequestTTL(max time.Duration) Option {
 // 425 and 429 are never stored, whatever the policy: they ask the client
 // to come back later.
 func WithStatusPolicy(store func(status int) bool) Option {
-	return func(c *config) { transport.Set(&c.Config, &c.policy, store, store != nil, "nil status policy") }
+	return optionFunc(func(c *config) { transport.Set(&c.Config, &c.policy, store, store != nil, "nil status policy") })
 }
 
 // WithCacheErrors stores 4xx and 5xx responses too (but 408, 425 and
@@ -216,15 +223,15 @@ func WithCacheErrors() Option { return WithStatusPolicy(func(int) bool { return 
 // WithSetCookieReplay stores and replays Set-Cookie response headers.
 // They are left out by default: a cookie is usually a session meant for
 // the one response that set it.
-func WithSetCookieReplay() Option { return func(c *config) { c.setCookie = true } }
+func WithSetCookieReplay() Option { return optionFunc(func(c *config) { c.setCookie = true }) }
 
 // WithMaxBodyBytes bounds the request body the middleware reads to
 // fingerprint it (default 1 MiB). A larger body gets 413 before the
 // handler runs and before any record is written.
 func WithMaxBodyBytes(n int64) Option {
-	return func(c *config) {
+	return optionFunc(func(c *config) {
 		transport.Set(&c.Config, &c.maxBody, n, n >= 0, "max body bytes must not be negative, got %d", n)
-	}
+	})
 }
 
 // WithMaxResponseBytes bounds the response body stored for replays
@@ -239,14 +246,14 @@ func WithMaxResponseBytes(n int) Option { return shared(transport.MaxResponseByt
 // response ran fresh ("executed"), is a stored one ("replayed"), or was
 // not kept ("released"): default Idempotency-Key-Status. "" leaves it out.
 func WithStatusHeader(name string) Option {
-	return func(c *config) { c.statusHeader = http.CanonicalHeaderKey(name) }
+	return optionFunc(func(c *config) { c.statusHeader = http.CanonicalHeaderKey(name) })
 }
 
 // WithExpiresHeader renames the response header that says until when a
 // stored response is replayed, an HTTP-date (default
 // Idempotency-Key-Expires); "" leaves it out.
 func WithExpiresHeader(name string) Option {
-	return func(c *config) { c.expiresHeader = http.CanonicalHeaderKey(name) }
+	return optionFunc(func(c *config) { c.expiresHeader = http.CanonicalHeaderKey(name) })
 }
 
 // WithProblemBase sets the URI prefix of the problems' "type" members
@@ -255,7 +262,7 @@ func WithExpiresHeader(name string) Option {
 // pages of their own: the type is the prefix followed by the problem's
 // name, such as "key-missing".
 func WithProblemBase(base string) Option {
-	return func(c *config) { c.problemBase = base }
+	return optionFunc(func(c *config) { c.problemBase = base })
 }
 
 // WithLogger sets where the middleware logs what an operator must know: a
