@@ -110,10 +110,10 @@ func (in *interceptor) intercept(ctx context.Context, req any, info *grpc.UnaryS
 	r := transport.Request{
 		Keys:        md.Get(in.c.keyMD),
 		Method:      info.FullMethod,
-		Credentials: func() []string { return md.Get("authorization") },
+		Credentials: md.Get("authorization"),
 	}
-	if in.c.principal != nil {
-		r.Principal = func() string { return in.c.principal(ctx) }
+	if in.c.principal != nil && len(r.Keys) > 0 {
+		r.Principal, r.HasPrincipal = in.c.principal(ctx), true
 	}
 	k, keyless, refused, err := in.t.Prologue(r)
 	switch {

@@ -136,12 +136,12 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	req := transport.Request{
 		Keys:        r.Header.Values(m.c.keyHeader),
 		Method:      r.Method,
-		Credentials: func() []string { return r.Header.Values("Authorization") },
+		Credentials: r.Header.Values("Authorization"),
 	}
 	var pattern bool
 	req.Route, pattern = m.route(r)
-	if m.c.principal != nil {
-		req.Principal = func() string { return m.c.principal(r) }
+	if m.c.principal != nil && len(req.Keys) > 0 {
+		req.Principal, req.HasPrincipal = m.c.principal(r), true
 	}
 	in, keyless, refusal, err := m.t.Prologue(req)
 	switch {
@@ -152,7 +152,8 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		m.answer(w, r, refusal, err, 0, nil)
 		return
 	}
-	var extra []guard.CallOption
+	var buf [2]guard.CallOption // the request's own call options, on the stack
+	extra := buf[:0]
 	ttl := m.t.TTL()
 	if m.c.maxRequestTTL > 0 {
 		if v := r.Header.Values(expirySecondsHeader); len(v) > 0 {

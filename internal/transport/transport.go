@@ -99,11 +99,13 @@ type Request struct {
 	// HTTP route.
 	Method, Route string
 	// Principal names the request's caller, when the transport has a
-	// principal function (WithPrincipal); nil otherwise.
-	Principal func() string
-	// Credentials returns the request's Authorization values, which scope
-	// its key unless it has a principal or the keys are shared.
-	Credentials func() []string
+	// principal function (WithPrincipal, which HasPrincipal says).
+	Principal    string
+	HasPrincipal bool
+	// Credentials are the request's Authorization values, which scope its
+	// key unless it has a principal or the keys are shared. (Values, not
+	// functions, so that a request's prologue allocates nothing.)
+	Credentials []string
 }
 
 // Prologue reads r's key and returns the input its guarded call derives
@@ -124,12 +126,12 @@ func (t *Transport) Prologue(r Request) (in Input, keyless bool, refusal Refusal
 	}
 	in.K = Selection{Key: key, Method: r.Method, Route: r.Route}
 	switch {
-	case r.Principal != nil:
-		if in.K.Principal = r.Principal(); in.K.Principal == "" {
+	case r.HasPrincipal:
+		if in.K.Principal = r.Principal; in.K.Principal == "" {
 			return in, false, PrincipalMissing, nil
 		}
 	case !t.SharedKeys:
-		in.K.Credential = Credential(r.Credentials())
+		in.K.Credential = Credential(r.Credentials)
 	}
 	return in, false, 0, nil
 }
