@@ -40,13 +40,9 @@ func (stepping) Charge(ctx context.Context, req *wrapperspb.StringValue) (*wrapp
 func TestKeyOptionalRunsAsAnUnguardedCall(t *testing.T) {
 	tr := teststores.NewTracing(t)
 	g := newGuard(t, memory.New(), guard.WithTracerProvider(tr.Provider))
-	icpt, err := grpcguard.UnaryServerInterceptor(g, grpcguard.WithKeyOptional())
-	if err != nil {
-		t.Fatal(err)
-	}
 	conn := startWith(t, stepping{}, []grpc.ServerOption{
 		grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(tr.Provider))),
-		grpc.UnaryInterceptor(icpt),
+		grpc.UnaryInterceptor(grpcguard.MustUnaryServerInterceptor(g, grpcguard.WithKeyOptional())),
 	})
 	for _, c := range []struct{ req, outcome string }{{"x", "unguarded"}, {"fail", "error"}} {
 		tr.Reset()
