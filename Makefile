@@ -30,12 +30,19 @@
 #             from it, goreleaser check, then make vulncheck. VERSION
 #             defaults to the version the nested modules require. Part of
 #             make test.
+# make api   writes the exported API of the released modules into
+#             api/current.txt (one line per exported feature; see
+#             docs/releasing.md); commit it with the change, whose review
+#             it is. make api-check, part of make release-check and so of
+#             make test, fails on any difference between the code and it.
 # make vulncheck  govulncheck over every module, against the Go
 #             vulnerability database fetched as a Go module
 #             (scripts/vulncheck.sh).
 # make release VERSION=v0.x.y  prepares a release: every module requires
 #             VERSION of the released modules, the CHANGELOG's Unreleased
-#             section becomes VERSION's, and the tags to push are printed.
+#             section becomes VERSION's, headed by the API's incompatible
+#             changes since the previous release (apidiff), api/VERSION.txt
+#             keeps the release's API, and the tags to push are printed.
 # make tidy   go mod tidy in every module (tools/release tidy: the nested
 #             modules require a version the module proxy may not serve yet).
 # make cli-scale  loads 100,000 records into DynamoDB Local and lists them
@@ -44,7 +51,7 @@
 
 GO ?= go
 
-.PHONY: test unit vet bench tools fmt cli-scale dashboards dashboard-png release release-check vulncheck tidy
+.PHONY: test unit vet bench tools fmt cli-scale dashboards dashboard-png release release-check vulncheck tidy api api-check
 
 # The library module and the nested examples, bench, chaos, CLI, dashboards,
 # release tools, Watermill and Lambda modules (go.work).
@@ -133,9 +140,9 @@ chaos:
 
 # The release (docs/releasing.md). release-check runs the checks a release
 # must pass: the install from outside first (it names a wrong requirement
-# before anything else trips over it), then the others. Add new ones (the
-# exported API against api/, the stored records of earlier releases) as
-# lines of its recipe.
+# before anything else trips over it), then the others: the exported API
+# against api/current.txt, the vulnerabilities. Add new ones (the stored
+# records of earlier releases) as lines of its recipe.
 VERSION ?=
 
 release:
@@ -144,7 +151,14 @@ release:
 
 release-check:
 	scripts/release-check.sh $(VERSION)
+	$(MAKE) --no-print-directory api-check
 	scripts/vulncheck.sh
+
+api:
+	cd tools && GOWORK=off $(GO) run ./release api
+
+api-check:
+	cd tools && GOWORK=off $(GO) run ./release api check
 
 vulncheck:
 	scripts/vulncheck.sh

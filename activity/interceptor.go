@@ -196,7 +196,7 @@ func (a *activityInbound) ExecuteActivity(ctx context.Context, in *interceptor.E
 	// The result goes back to the worker as the activity returned it, to
 	// be encoded by the worker's data converter; a replay goes back as a
 	// converter.RawValue, which the worker encodes the same way.
-	v, err := guard.Do(ctx, r.g, cl.scope, input, func(ctx context.Context) (any, error) {
+	v, err := guard.Do(heartbeatWhileWaiting(ctx), r.g, cl.scope, input, func(ctx context.Context) (any, error) {
 		return a.Next.ExecuteActivity(withCall(ctx, true), in)
 	}, cl.opts...)
 	if err != nil {

@@ -238,7 +238,7 @@ func run[Out any](ctx context.Context, r *runner, input any, hasInput bool, fn f
 	if opt, ok := r.keyOption(ctx, hasInput, nested); ok {
 		cl.opts = append(cl.opts, opt)
 	}
-	v, err := guard.Do(ctx, r.g, cl.scope, input, func(ctx context.Context) (Out, error) {
+	v, err := guard.Do(heartbeatWhileWaiting(ctx), r.g, cl.scope, input, func(ctx context.Context) (Out, error) {
 		return fn(withCall(ctx, false))
 	}, cl.opts...)
 	return v, temporalError(err, r.cfg.maxRetryDelay, r.g.ClockSkew())

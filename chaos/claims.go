@@ -15,6 +15,7 @@ const (
 	causeFault      = "fault"      // an extension or completion sent before its lease end failed or came back after it, or the claim itself came back after its first extension was due
 	causeStop       = "stop"       // the driver stopped the workers at the end of the run, before its lease end
 	causeDeliberate = "deliberate" // the body failed on purpose (a stepped body's first attempt), and the call released its key
+	causeCancel     = "cancel"     // Temporal ended the attempt's context (it timed out on the server, or was cancelled), a store call failed, and the call released its key
 )
 
 // Tolerances of the claim checks. Times are read from one machine clock
@@ -26,6 +27,10 @@ const (
 	// not have had the time to extend it (its timers, heartbeats and store
 	// calls all fire at once after a pause of seconds).
 	resumeSlack = time.Second
+	// cancelNoted: the most a process takes, once a call released its
+	// key, to note that the call's attempt had its context ended by
+	// Temporal ("cancel" in its done file).
+	cancelNoted = time.Second
 )
 
 // claim is one claim a worker's guard made, rebuilt from its calls log:

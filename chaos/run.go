@@ -586,9 +586,12 @@ func scanRecords(ctx context.Context, c *dynamodb.Client, table string) (map[str
 // "window", the process made effect under key (in a transactional body:
 // wrote it in its transaction) and was about to linger before the
 // completion (the commit); "fail", a stepped body failed on purpose after
-// its first step.
+// its first step; "cancel", an attempt of op failed once Temporal had ended
+// its context (the attempt had timed out on the server, which the SDK
+// learns from a heartbeat's answer, or was cancelled), noted when the
+// guarded call returned.
 type doneLine struct {
-	kind       string // "done", "window" or "fail"
+	kind       string // "done", "window", "fail" or "cancel"
 	op, effect string
 	pid        int
 	at         time.Time
@@ -610,7 +613,7 @@ func readDone(dir string) ([]doneLine, error) {
 		sc := bufio.NewScanner(strings.NewReader(string(b)))
 		for sc.Scan() {
 			fs := strings.Fields(sc.Text())
-			if len(fs) < 4 || len(fs) > 5 || fs[0] != "done" && fs[0] != "window" && fs[0] != "fail" {
+			if len(fs) < 4 || len(fs) > 5 || fs[0] != "done" && fs[0] != "window" && fs[0] != "fail" && fs[0] != "cancel" {
 				continue // a line cut by SIGKILL mid-write
 			}
 			ms, err := strconv.ParseInt(fs[3], 10, 64)

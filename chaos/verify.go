@@ -124,6 +124,7 @@ type Report struct {
 	ExtraRunsByKill      int `json:"extra_runs_by_kill"`
 	ExtraRunsByPause     int `json:"extra_runs_by_pause"`
 	ExtraRunsByFault     int `json:"extra_runs_by_fault"`
+	ExtraRunsByCancel    int `json:"extra_runs_by_cancel"`
 	ExtraRunsDeliberate  int `json:"extra_runs_deliberate"`
 	ExtraRunsUnexplained int `json:"extra_runs_unexplained"`
 	// LeaseLostReports: the guard's IdempotencyLeaseLost and
@@ -178,6 +179,7 @@ type Report struct {
 	TxRolledBackByKill      int `json:"tx_rolled_back_by_kill"`
 	TxRolledBackByPause     int `json:"tx_rolled_back_by_pause"`
 	TxRolledBackByFault     int `json:"tx_rolled_back_by_fault"`
+	TxRolledBackByCancel    int `json:"tx_rolled_back_by_cancel"`
 	TxRolledBackDeliberate  int `json:"tx_rolled_back_deliberate"`
 	TxRolledBackUnexplained int `json:"tx_rolled_back_unexplained"`
 	LostTransfers           int `json:"lost_transfers"`
@@ -228,6 +230,7 @@ type verifier struct {
 	cs       *claims
 	killsOf  map[int][]time.Time
 	failedAt map[procOp][]time.Time // deliberate failures, by process and op
+	cancelAt map[procOp][]time.Time // attempts that failed after Temporal ended their context, by process and op
 }
 
 type procOp struct {
@@ -247,7 +250,7 @@ func (ev *evidence) verify() *Report {
 	if ev.control && (len(ev.kills) > 0 || len(ev.pauses) > 0) {
 		r.violate("control run: %d kills and %d pauses, want none", len(ev.kills), len(ev.pauses))
 	}
-	v := &verifier{ev: ev, r: r, killsOf: map[int][]time.Time{}, failedAt: map[procOp][]time.Time{}}
+	v := &verifier{ev: ev, r: r, killsOf: map[int][]time.Time{}, failedAt: map[procOp][]time.Time{}, cancelAt: map[procOp][]time.Time{}}
 	for _, k := range ev.kills {
 		v.killsOf[k.PID] = append(v.killsOf[k.PID], k.At)
 		if k.InWindow {
@@ -352,6 +355,9 @@ func (ev *evidence) verify() *Report {
 			r.DeliberateFailures++
 			po := procOp{d.pid, d.op}
 			v.failedAt[po] = append(v.failedAt[po], d.at)
+		case "cancel":
+			po := procOp{d.pid, d.op}
+			v.cancelAt[po] = append(v.cancelAt[po], d.at)
 		case "done":
 			doneOf[d.op] = append(doneOf[d.op], d)
 		}
@@ -628,6 +634,16 @@ func (v *verifier) extraRun(op string, pid int, key string, at time.Time) (strin
 				cause = causeFault
 			}
 		}
+		// The attempt's context ended (Temporal timed the attempt out or
+		// cancelled it), a store call of the body failed, and the call gave
+		// its key back: noted by the process when the call returned, so
+		// after the release, and within a second of it (a later attempt's
+		// cancel explains nothing of this one).
+		for _, t := range v.cancelAt[procOp{pid, op}] {
+			if cause == "" && !t.Before(at.Add(-time.Millisecond)) && !t.Before(cl.released.Add(-time.Millisecond)) && t.Before(cl.released.Add(cancelNoted)) {
+				cause = causeCancel
+			}
+		}
 	}
 	switch cause {
 	case causeKill, causeStop:
@@ -636,6 +652,8 @@ func (v *verifier) extraRun(op string, pid int, key string, at time.Time) (strin
 		r.ExtraRunsByPause++
 	case causeFault:
 		r.ExtraRunsByFault++
+	case causeCancel:
+		r.ExtraRunsByCancel++
 	case causeDeliberate:
 		r.ExtraRunsDeliberate++
 	default:
@@ -849,6 +867,8 @@ func (v *verifier) tx(p *opPlan, key string, rs []Entry, windows []doneLine, eff
 			r.TxRolledBackByPause++
 		case causeFault:
 			r.TxRolledBackByFault++
+		case causeCancel:
+			r.TxRolledBackByCancel++
 		case causeDeliberate:
 			r.TxRolledBackDeliberate++
 		default:

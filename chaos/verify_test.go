@@ -3,6 +3,8 @@ package chaos
 import (
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -607,5 +609,50 @@ func TestCallLine(t *testing.T) {
 	}
 	if _, ok := parseCall(7, strings.TrimSuffix(c.line(), " ok\n")); ok {
 		t.Error("a cut line parsed")
+	}
+}
+
+// A transactional run rolled back because Temporal ended its activity
+// attempt: its heartbeat was answered that the attempt had timed out on
+// the server (its process had not heartbeated in time on a loaded
+// machine), so the SDK cancelled the attempt's context, a store call of
+// the body failed, and the call released its key. Its process noted the
+// cancelled attempt ("cancel") once the guard returned: that explains the
+// rollback, and nothing else of the run's process does.
+func TestVerifyTxRolledBackByCancelledAttempt(t *testing.T) {
+	rolledBack := func(cancelAt time.Duration) *Report {
+		s, op := txScenario(t)
+		s.claim(1, s.key(op), -5*time.Second).release(-5*time.Second + 400*time.Millisecond)
+		s.window(op, "e0", 1, -5*time.Second+20*time.Millisecond)
+		if cancelAt != 0 {
+			s.ev.done = append(s.ev.done, doneLine{kind: "cancel", op: op.ID, effect: "-", pid: 1, at: s.at(cancelAt), key: "-"})
+		}
+		c := s.claim(2, s.key(op), 0)
+		c.add(callTxComplete, 100*time.Millisecond, time.Millisecond, resOK, time.Time{})
+		c.add(callCommit, 101*time.Millisecond, time.Millisecond, resOK, time.Time{})
+		s.row(op, "e1", 2)
+		return verify(t, s)
+	}
+	if r := rolledBack(-5*time.Second + 402*time.Millisecond); !r.OK() || r.TxRolledBackByCancel != 1 || r.ExtraRunsByCancel != 1 || r.TxRolledBackUnexplained != 0 {
+		t.Errorf("a run rolled back by its cancelled attempt: %+v", r)
+	}
+	// A cancelled attempt of the process before the run, or long after
+	// its claim was given back (another attempt's), explains nothing.
+	for _, at := range []time.Duration{-6 * time.Second, -5*time.Second + 3*time.Second} {
+		if r := rolledBack(at); r.OK() || r.TxRolledBackUnexplained != 1 {
+			t.Errorf("a cancel at %v explained a rollback: %+v", at, r)
+		}
+	}
+}
+
+// readDone reads the "cancel" lines of a worker's done file.
+func TestReadDoneCancel(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "done-7.log"), []byte("cancel w0-t00 - 1700000000123 -\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, err := readDone(dir)
+	if err != nil || len(got) != 1 || got[0].kind != "cancel" || got[0].op != "w0-t00" || got[0].pid != 7 || got[0].at.UnixMilli() != 1700000000123 {
+		t.Fatalf("readDone = %+v, %v", got, err)
 	}
 }

@@ -199,33 +199,45 @@ func runWorker(cfg workerConfig) error {
 	if wk.g, err = guard.New(s, guard.WithLogger(logger)); err != nil {
 		return err
 	}
-	w := worker.New(c, cfg.TaskQueue, worker.Options{
-		MaxConcurrentActivityExecutionSize:     cfg.Concurrency,
-		MaxConcurrentWorkflowTaskExecutionSize: 4,
-		StickyScheduleToStartTimeout:           time.Second,
-		WorkerStopTimeout:                      2 * time.Second,
-	})
-	w.RegisterWorkflowWithOptions(Workflow, workflow.RegisterOptions{Name: WorkflowName})
-	register := func(name string, fn func(context.Context, Op) (OpResult, error)) {
-		w.RegisterActivityWithOptions(wk.wrap(fn), tactivity.RegisterOptions{Name: name})
+	// A worker's start asks the server for its namespace, once: on a busy
+	// machine the dev server may not answer in time, and a failed start
+	// cannot be retried on the same worker. Build a new one and try again
+	// for a minute, as the dial does, so that a slow answer is not taken
+	// for a worker that died by itself.
+	var w worker.Worker
+	for range 6 {
+		w = worker.New(c, cfg.TaskQueue, worker.Options{
+			MaxConcurrentActivityExecutionSize:     cfg.Concurrency,
+			MaxConcurrentWorkflowTaskExecutionSize: 4,
+			StickyScheduleToStartTimeout:           time.Second,
+			WorkerStopTimeout:                      2 * time.Second,
+		})
+		w.RegisterWorkflowWithOptions(Workflow, workflow.RegisterOptions{Name: WorkflowName})
+		register := func(name string, fn func(context.Context, Op) (OpResult, error)) {
+			w.RegisterActivityWithOptions(wk.wrap(fn), tactivity.RegisterOptions{Name: name})
+		}
+		explicit := activity.WithGuardOptions(explicitOptions()...)
+		switch cfg.Store {
+		case StorePostgres:
+			register(TxActivity, wk.pgTxActivity(TxActivity, nil))
+			register(TxExplicitActivity, wk.pgTxActivity(TxExplicitActivity, explicitOptions()))
+			register(TxStepsActivity, wk.pgTxActivity(TxStepsActivity, nil))
+		case StoreDynamoDBTx:
+			register(TxActivity, wk.dynamoTxActivity(TxActivity, nil))
+			register(TxExplicitActivity, wk.dynamoTxActivity(TxExplicitActivity, explicitOptions()))
+			register(TxStepsActivity, wk.dynamoTxActivity(TxStepsActivity, nil))
+		default:
+			register(KeyedActivity, activity.MustWrap(wk.g, wk.keyedBody))
+			register(PlainActivity, activity.MustWrap(wk.g, wk.plainBody))
+			register(ExplicitActivity, activity.MustWrap(wk.g, wk.explicitBody, explicit))
+			register(StepsActivity, activity.MustWrap(wk.g, wk.stepsBody))
+		}
+		if err = w.Start(); err == nil {
+			break
+		}
+		fmt.Fprintln(os.Stderr, "chaos worker: starting the worker:", err)
 	}
-	explicit := activity.WithGuardOptions(explicitOptions()...)
-	switch cfg.Store {
-	case StorePostgres:
-		register(TxActivity, wk.pgTxActivity(TxActivity, nil))
-		register(TxExplicitActivity, wk.pgTxActivity(TxExplicitActivity, explicitOptions()))
-		register(TxStepsActivity, wk.pgTxActivity(TxStepsActivity, nil))
-	case StoreDynamoDBTx:
-		register(TxActivity, wk.dynamoTxActivity(TxActivity, nil))
-		register(TxExplicitActivity, wk.dynamoTxActivity(TxExplicitActivity, explicitOptions()))
-		register(TxStepsActivity, wk.dynamoTxActivity(TxStepsActivity, nil))
-	default:
-		register(KeyedActivity, activity.MustWrap(wk.g, wk.keyedBody))
-		register(PlainActivity, activity.MustWrap(wk.g, wk.plainBody))
-		register(ExplicitActivity, activity.MustWrap(wk.g, wk.explicitBody, explicit))
-		register(StepsActivity, activity.MustWrap(wk.g, wk.stepsBody))
-	}
-	if err := w.Start(); err != nil {
+	if err != nil {
 		return err
 	}
 	fmt.Fprintf(os.Stderr, "chaos worker: slot %d pid %d polling %s at %s\n", cfg.Slot, os.Getpid(), cfg.TaskQueue, time.Now().Format(time.RFC3339Nano))
@@ -487,6 +499,16 @@ func (wk *chaosWorker) wrap(guarded func(context.Context, Op) (OpResult, error))
 			}
 			wk.mu.Unlock()
 			return r, nil
+		}
+		if ctx.Err() != nil {
+			// Temporal ended the attempt: the SDK cancels an attempt's
+			// context when a heartbeat is answered that the attempt
+			// timed out on the server (on a loaded machine, its process
+			// may not have heartbeated in time) or was cancelled.
+			wk.mu.Lock()
+			fmt.Fprintf(wk.done, "cancel %s - %d -\n", op.ID, time.Now().UnixMilli())
+			wk.mu.Unlock()
+			fmt.Fprintf(os.Stderr, "chaos worker: op %s attempt %d: failed once its context ended: %v\n", op.ID, tactivity.GetInfo(ctx).Attempt, context.Cause(ctx))
 		}
 		var ae *temporal.ApplicationError
 		if errors.As(err, &ae) && (ae.Type() == activity.ErrorTypeLeaseLost || ae.Type() == activity.ErrorTypeNotRecorded) {

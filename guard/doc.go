@@ -76,8 +76,11 @@
 // # Concurrency
 //
 // A call that finds the key held elsewhere fails at once with
-// [ErrInProgress] in [Reject] mode (the default), or polls with backoff and
-// jitter in [Wait] mode ([WithWait]) until it can replay or take over.
+// [ErrInProgress] in [Reject] mode (the default), or waits in [Wait] mode
+// ([WithWait]) until it can replay or take over: the duplicates of a key in
+// one process share one wait, told of the completion or release by a store
+// that pushes it ([store.Watcher]: Redis, PostgreSQL, memory) and reading
+// the record otherwise. [Lookup] reads a key's state without claiming it.
 //
 // # Batches
 //

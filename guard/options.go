@@ -49,11 +49,12 @@ const (
 	// Powertools; it suits callers that retry with backoff themselves, such
 	// as Temporal activities.
 	Reject Mode = iota
-	// Wait polls the store with backoff and jitter until the other call
-	// completes (and replays its result), fails or lapses (and runs the
-	// function), or the wait budget ends ([ErrInProgress]). A duplicate in
-	// the same process waits for the running call the same way, without
-	// polling.
+	// Wait waits until the other call completes (and replays its result),
+	// fails or lapses (and runs the function), or the wait budget ends
+	// ([ErrInProgress]): told of the outcome by a store that pushes it
+	// ([store.Watcher]), else polling the record ([WithWaitBackoff]). The
+	// duplicates of a key in one process share one wait; a duplicate in
+	// the same guard waits for the running call without a store call.
 	Wait
 )
 
@@ -539,8 +540,12 @@ func WithWait(budget time.Duration) CallOption {
 }
 
 // WithWaitBackoff sets the first and the longest pause between polls in
-// [Wait] mode (defaults [DefaultWaitInitial], [DefaultWaitMax]). Pauses grow
-// exponentially with jitter and never run past the holder's lease end.
+// [Wait] mode (defaults [DefaultWaitInitial], [DefaultWaitMax]), on a store
+// that does not push completions ([store.Watcher]): each pause is about as
+// long as the call has been seen running, within these bounds (a random part
+// of up to a quarter taken off, never above the longest), and never runs
+// past the holder's lease end. The duplicates of a key waiting in one
+// process share the polls.
 func WithWaitBackoff(initial, max time.Duration) CallOption {
 	return opt(setWaitBackoff, func(c *config) {
 		if c.check(initial > 0 && max >= initial, "wait backoff needs 0 < initial <= max, got %v, %v", initial, max) {

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
@@ -48,7 +47,6 @@ func (g *Guard) acquire(ctx context.Context, c *config, d *derived, f *flight, c
 		// answer was lost is found by the next as the call's own claim.
 		token = newToken()
 	}
-	var bo *backoff.ExponentialBackOff
 	var waitEnd time.Time
 	for vanished := 0; ; {
 		if err := ctx.Err(); err != nil {
@@ -116,32 +114,30 @@ func (g *Guard) acquire(ctx context.Context, c *config, d *derived, f *flight, c
 		if c.mode == Reject {
 			return nil, busy
 		}
-		if bo == nil {
-			bo = &backoff.ExponentialBackOff{
-				InitialInterval:     c.waitInitial,
-				RandomizationFactor: 0.5,
-				Multiplier:          2,
-				MaxInterval:         c.waitMax,
-			}
+		if waitEnd.IsZero() {
 			waitEnd = now.Add(c.waitBudget)
 			waitStart = time.Now()
 		}
-		left := waitEnd.Sub(now)
-		if left <= 0 {
+		if !now.Before(waitEnd) {
 			return nil, busy
-		}
-		pause := min(bo.NextBackOff(), left)
-		takeover := old.LeaseExpiresAt.Add(g.skew)
-		if lapse := takeover.Sub(now); !old.LeaseExpiresAt.IsZero() && lapse >= 0 && lapse < pause {
-			pause = lapse + time.Millisecond
 		}
 		if span.IsRecording() {
 			span.AddEvent(telemetry.EventWait, trace.WithAttributes(
-				telemetry.LeaseExpiresKey.String(old.LeaseExpiresAt.UTC().Format(time.RFC3339Nano)),
-				attribute.Float64("idemguard.wait.pause_seconds", pause.Seconds())))
+				telemetry.LeaseExpiresKey.String(old.LeaseExpiresAt.UTC().Format(time.RFC3339Nano))))
 		}
-		if err := sleep(ctx, g.clock, pause); err != nil {
+		// Wait for the holder's outcome with this process's other
+		// duplicates of the key (wait.go), then replay it or claim again.
+		done, err := g.waitHeld(ctx, c, d.key, old, waitEnd)
+		switch {
+		case errors.Is(err, errWaitBudget):
+			return nil, busy
+		case err != nil:
 			return nil, err
+		case done != nil:
+			if err := validate(d, done, d.payloadHash); err != nil {
+				return nil, err
+			}
+			return done, nil
 		}
 	}
 }

@@ -90,6 +90,11 @@
 // duplicate with guard.WithReject, gets 409 with a Retry-After header: the
 // seconds until the holder's lease ends plus the guard's clock-skew
 // tolerance (at least 1), after which the key is either completed or free.
+// A client may shorten its own wait with "Prefer: wait=N" (RFC 7240, N
+// seconds; wait=0 answers 409 at once); a preference longer than the API's
+// budget is held to the budget. Waiting duplicates in other processes learn
+// of the response when the first request's completion is written, on a
+// store that pushes completions (Redis, PostgreSQL).
 //
 // # Streaming, flushing, trailers and hijacking
 //

@@ -152,7 +152,7 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		m.answer(w, r, refusal, err, 0, nil)
 		return
 	}
-	var buf [2]guard.CallOption // the request's own call options, on the stack
+	var buf [3]guard.CallOption // the request's own call options, on the stack
 	extra := buf[:0]
 	ttl := m.t.TTL()
 	if m.c.maxRequestTTL > 0 {
@@ -163,6 +163,11 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 			extra = append(extra, guard.WithTTL(ttl))
 		}
+	}
+	if d, ok := preferWait(r.Header); ok {
+		// Prefer: wait=N (RFC 7240) shortens a duplicate's wait; it never
+		// lengthens the one the API allows.
+		extra = m.preferredWait(extra, d)
 	}
 	if m.c.fingerprint != nil {
 		body, ok := m.readBody(w, r)

@@ -37,6 +37,13 @@ type (
 	// (its result was then not recorded, and the guard logged it);
 	// retrying is safe.
 	IdempotencyPersistenceLayerError struct{ Err error }
+	// IdempotencyLeaseLostError is [guard.ErrLeaseLost]: the handler ran,
+	// but its answer was not recorded, because the invocation's claim
+	// lapsed and another invocation took the key over. Powertools has no
+	// such error; it is named as its errors are, so that a caller can
+	// tell it from the handler's own error. Retrying replays the other
+	// invocation's answer once it is recorded.
+	IdempotencyLeaseLostError struct{ Err error }
 )
 
 func (e *IdempotencyAlreadyInProgressError) Error() string { return e.Err.Error() }
@@ -47,6 +54,8 @@ func (e *IdempotencyKeyError) Error() string               { return e.Err.Error(
 func (e *IdempotencyKeyError) Unwrap() error               { return e.Err }
 func (e *IdempotencyPersistenceLayerError) Error() string  { return e.Err.Error() }
 func (e *IdempotencyPersistenceLayerError) Unwrap() error  { return e.Err }
+func (e *IdempotencyLeaseLostError) Error() string         { return e.Err.Error() }
+func (e *IdempotencyLeaseLostError) Unwrap() error         { return e.Err }
 
 // lambdaError maps the error of a guarded call to what the wrapper
 // returns: the guard's decisions to the errors above, anything else (the
@@ -64,6 +73,8 @@ func lambdaError(err error) error {
 		return &IdempotencyKeyError{err}
 	case errors.Is(err, guard.ErrStore):
 		return &IdempotencyPersistenceLayerError{err}
+	case errors.Is(err, guard.ErrLeaseLost):
+		return &IdempotencyLeaseLostError{err}
 	case reflect.TypeOf(err) == definiteType:
 		// guard.Definite's mark: report the error it marks, as replays
 		// of it are reported.

@@ -49,7 +49,9 @@ import (
 // handler again, unless the error is definite (guard.Definite): it is
 // stored, and replayed with the same errorType and errorMessage. The
 // guard's own refusals are reported as the errors of this package, named
-// as Powertools names them.
+// as Powertools names them, and an answer the guard could not record
+// because the invocation's claim was taken over as
+// [IdempotencyLeaseLostError].
 //
 // With IDEMGUARD_DISABLED the handler runs unguarded, and guard.Step in
 // it runs its function unguarded.

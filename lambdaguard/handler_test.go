@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -274,3 +275,67 @@ func TestWrapDisabledKeepsSteps(t *testing.T) {
 
 // second returns the error of a constructor's results.
 func second[T any](_ T, err error) error { return err }
+
+// runtimeError is what the Lambda runtime reports of an invocation's
+// error, as aws-lambda-go makes it: a messages.InvokeResponse_Error as it
+// is, else the error's message and the name of its type (or of the type it
+// points to). It is what the function's caller sees.
+func runtimeError(err error) messages.InvokeResponse_Error {
+	if ie, ok := err.(messages.InvokeResponse_Error); ok {
+		return ie
+	}
+	t := reflect.TypeOf(err)
+	if t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	return messages.InvokeResponse_Error{Message: err.Error(), Type: t.Name()}
+}
+
+// fixedClock is a guard clock that stands still at now: its timers never
+// fire, so a holder on it never learns that its lease lapsed.
+type fixedClock struct{ now time.Time }
+
+func (c fixedClock) Now() time.Time { return c.now }
+func (c fixedClock) AfterFunc(time.Duration, func()) (stop func() bool) {
+	return func() bool { return true }
+}
+
+// An invocation whose claim was taken over while its handler ran (its
+// answer not recorded: the taker's is) is reported with an errorType of
+// its own, IdempotencyLeaseLostError, so that its caller can tell it from
+// the handler's own error; it wraps guard.ErrLeaseLost.
+func TestWrapLeaseLostReported(t *testing.T) {
+	m := memory.New()
+	now := time.Now()
+	holderGuard := newGuard(t, m, guard.WithClock(fixedClock{now}))
+	takerGuard := newGuard(t, m, guard.WithClock(fixedClock{now.Add(time.Hour)}))
+	started, release := make(chan struct{}), make(chan struct{})
+	handler := func(by string) func(context.Context, order) (receipt, error) {
+		return func(context.Context, order) (receipt, error) {
+			if by == "holder" {
+				close(started)
+				<-release
+			}
+			return receipt{"ch by " + by}, nil
+		}
+	}
+	wrap := func(g *guard.Guard, by string) lambda.Handler {
+		return lambdaguard.Must(lambdaguard.Wrap(g, handler(by), lambdaguard.WithScope("fn"),
+			lambdaguard.WithGuardOptions(guard.WithKeyPath("order_id"))))
+	}
+	var holderErr error
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		_, holderErr = invoke(t, context.Background(), wrap(holderGuard, "holder"), `{"order_id":"1"}`)
+	})
+	<-started
+	// An hour later on the taker's clock the holder's lease has lapsed.
+	if out, err := invoke(t, context.Background(), wrap(takerGuard, "taker"), `{"order_id":"1"}`); err != nil || out != `{"charge":"ch by taker"}` {
+		t.Fatalf("the taker = %s, %v; want its own answer", out, err)
+	}
+	close(release)
+	wg.Wait()
+	if got := runtimeError(holderErr); got.Type != "IdempotencyLeaseLostError" || !errors.Is(holderErr, guard.ErrLeaseLost) {
+		t.Errorf("the holder, taken over = %v, reported as %+v; want errorType IdempotencyLeaseLostError wrapping guard.ErrLeaseLost", holderErr, got)
+	}
+}

@@ -2,6 +2,8 @@ package nexusguard_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/nexus-rpc/sdk-go/nexus"
@@ -11,6 +13,7 @@ import (
 	"github.com/idemguard/idemguard/activity"
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/guard/guardtest"
+	"github.com/idemguard/idemguard/internal/testing/temporaltest"
 	"github.com/idemguard/idemguard/internal/testing/teststores"
 	"github.com/idemguard/idemguard/nexusguard"
 )
@@ -25,9 +28,12 @@ type composeInput struct {
 // through the wrapper and through the worker interceptor: a guard.Step
 // inside its handler, first start and resent start, an error after the
 // step and the caller's retry, another input under the request ID after
-// the step, and a paused holder taken over. The suite's guards carry no
-// option of this entry point: the request ID keys, and payload validation
-// of the whole input is the adapter's default.
+// the step or the completion (BAD_REQUEST), a duplicate while the first
+// runs (UNAVAILABLE, or the first's result after waiting), paused holders
+// taken over (the zombie's INTERNAL, its lease lost), and the disabled
+// guard's pass-through. The suite's guards carry no option of this entry
+// point: the request ID keys, and payload validation of the whole input
+// is the adapter's default.
 func TestCompositionNexus(t *testing.T) {
 	for _, tc := range []struct {
 		name        string
@@ -46,7 +52,11 @@ func TestCompositionNexus(t *testing.T) {
 					ctx = nexus.WithHandlerContext(ctx, nexus.HandlerInfo{Service: service, Operation: operation, Header: nexus.Header{}})
 					in := composeInput{call.Payload}
 					if !tc.interceptor {
-						return nexusguard.MustWrap(g, handler)(ctx, in, start(call.Key))
+						v, err := nexusguard.MustWrap(g, handler)(ctx, in, start(call.Key))
+						if err != nil {
+							return "", composeError(err)
+						}
+						return v, nil
 					}
 					wi := activity.MustInterceptor(nil, nexusguard.MustPolicy(g, service, operation))
 					res, err := wi.InterceptNexusOperation(ctx, &handlerInbound{start: func(ctx context.Context, in interceptor.NexusStartOperationInput) (nexus.HandlerStartOperationResult[any], error) {
@@ -57,13 +67,46 @@ func TestCompositionNexus(t *testing.T) {
 						return &nexus.HandlerStartOperationResultSync[string]{Value: v}, nil
 					}}).StartOperation(ctx, interceptor.NexusStartOperationInput{Input: in, Options: start(call.Key)})
 					if err != nil {
-						return "", err
+						return "", composeError(err)
 					}
 					return resultString(t, res), nil
 				},
 			}, guardtest.Stores(teststores.All()))
 		})
 	}
+}
+
+// composeError returns the error of a start, wrapping the guard error its
+// handler error stands for, as a caller tells them apart: the Temporal
+// application error type in the handler error's cause chain, which the
+// Nexus SDK keeps (a caller workflow gets the handler error, and its
+// cause, inside the operation's error), read by temporaltest.GuardError,
+// and it must agree with the handler error's type and retry behaviour; a
+// cause that disagrees stands for nothing. Where the cause is lost (a
+// handler error without an application error in its chain) the type alone
+// is not enough, and nothing is mapped: UNAVAILABLE is also a store that
+// failed, BAD_REQUEST also a missing key or an input that cannot be keyed,
+// and a retryable INTERNAL also any plain error of the handler's.
+func composeError(err error) error {
+	var he *nexus.HandlerError
+	if !errors.As(err, &he) {
+		return err
+	}
+	mapped := temporaltest.GuardError(he.Cause) // nil when the cause is lost
+	for _, want := range []struct {
+		sentinel error
+		typ      nexus.HandlerErrorType
+		retry    bool
+	}{
+		{guard.ErrInProgress, nexus.HandlerErrorTypeUnavailable, true},
+		{guard.ErrPayloadMismatch, nexus.HandlerErrorTypeBadRequest, false},
+		{guard.ErrLeaseLost, nexus.HandlerErrorTypeInternal, true},
+	} {
+		if errors.Is(mapped, want.sentinel) && he.Type == want.typ && he.Retryable() == want.retry {
+			return fmt.Errorf("%w: %w", err, want.sentinel)
+		}
+	}
+	return err
 }
 
 // resultString is the string an intercepted sync start returned, the

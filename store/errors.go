@@ -19,7 +19,7 @@ type OpError struct {
 	// Store names the store: "dynamodb", "redis", "postgres".
 	Store string
 	// Op is the store method: "Acquire", "Complete", "Extend", "Release",
-	// "Get", "GetMany", "List", "Delete", "Purge", or a transaction's
+	// "Get", "GetMany", "List", "Delete", "Purge", "Watch", or a transaction's
 	// "Begin", "Tx.Complete", "Tx.Commit", "Tx.Rollback".
 	Op string
 	// Key is the idempotency key, or "" for an operation on many (for

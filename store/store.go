@@ -72,6 +72,8 @@
 //     expired records in stores that keep them.
 //   - [KeyLimiter] states the longest key the store can hold; the guard
 //     refuses longer keys before it calls the store.
+//   - [Watcher] tells a process the moment a key's record is completed or
+//     released, so that callers waiting for another's claim need not poll.
 //
 // A method of an optional interface may return [ErrSkip] to decline at run
 // time (say, a client without the batch API); the caller then goes on as if
@@ -204,3 +206,86 @@ var (
 type KeyLimiter interface {
 	MaxKeyBytes() int
 }
+
+// Watcher is an optional interface for stores that can push a key's
+// completion or release to the processes waiting for it, so that a caller
+// that finds another's claim in progress learns of the outcome the moment
+// it exists rather than at its next poll.
+//
+// # Ordering
+//
+// Watch returns once the subscription is in effect on the server, and the
+// store notifies a write only after the write is visible to every reader
+// of the record (on PostgreSQL the notification is delivered at the
+// commit of the transaction that wrote, on Redis it is published by the
+// script that wrote). So every completion or release that becomes visible
+// after Watch returns is notified, and a caller that watches first and then
+// reads the record (Get, or Acquire) misses none: a write visible before
+// the read is seen by the read, a later one is notified. Reading first and
+// watching after leaves a window in which a write is neither read nor
+// notified; callers must not do it.
+//
+// # Sharing
+//
+// A store serves the watches of a process through a few server
+// subscriptions of its own and multiplexes them: many watches of one key
+// share one subscription (Redis: one channel per key; PostgreSQL: one
+// channel per table, on one connection per store), so a Watch of a key
+// already watched in the process costs no round trip. The store, not the
+// caller, keeps the count, because only the store knows what its server
+// subscribes to (a key, a table) and when a subscription can be dropped.
+//
+// # Losses and spurious notifications
+//
+// A subscription can end without a notification: its connection drops, the
+// server fails over, a Cluster slot moves. The store then ends every
+// subscription the connection served, each Done channel closed and Err
+// matching [ErrWatchLost], within a bounded time (each store checks its
+// connection every few seconds), and a later Watch subscribes afresh. A
+// caller told of a loss re-reads the record and watches again or polls; a
+// notification sent while no subscription was in effect is lost for good,
+// which is why the caller re-reads. A notification may also be spurious
+// (a write that preceded the Watch, a release followed at once by a new
+// claim): callers re-read after every one, and keep a slow poll as a
+// safety net.
+//
+// Watch returns an error when it cannot subscribe: the server cannot be
+// reached, or does not support what the store needs (then the error
+// matches [ErrSkip], and the caller goes on as if the store did not
+// implement Watcher). The caller polls instead.
+type Watcher interface {
+	// Watch subscribes to the next completion or release of key's record
+	// and returns when the subscription is in effect. ctx bounds the
+	// subscribing only, not the subscription's life; the caller must Stop
+	// the subscription it gets. A completion of an in-progress record, a
+	// completion of a completed one (a retried completion, a record retired
+	// by completing it as expired) and a release are notified; an Extend
+	// is not, nor is an Acquire that takes over a lapsed claim (its waiters
+	// know the lease end), nor an operator's delete ([Admin.Delete]).
+	Watch(ctx context.Context, key string) (Subscription, error)
+}
+
+// Subscription is a watch on one key, from [Watcher.Watch]. It is used up
+// by its first notification: a caller still waiting after it watches again
+// (before it re-reads the record; see [Watcher]).
+type Subscription interface {
+	// Done returns a channel that is closed once: at the first
+	// notification of a completion or release of the key after Watch
+	// returned, or when the subscription is lost.
+	Done() <-chan struct{}
+	// Err returns nil until Done is closed, and then nil after a
+	// notification, or an error matching [ErrWatchLost] when the
+	// subscription was lost.
+	Err() error
+	// Stop ends the subscription and lets the store drop the server
+	// subscription when no other watch of the key needs it. Callers must
+	// call it, also after Done is closed; it may be called more than once
+	// and from any goroutine.
+	Stop()
+}
+
+// ErrWatchLost is what [Subscription.Err] matches when a subscription ended
+// without a notification (a dropped connection, a failover, a moved
+// Cluster slot): a completion or release may have gone unnotified, so the
+// caller re-reads the record.
+var ErrWatchLost = errors.New("store: watch lost; re-read the record")

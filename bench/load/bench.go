@@ -33,6 +33,11 @@ type Config struct {
 	// HandIndex gives the hand-written PostgreSQL baseline's table the
 	// index on (expires_at, key) that store/postgres keeps for Purge.
 	HandIndex bool
+	// StoreIndex replaces the index CreateTable gives the store's table
+	// on (expires_at, key), to measure what it costs: "expires_at" (a
+	// btree on expires_at alone), "brin" (a BRIN index on expires_at), or
+	// "none". Empty keeps the table as CreateTable makes it.
+	StoreIndex string
 	// RedisAddr is a Redis server's host:port for the redis_ scenarios;
 	// empty leaves them out.
 	RedisAddr string

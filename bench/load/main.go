@@ -101,6 +101,7 @@ func main() {
 	cfg := DefaultConfig()
 	flag.StringVar(&cfg.Endpoint, "endpoint", os.Getenv(dynamodbtest.EndpointEnv), "DynamoDB endpoint URL (default $"+dynamodbtest.EndpointEnv+")")
 	flag.StringVar(&cfg.PostgresURL, "postgres", os.Getenv(postgrestest.URLEnv), "PostgreSQL URL for the pg_ scenarios (default $"+postgrestest.URLEnv+"; empty: none)")
+	flag.StringVar(&cfg.StoreIndex, "store-index", "", "replace the store's (expires_at, key) index, to measure it: expires_at, brin or none (default: as postgres.CreateTable makes it)")
 	flag.BoolVar(&cfg.HandIndex, "hand-index", false, "give the hand-written PostgreSQL baseline's table the store's index on (expires_at, key), which its expired rows' deletion would need")
 	flag.StringVar(&cfg.RedisAddr, "redis", os.Getenv(redistest.AddrEnv), "Redis host:port for the redis_ scenarios (default $"+redistest.AddrEnv+"; empty: none)")
 	flag.IntVar(&cfg.Concurrency, "concurrency", cfg.Concurrency, "concurrent callers in the miss and replay scenarios")

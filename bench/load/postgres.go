@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -71,6 +72,7 @@ type pgStatements struct {
 func newPgStatements(table, effects string) pgStatements {
 	t := pgx.Identifier{table}.Sanitize()
 	const cols = "key, status, token, payload_hash, result_kind, result, expires_at, lease_expires_at"
+	channel := `('idemguard_' || '` + strings.ReplaceAll(t, "'", "''") + `'::regclass::oid::text)`
 	return pgStatements{
 		claim: `WITH live AS (
 SELECT ` + cols + `, false FROM ` + t + `
@@ -81,13 +83,24 @@ SELECT $1, 'INPROGRESS', $2::text, $3::text, 0, NULL, $4::timestamptz, $5::times
 ON CONFLICT (key) DO UPDATE SET status = 'INPROGRESS', token = excluded.token, payload_hash = excluded.payload_hash,
     result_kind = 0, result = NULL, expires_at = excluded.expires_at, lease_expires_at = excluded.lease_expires_at
 WHERE t.expires_at <= $6 OR (t.status = 'INPROGRESS' AND t.lease_expires_at <= $6)
-RETURNING true)
+RETURNING NOT (t.xmax = 0) AS replaced)
 SELECT * FROM live
 UNION ALL
-SELECT '', '', '', '', 0::smallint, NULL::bytea, NULL::timestamptz, NULL::timestamptz, true FROM claim`,
-		complete: `UPDATE ` + t + ` SET status = 'COMPLETED', payload_hash = '', result_kind = 0, result = $3,
+SELECT COALESCE(o.key, ''), COALESCE(o.status, ''), COALESCE(o.token, ''), COALESCE(o.payload_hash, ''),
+    COALESCE(o.result_kind, 0::smallint), o.result, o.expires_at, o.lease_expires_at, true
+FROM claim LEFT JOIN LATERAL (
+    SELECT ` + cols + ` FROM ` + t + ` WHERE claim.replaced AND key = $1 AND status = 'INPROGRESS' AND expires_at > $6 OFFSET 0
+) o ON true`,
+		// The completion notifies the table's channel of the key in the
+		// same statement when a process watches the key (store/postgres's
+		// Watch): the key's advisory lock, tried, is held by a watcher.
+		complete: `WITH done AS (
+UPDATE ` + t + ` SET status = 'COMPLETED', payload_hash = '', result_kind = 0, result = $3,
     expires_at = $4, lease_expires_at = NULL
-WHERE key = $1 AND token = $2`,
+WHERE key = $1 AND token = $2
+RETURNING key)
+SELECT CASE WHEN pg_try_advisory_xact_lock(hashtext(` + channel + `), hashtext(key)) THEN 0
+    ELSE (SELECT 1 FROM pg_notify(` + channel + `, key)) END FROM done`,
 		insertEffect: `INSERT INTO ` + pgx.Identifier{effects}.Sanitize() + ` (order_id, amount) VALUES ($1, $2)`,
 	}
 }
@@ -116,6 +129,10 @@ func newPgBench(ctx context.Context, cfg Config, runID string, body func(context
 		return nil, err
 	}
 	if _, err := p.pool.Exec(ctx, fmt.Sprintf(handTable, pgx.Identifier{p.handT}.Sanitize())); err != nil {
+		p.close()
+		return nil, err
+	}
+	if err := replaceStoreIndex(ctx, p.pool, p.table, cfg.StoreIndex); err != nil {
 		p.close()
 		return nil, err
 	}
@@ -238,4 +255,34 @@ func (p *pgBench) rawTx(ctx context.Context, b *bench, in Order) error {
 		return err
 	}
 	return tx.Commit(ctx)
+}
+
+// replaceStoreIndex replaces the (expires_at, key) index of the store's
+// table by the index kind names (see Config.StoreIndex).
+func replaceStoreIndex(ctx context.Context, pool *pgxpool.Pool, table, kind string) error {
+	t := pgx.Identifier{table}.Sanitize()
+	var create string
+	switch kind {
+	case "":
+		return nil
+	case "expires_at":
+		create = `CREATE INDEX ON ` + t + ` (expires_at)`
+	case "brin":
+		create = `CREATE INDEX ON ` + t + ` USING brin (expires_at)`
+	case "none":
+	default:
+		return fmt.Errorf("-store-index %q: want expires_at, brin or none", kind)
+	}
+	var name string
+	if err := pool.QueryRow(ctx, `SELECT indexrelid::regclass::text FROM pg_index WHERE indrelid = $1::regclass AND NOT indisprimary`, t).Scan(&name); err != nil {
+		return fmt.Errorf("finding the store's expiry index: %w", err)
+	}
+	if _, err := pool.Exec(ctx, `DROP INDEX `+name); err != nil {
+		return err
+	}
+	if create != "" {
+		_, err := pool.Exec(ctx, create)
+		return err
+	}
+	return nil
 }

@@ -59,6 +59,12 @@ func New(g *guard.Guard, c Config, fingerprint bool, own ...guard.CallOption) (*
 // Guard returns the transport's guard.
 func (t *Transport) Guard() *guard.Guard { return t.g }
 
+// Settings returns the settings of a call with the transport's call
+// options and extra, a request's own.
+func (t *Transport) Settings(extra ...guard.CallOption) (guard.CallSettings, error) {
+	return t.g.Settings(append(t.call[:len(t.call):len(t.call)], extra...)...)
+}
+
 // TTL returns the record life of the transport's calls, unless a request
 // asks for its own.
 func (t *Transport) TTL() time.Duration { return t.ttl }

@@ -3,7 +3,8 @@
 // It is correct under concurrency and passes the storetest conformance suite,
 // so it is the store for tests, examples and single-process programs. It
 // implements [store.BatchGetter], so batches replay their completed items
-// with one lookup, and [store.Admin], for tests that play an operator. It
+// with one lookup, [store.Admin], for tests that play an operator, and
+// [store.Watcher], whose watches Complete and Release end in process. It
 // keeps records only for the life of the process and shares them only between
 // guards that use the same *Store. It checks expiry lazily against the time
 // the guard passes in, so it starts no goroutine and needs no Close; expired
@@ -15,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/idemguard/idemguard/internal/watchhub"
 	"github.com/idemguard/idemguard/store"
 )
 
@@ -22,6 +24,7 @@ import (
 type Store struct {
 	mu      sync.Mutex
 	records map[string]store.Record // protected by mu
+	watch   watchhub.Set            // Watch's subscriptions
 }
 
 var (
@@ -67,6 +70,7 @@ func (s *Store) Complete(ctx context.Context, rec *store.Record) error {
 	c := clone(rec)
 	c.Status = store.StatusCompleted
 	s.records[rec.Key] = c
+	s.watch.Notify(rec.Key)
 	return nil
 }
 
@@ -98,6 +102,7 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 		return store.ErrTokenMismatch
 	}
 	delete(s.records, key)
+	s.watch.Notify(key)
 	return nil
 }
 

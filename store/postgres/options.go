@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 const (
@@ -32,6 +33,7 @@ type config struct {
 	table      string
 	maxResult  int
 	purgeBatch int
+	watchPool  *pgxpool.Pool // WithWatchPool
 	errs       []error
 }
 

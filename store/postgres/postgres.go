@@ -20,9 +20,10 @@ import (
 // Store is a [store.Store] that keeps each record as one row of a
 // PostgreSQL table. It is safe for concurrent use; create it with [New].
 type Store struct {
-	pool *pgxpool.Pool
-	cfg  *config
-	sql  statements
+	pool   *pgxpool.Pool
+	cfg    *config
+	sql    statements
+	listen listener // Watch's LISTEN connection
 }
 
 var (
@@ -47,7 +48,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 		return nil, err
 	}
 	id, _ := parseTable(cfg.table) // checked by newConfig
-	return &Store{pool: pool, cfg: cfg, sql: newStatements(id)}, nil
+	return &Store{pool: pool, cfg: cfg, sql: notifying(newStatements(id), id)}, nil
 }
 
 // rollbackTimeout bounds the ROLLBACK that ends a failed write's

@@ -18,7 +18,7 @@ func TestConformance(t *testing.T) {
 	t.Run("default", func(t *testing.T) {
 		storetest.Run(t, func(t *testing.T) store.Store {
 			return postgrestest.NewStore(t, pool)
-		}, storetest.WithTooLarge(postgres.DefaultMaxResultSize+1))
+		}, storetest.WithTooLarge(postgres.DefaultMaxResultSize+1), storetest.WithWatchProbe(watchProbe(pool)))
 	})
 	// A server whose sessions default to SERIALIZABLE: Acquire pins READ
 	// COMMITTED, so the claim races hold there too (at SERIALIZABLE a
@@ -59,6 +59,6 @@ func TestConformance(t *testing.T) {
 				t.Fatal(err)
 			}
 			return s
-		}, storetest.WithTooLarge(300<<10+1))
+		}, storetest.WithTooLarge(300<<10+1), storetest.WithWatchProbe(watchProbe(pool)))
 	})
 }

@@ -15,6 +15,10 @@ import (
 	"github.com/idemguard/idemguard/store/storetest"
 )
 
+// clusterClientName names the connections of the Cluster client, for
+// the watch probe.
+const clusterClientName = "storetest-cluster"
+
 // startCluster starts a Redis Cluster of three masters of the test's own,
 // each owning a third of the slots, and returns a Cluster client for it.
 func startCluster(t *testing.T) *goredis.ClusterClient {
@@ -53,7 +57,7 @@ func startCluster(t *testing.T) *goredis.ClusterClient {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	cc := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: []string{nodes[0].Options().Addr}})
+	cc := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: []string{nodes[0].Options().Addr}, ClientName: clusterClientName})
 	t.Cleanup(func() { cc.Close() })
 	return cc
 }
@@ -69,7 +73,7 @@ func TestCluster(t *testing.T) {
 	cc := startCluster(t)
 	storetest.Run(t, func(t *testing.T) store.Store {
 		return redistest.NewStore(t, cc)
-	})
+	}, storetest.WithWatchProbe(watchProbe(cc, clusterClientName)))
 
 	// The keys of one store do spread over the masters.
 	s := redistest.NewStore(t, cc)

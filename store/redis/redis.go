@@ -28,6 +28,7 @@ type Store struct {
 	maxResult     int
 	compressAbove int
 	expiryGrace   time.Duration
+	watch         watcher // Watch's subscriber connections
 }
 
 var (

@@ -3,6 +3,8 @@ package redis_test
 import (
 	"testing"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/idemguard/idemguard/internal/testing/redistest"
 	"github.com/idemguard/idemguard/store"
 	idemredis "github.com/idemguard/idemguard/store/redis"
@@ -14,7 +16,11 @@ import (
 const smallLimit = 1 << 20
 
 func TestConformance(t *testing.T) {
-	client := redistest.NewClient(t)
+	named := watchClientName()
+	client := redistest.NewClient(t, named)
+	var o goredis.Options
+	named(&o)
+	probe := storetest.WithWatchProbe(watchProbe(client, o.ClientName))
 	for _, mode := range []struct {
 		name  string
 		opts  []idemredis.Option
@@ -28,7 +34,7 @@ func TestConformance(t *testing.T) {
 		t.Run(mode.name, func(t *testing.T) {
 			storetest.Run(t, func(t *testing.T) store.Store {
 				return redistest.NewStore(t, client, mode.opts...)
-			}, mode.suite...)
+			}, append(mode.suite, probe)...)
 		})
 	}
 }

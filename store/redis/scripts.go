@@ -114,7 +114,8 @@ end
 //	ARGV[3]     the completed record's expiration, epoch seconds
 //	ARGV[4...]  the completed record's other fields, as field, value pairs
 //
-// The record it writes has the status COMPLETED.
+// The record it writes has the status COMPLETED. It then publishes
+// "COMPLETED" on the shard channel named as the key (see Publishing).
 //
 // It returns 1 when it wrote, 0 when the key is absent, not a hash, or held
 // under another token.
@@ -122,8 +123,21 @@ const completeLua = heldPrelude + `
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 'status', 'COMPLETED', 'expiration', ARGV[3], 'token', ARGV[1], unpack(ARGV, 4))
 redis.call('PEXPIREAT', KEYS[1], ARGV[2])
+redis.pcall('SPUBLISH', KEYS[1], 'COMPLETED')
 return 1
 `
+
+// Publishing. The scripts that complete or release a record end with an
+// SPUBLISH of what happened ("COMPLETED", "RELEASED") on the shard
+// channel named as the record's key, KEYS[1], for the store's watchers
+// (Store.Watch). The channel is the key's own name, so it hashes to the
+// key's slot, and a Cluster node publishes it to its own shard alone. The
+// script has written by then and runs atomically: a subscriber that reads
+// the record after the message sees the write. SPUBLISH to a channel
+// nobody subscribes to is a lookup. Through redis.pcall, a server without
+// sharded pub/sub (before Redis 7.0) or an ACL user denied the channel
+// publishes nothing and the script still succeeds; Watch then fails, and
+// waiters poll.
 
 // extendScript moves the lease and expiry of the in-progress record KEYS[1]
 // if it is held under ARGV[1].
@@ -149,12 +163,14 @@ return 1
 `
 
 // releaseScript deletes the record KEYS[1] if it is in progress under
-// ARGV[1]. It returns 1 when it deleted, 0 otherwise.
+// ARGV[1], and then publishes "RELEASED" (see Publishing). It returns 1
+// when it deleted, 0 otherwise.
 const releaseLua = heldPrelude + `
 if redis.call('HGET', KEYS[1], 'status') ~= 'INPROGRESS' then
   return 0
 end
 redis.call('DEL', KEYS[1])
+redis.pcall('SPUBLISH', KEYS[1], 'RELEASED')
 return 1
 `
 

@@ -117,6 +117,7 @@ func TestACL(t *testing.T) {
 	minimal := []string{"~idemguard-test:*",
 		"+evalsha", "+eval", "+script|load", "+hgetall", "+del", "+scan", "+wait", // sent by the store
 		"+type", "+hmget", "+hget", "+hset", "+hdel", "+pexpireat", // run inside its scripts
+		"&idemguard-test:*", "+ssubscribe", "+sunsubscribe", "+ping", "+spublish", // Watch, and the scripts' publish
 	}
 	for _, c := range []struct {
 		name     string

@@ -10,10 +10,17 @@
 // Run also tests the optional interfaces of package store that the store
 // implements, probed with a type assertion as the guard probes them. For an
 // interface the store does not implement, the subtest named after it
-// (BatchGetter, Admin, Purger, KeyLimiter) is skipped with a message that
+// (BatchGetter, Admin, Purger, KeyLimiter, Watcher) is skipped with a message that
 // says so. A [store.KeyLimiter] is held to its word where that is cheap: a
 // key of exactly the length it states, which does not compress, goes
 // through every method.
+//
+// A [store.Watcher] is held to its ordering rule (a caller that watches,
+// then reads a claim still in progress, is notified of its completion),
+// to its sharing (with [WithWatchProbe]: many watches of a key, one server
+// subscription) and to its losses (with the probe: a connection dropped
+// by the server ends every watch with [store.ErrWatchLost], and the store
+// subscribes again); once every watch is stopped, its goroutines must end.
 //
 // # Linearizability
 //
@@ -52,10 +59,11 @@ type MakeStore func(t *testing.T) store.Store
 type Option func(*config)
 
 type config struct {
-	tooLarge  int
-	precision linz.Precision
-	ops       int
-	faults    float64
+	tooLarge   int
+	precision  linz.Precision
+	ops        int
+	faults     float64
+	watchProbe *WatchProbe
 }
 
 func newConfig(opts []Option) config {
@@ -145,6 +153,7 @@ func Run(t *testing.T, newStore MakeStore, opts ...Option) {
 	runAdmin(t, newStore)
 	runPurger(t, newStore)
 	runKeyLimiter(t, newStore)
+	runWatcher(t, newStore, cfg)
 }
 
 type harness struct {

@@ -14,8 +14,9 @@ var (
 
 // cutChangelog moves the entries under the changelog's "## Unreleased"
 // heading under a heading of version v and date, leaving an empty
-// "## Unreleased" above it for the next changes.
-func cutChangelog(changelog []byte, v, date string) ([]byte, error) {
+// "## Unreleased" above it for the next changes. The entries start with
+// head, when given (the list of incompatible API changes).
+func cutChangelog(changelog []byte, v, date, head string) ([]byte, error) {
 	loc := unreleasedHeading.FindIndex(changelog)
 	if loc == nil {
 		return nil, errors.New(`CHANGELOG.md has no "## Unreleased" heading`)
@@ -33,6 +34,9 @@ func cutChangelog(changelog []byte, v, date string) ([]byte, error) {
 	var out bytes.Buffer
 	out.Write(changelog[:loc[1]])
 	fmt.Fprintf(&out, "\n## %s — %s\n", v, date)
+	if head != "" {
+		fmt.Fprintf(&out, "\n%s", head)
+	}
 	out.Write(changelog[loc[1]:])
 	return out.Bytes(), nil
 }

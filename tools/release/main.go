@@ -20,6 +20,13 @@
 //	                          module at VERSION, made from the working
 //	                          tree as the module proxy serves a tag
 //	release tags VERSION      print the tags of VERSION, one a line
+//	release api               write the exported API of the released
+//	                          modules into api/current.txt (make api)
+//	release api check         fail, showing the difference, when the
+//	                          exported API differs from api/current.txt
+//	release apidiff VERSION   print the incompatible changes since
+//	                          release VERSION (apidiff against the module
+//	                          proxy's copy of it)
 //
 // The released modules are the library, cmd/idemguard, lambdaguard and watermillguard;
 // the others of go.work are the repository's own (see modules.go).
@@ -35,6 +42,7 @@ import (
 	"time"
 
 	"golang.org/x/mod/modfile"
+	"golang.org/x/mod/semver"
 )
 
 func main() {
@@ -46,7 +54,7 @@ func main() {
 
 func run(args []string) error {
 	if len(args) == 0 {
-		return errors.New("usage: release prepare|require|tidy|version|check|proxy|tags …")
+		return errors.New("usage: release prepare|require|tidy|version|check|proxy|tags|api|apidiff …")
 	}
 	repo, err := repoRoot()
 	if err != nil {
@@ -100,6 +108,33 @@ func run(args []string) error {
 			return err
 		}
 		return writeProxy(repo, mods, args[1], args[2], os.Stdout)
+	case "api":
+		switch {
+		case len(args) == 1:
+			lines, err := writeAPI(repo, mods)
+			if err != nil {
+				return err
+			}
+			fmt.Printf("wrote %s: %d features\n", rel(repo, apiFile(repo)), len(lines))
+		case len(args) == 2 && args[1] == "check":
+			if err := checkAPI(repo, mods); err != nil {
+				return err
+			}
+			fmt.Printf("api: the exported API matches %s\n", rel(repo, apiFile(repo)))
+		default:
+			return errors.New("usage: release api [check]")
+		}
+	case "apidiff":
+		if err := need(1); err != nil {
+			return err
+		}
+		changes, err := apiDiff(repo, mods, args[1])
+		if err != nil {
+			return err
+		}
+		for _, c := range changes {
+			fmt.Println(c)
+		}
 	case "require":
 		if err := need(1); err != nil {
 			return err
@@ -132,7 +167,26 @@ func prepare(repo string, wf *modfile.WorkFile, mods []mod, v, date string, w io
 	if err != nil {
 		return err
 	}
-	if cl, err = cutChangelog(cl, v, date); err != nil {
+	// The API: recorded in api/current.txt, and compared with the previous
+	// release's; its incompatible changes head the release's section.
+	if err := checkAPI(repo, mods); err != nil {
+		return err
+	}
+	prev, err := previousRelease(repo, mods, v)
+	if err != nil {
+		return err
+	}
+	var incompatible []string
+	if prev != "" {
+		if incompatible, err = apiDiff(repo, mods, prev); err != nil {
+			return err
+		}
+	}
+	if len(incompatible) > 0 && semver.MajorMinor(prev) == semver.MajorMinor(v) {
+		return fmt.Errorf("%s would be a patch release of %s, which breaks nothing, but apidiff finds incompatible changes since %s:\n\t%s\nrelease a new minor version instead, or undo them",
+			v, semver.MajorMinor(prev), prev, strings.Join(incompatible, "\n\t"))
+	}
+	if cl, err = cutChangelog(cl, v, date, incompatibleSection(prev, incompatible)); err != nil {
 		return err
 	}
 	changed, err := setRequires(repo, wf, mods, v)
@@ -142,10 +196,31 @@ func prepare(repo string, wf *modfile.WorkFile, mods []mod, v, date string, w io
 	if err := os.WriteFile(clFile, cl, 0o644); err != nil {
 		return err
 	}
+	current, err := os.ReadFile(apiFile(repo))
+	if err != nil {
+		return err
+	}
+	releaseAPI := filepath.Join(repo, apiDir, v+".txt")
+	if err := os.WriteFile(releaseAPI, current, 0o644); err != nil {
+		return err
+	}
+	changed = append(changed, releaseAPI)
 	for _, f := range changed {
 		fmt.Fprintf(w, "updated %s\n", rel(repo, f))
 	}
-	fmt.Fprintf(w, "updated CHANGELOG.md: ## %s — %s\n\n", v, date)
+	fmt.Fprintf(w, "updated CHANGELOG.md: ## %s — %s\n", v, date)
+	switch {
+	case prev == "":
+		fmt.Fprintf(w, "no earlier release in %s/: no API comparison\n\n", apiDir)
+	case len(incompatible) == 0:
+		fmt.Fprintf(w, "apidiff: no incompatible change since %s\n\n", prev)
+	default:
+		fmt.Fprintf(w, "apidiff: %d incompatible change(s) since %s, listed in the CHANGELOG under %s; check that the entries above them say what replaces each:\n", len(incompatible), prev, v)
+		for _, c := range incompatible {
+			fmt.Fprintf(w, "\t%s\n", c)
+		}
+		fmt.Fprintln(w)
+	}
 	var tags []string
 	for _, m := range mods {
 		if m.Released {
@@ -154,7 +229,7 @@ func prepare(repo string, wf *modfile.WorkFile, mods []mod, v, date string, w io
 	}
 	fmt.Fprintf(w, "Check the release from outside the repository, commit, tag each released module, push:\n\n")
 	fmt.Fprintf(w, "\tmake release-check VERSION=%s\n", v)
-	fmt.Fprintf(w, "\tgit commit -am 'Release %s'\n", v)
+	fmt.Fprintf(w, "\tgit add %s/%s.txt && git commit -am 'Release %s'\n", apiDir, v, v)
 	for _, t := range tags {
 		fmt.Fprintf(w, "\tgit tag -a -m 'idemguard %s' %s\n", v, t)
 	}

@@ -198,6 +198,8 @@ func workspaceRepo(t *testing.T, v string) string {
 		"LICENSE":      "the licence\n",
 		"CHANGELOG.md": "# Changelog\n\nIntro.\n\n## Unreleased\n\n### Added\n\n- a thing\n\n## v0.0.9 — 2026-01-01\n\n- old\n",
 		"go.work":      "go 1.26.0\n\nuse (\n",
+		// No package has exported features yet.
+		"api/current.txt": "",
 	}
 	req := func(dir string) string {
 		s := "module " + rootPath
@@ -311,7 +313,7 @@ func TestPrepare(t *testing.T) {
 	if err := prepare(repo, wf, mods, "v0.2.1", "2026-11-28", io.Discard); err == nil || !strings.Contains(err.Error(), "nothing under") {
 		t.Errorf("a second prepare with an empty Unreleased section: %v", err)
 	}
-	if _, err := cutChangelog(cl, "v0.2.0", "2026-11-28"); err == nil {
+	if _, err := cutChangelog(cl, "v0.2.0", "2026-11-28", ""); err == nil {
 		t.Error("a second section for v0.2.0 was allowed")
 	}
 }

@@ -1,0 +1,12 @@
+//go:build idemguard_before
+
+package main
+
+import (
+	"sync/atomic"
+
+	"github.com/idemguard/idemguard/store"
+)
+
+// countCalls counts the calls to s, on a tree that has no store.Watcher.
+func countCalls(s store.Store, n *atomic.Int64) store.Store { return counted{Store: s, n: n} }
