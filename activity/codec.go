@@ -80,7 +80,7 @@ func unmarshalPayloads(data []byte) (*commonpb.Payloads, error) {
 	return p, nil
 }
 
-// interceptorCodec is the codec of calls guarded by [NewInterceptor]. The
+// interceptorCodec is the codec of calls guarded by [Interceptor]. The
 // interceptor does not know the activity's result type, so it replays into
 // an any: a stored payload comes back as a converter.RawValue, decoded by
 // the codec's data converter (so that its payload codec is undone), which

@@ -21,9 +21,9 @@ import (
 
 	"github.com/idemguard/idemguard/activity"
 	"github.com/idemguard/idemguard/guard"
-	"github.com/idemguard/idemguard/internal/dynamodbtest"
-	"github.com/idemguard/idemguard/internal/reqcount"
-	"github.com/idemguard/idemguard/internal/temporaltest"
+	"github.com/idemguard/idemguard/internal/testing/dynamodbtest"
+	"github.com/idemguard/idemguard/internal/testing/reqcount"
+	"github.com/idemguard/idemguard/internal/testing/temporaltest"
 	idemddb "github.com/idemguard/idemguard/store/dynamodb"
 )
 
@@ -42,7 +42,7 @@ func TestPayloadCodecAppliesToStoredResults(t *testing.T) {
 		interceptor bool
 	}{
 		{"Guard", codecDC, false},
-		{"NewInterceptor", codecDC, true},
+		{"Interceptor", codecDC, true},
 		{"control without codec", nil, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -70,14 +70,14 @@ func TestPayloadCodecAppliesToStoredResults(t *testing.T) {
 			var wopts worker.Options
 			tq := temporaltest.Name(t, "tq")
 			if tc.interceptor {
-				wopts.Interceptors = []interceptor.WorkerInterceptor{activity.NewInterceptor(g, activity.Policy{Activity: "Charge", Options: opts})}
+				wopts.Interceptors = []interceptor.WorkerInterceptor{activity.MustInterceptor(g, activity.Policy{Activity: "Charge", Options: opts})}
 			}
 			temporaltest.Worker(t, c, tq, wopts, func(r worker.Registry) {
 				r.RegisterWorkflow(chargeWorkflow)
 				if tc.interceptor {
 					r.RegisterActivityWithOptions(charge, tactivity.RegisterOptions{Name: "Charge"})
 				} else {
-					r.RegisterActivityWithOptions(activity.Wrap(g, charge, opts...), tactivity.RegisterOptions{Name: "Charge"})
+					r.RegisterActivityWithOptions(activity.MustWrap(g, charge, opts...), tactivity.RegisterOptions{Name: "Charge"})
 				}
 			})
 
@@ -101,14 +101,14 @@ func TestPayloadCodecAppliesToStoredResults(t *testing.T) {
 			defer cancel()
 			item, err := ddb.GetItem(ctx, &dynamodb.GetItemInput{
 				TableName:      aws.String(table),
-				Key:            map[string]types.AttributeValue{idemddb.DefaultAttributes.Key: &types.AttributeValueMemberS{Value: k}},
+				Key:            map[string]types.AttributeValue{"id": &types.AttributeValueMemberS{Value: k}},
 				ConsistentRead: aws.Bool(true),
 			})
 			if err != nil {
 				t.Fatal(err)
 			}
 			var raw []byte
-			switch v := item.Item[idemddb.DefaultAttributes.Data].(type) {
+			switch v := item.Item["data"].(type) {
 			case *types.AttributeValueMemberB:
 				raw = v.Value
 			case *types.AttributeValueMemberS:
@@ -181,7 +181,7 @@ func TestInterceptorKeepsClientCodecInHistory(t *testing.T) {
 	}
 	tq := temporaltest.Name(t, "tq")
 	temporaltest.Worker(t, c, tq, worker.Options{Interceptors: []interceptor.WorkerInterceptor{
-		activity.NewInterceptor(g, activity.Policy{Activity: "Charge", Options: []activity.Option{activity.WithGuardOptions(guard.WithKeyPath("order_id"))}}),
+		activity.MustInterceptor(g, activity.Policy{Activity: "Charge", Options: []activity.Option{activity.WithGuardOptions(guard.WithKeyPath("order_id"))}}),
 	}}, func(r worker.Registry) {
 		r.RegisterWorkflow(chargeWorkflow)
 		r.RegisterActivityWithOptions(charge, tactivity.RegisterOptions{Name: "Charge"})

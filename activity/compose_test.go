@@ -12,8 +12,8 @@ import (
 	"github.com/idemguard/idemguard/activity"
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/guard/guardtest"
-	"github.com/idemguard/idemguard/internal/temporaltest"
-	"github.com/idemguard/idemguard/internal/teststores"
+	"github.com/idemguard/idemguard/internal/testing/temporaltest"
+	"github.com/idemguard/idemguard/internal/testing/teststores"
 )
 
 // composeRequest is the composition suite's activity input: the caller's
@@ -60,7 +60,7 @@ func TestCompositionActivity(t *testing.T) {
 		interceptor bool
 	}{
 		{"activity.Wrap", false},
-		{"activity.NewInterceptor", true},
+		{"activity.Interceptor", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			guardtest.RunComposition(t, guardtest.EntryPoint{
@@ -71,10 +71,10 @@ func TestCompositionActivity(t *testing.T) {
 					in := composeRequest{call.Key, call.Payload}
 					if tc.interceptor {
 						return runComposeActivity(t, fn, []interceptor.WorkerInterceptor{
-							activity.NewInterceptor(g, activity.Policy{Activity: "Compose"}),
+							activity.MustInterceptor(g, activity.Policy{Activity: "Compose"}),
 						}, in)
 					}
-					return runComposeActivity(t, activity.Wrap(g, fn), nil, in)
+					return runComposeActivity(t, activity.MustWrap(g, fn), nil, in)
 				},
 			}, guardtest.Stores(teststores.All()))
 		})

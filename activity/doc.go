@@ -24,14 +24,14 @@
 // registers it under the original function's activity type name:
 //
 //	g, _ := guard.New(dynamoStore, guard.WithKeyPath("order_id"))
-//	activity.Register(w, ChargeCard, activity.Wrap(g, ChargeCard))
+//	activity.Register(w, ChargeCard, activity.MustWrap(g, ChargeCard))
 //
-// [NewInterceptor], idemguard's one worker interceptor, guards activities by
+// [Interceptor], idemguard's one worker interceptor, guards activities by
 // type name, leaving their code and registration untouched; it also carries
 // keys set by workflows (workflow.ContextWithKey) to their activities:
 //
 //	w := worker.New(c, "orders", worker.Options{Interceptors: []interceptor.WorkerInterceptor{
-//		activity.NewInterceptor(g, activity.Policy{Activity: "ChargeCard"}),
+//		activity.MustInterceptor(g, activity.Policy{Activity: "ChargeCard"}),
 //	}})
 //
 // An activity that processes a slice (send 1,000 emails, pay 300
@@ -64,7 +64,7 @@
 // default) or the step's own guard.WithCodec: to keep step values under the
 // data converter's payload codec, give guard.WithCodec(activity.PayloadCodec{...})
 // to guard.New or to the step. guard.Step in an activity that is not
-// guarded returns adapt.ErrNotInCall without running; [NewInterceptor]
+// guarded returns adapt.ErrNotInCall without running; [Interceptor]
 // turns it into a non-retryable error of type [ErrorTypeNotInCall].
 //
 // # Options
@@ -76,15 +76,16 @@
 // The activity package's own default, a lease of the heartbeat timeout,
 // gives way to both:
 //
-//	activity.Wrap(g, ChargeCard, activity.WithGuardOptions(
+//	activity.MustWrap(g, ChargeCard, activity.WithGuardOptions(
 //		guard.WithKeyPath("order_id"),
 //		guard.WithPayloadValidation("amount"),
 //		guard.WithRequireKey(true)))
 //
-// [Wrap], its siblings and [NewInterceptor] check every option when they
-// are called, and panic on an invalid one (an expression that does not
-// compile, a batch option outside DoBatch), so the mistake shows when the
-// worker starts, never in a workflow.
+// [Wrap], its siblings and [Interceptor] check every option when they
+// are called, and return an invalid one (an expression that does not
+// compile, a batch option outside DoBatch) as an error; their Must… forms
+// ([MustWrap], [MustInterceptor]) panic instead. Either way the mistake
+// shows when the worker starts, never in a workflow.
 //
 // # Keys
 //
@@ -93,7 +94,7 @@
 //
 //  1. a key the workflow stamped into the activity's header (see the
 //     idemguard workflow package: workflow.ContextWithKey,
-//     workflow.StepKey), which the worker receives through [NewInterceptor];
+//     workflow.StepKey), which the worker receives through [Interceptor];
 //  2. with [WithExecutionScope], the workflow ID and activity ID: the same on
 //     every retry of one activity execution, different for every other
 //     execution;
@@ -138,4 +139,12 @@
 // record so that Temporal's retry runs the activity again. With
 // [WithStoredFailures], non-retryable application errors are stored and
 // replayed instead.
+//
+// # Telemetry
+//
+// A guarded activity's idemguard.execute span (package telemetry) carries
+// the activity's temporal.activity.type, temporal.activity.id and
+// temporal.activity.attempt, and, when a workflow scheduled it,
+// temporal.workflow.id, temporal.workflow.run_id and
+// temporal.workflow.type.
 package activity

@@ -24,7 +24,7 @@ import (
 // the retryable ones reach it only when the activity's retry policy gives
 // up (attempts or schedule-to-close timeout exhausted); until then
 // Temporal retries them. An invalid option never reaches a workflow from
-// [Wrap] or [NewInterceptor]: they panic when the worker is built.
+// [Wrap] or [Interceptor]: they fail when the worker is built.
 const (
 	// ErrorTypeInProgress: another attempt or workflow holds the key and is
 	// running the activity now. Retryable, with a next-retry delay that
@@ -50,12 +50,12 @@ const (
 	// Nothing ran.
 	ErrorTypeInvalidInput = "IdempotencyInvalidInput"
 	// ErrorTypeInvalidOption: a guard option is invalid. Non-retryable.
-	// [Wrap] and [NewInterceptor] panic on invalid options instead, when
+	// [Wrap] and [Interceptor] return invalid options instead, when
 	// the worker is built; this type comes from [DoBatch], [TemporalError]
 	// and guard.Step options.
 	ErrorTypeInvalidOption = "IdempotencyInvalidOption"
 	// ErrorTypeNotInCall: the activity called guard.Step, but it is not
-	// guarded ([Wrap], [NewInterceptor]), so there is no call to derive
+	// guarded ([Wrap], [Interceptor]), so there is no call to derive
 	// the step's key from. The step did not run. Non-retryable: a
 	// programming error that no retry mends.
 	ErrorTypeNotInCall = "IdempotencyNotInCall"

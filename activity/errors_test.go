@@ -20,7 +20,7 @@ import (
 	"github.com/idemguard/idemguard/activity"
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/adapt"
-	"github.com/idemguard/idemguard/internal/temporaltest"
+	"github.com/idemguard/idemguard/internal/testing/temporaltest"
 	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/store/memory"
 )
@@ -118,7 +118,7 @@ func TestGuardErrorsReachTemporal(t *testing.T) {
 			t.Fatal(err)
 		}
 		runs.Store(0)
-		_, err = runActivity(t, nil, activity.Wrap(g, charge), order)
+		_, err = runActivity(t, nil, activity.MustWrap(g, charge), order)
 		ae := appError(t, err)
 		if ae.Type() != activity.ErrorTypeInProgress || ae.NonRetryable() {
 			t.Errorf("type %q non-retryable %v, want %q retryable", ae.Type(), ae.NonRetryable(), activity.ErrorTypeInProgress)
@@ -133,7 +133,7 @@ func TestGuardErrorsReachTemporal(t *testing.T) {
 	})
 
 	t.Run("key missing", func(t *testing.T) {
-		_, err := runActivity(t, nil, activity.Wrap(newGuard(t), charge, activity.WithGuardOptions(guard.WithKeyPath("customer_id")),
+		_, err := runActivity(t, nil, activity.MustWrap(newGuard(t), charge, activity.WithGuardOptions(guard.WithKeyPath("customer_id")),
 			activity.WithGuardOptions(guard.WithRequireKey(true))), order)
 		if ae := appError(t, err); ae.Type() != activity.ErrorTypeKeyMissing || !ae.NonRetryable() {
 			t.Errorf("type %q non-retryable %v, want %q non-retryable", ae.Type(), ae.NonRetryable(), activity.ErrorTypeKeyMissing)
@@ -150,7 +150,7 @@ func TestGuardErrorsReachTemporal(t *testing.T) {
 			t.Fatal(err)
 		}
 		runs.Store(0)
-		_, err = runActivity(t, nil, activity.Wrap(g, charge), order)
+		_, err = runActivity(t, nil, activity.MustWrap(g, charge), order)
 		if ae := appError(t, err); ae.Type() != activity.ErrorTypeResultUnavailable || !ae.NonRetryable() {
 			t.Errorf("type %q non-retryable %v, want %q non-retryable", ae.Type(), ae.NonRetryable(), activity.ErrorTypeResultUnavailable)
 		}
@@ -165,7 +165,7 @@ func TestGuardErrorsReachTemporal(t *testing.T) {
 			t.Fatal(err)
 		}
 		runs.Store(0)
-		_, err = runActivity(t, nil, activity.Wrap(g, charge), order)
+		_, err = runActivity(t, nil, activity.MustWrap(g, charge), order)
 		if ae := appError(t, err); ae.Type() != activity.ErrorTypeStoreThrottled || ae.NonRetryable() {
 			t.Errorf("type %q non-retryable %v, want %q retryable", ae.Type(), ae.NonRetryable(), activity.ErrorTypeStoreThrottled)
 		}
@@ -177,7 +177,7 @@ func TestGuardErrorsReachTemporal(t *testing.T) {
 	t.Run("own error releases", func(t *testing.T) {
 		g := newGuard(t)
 		var n atomic.Int32
-		failing := activity.Wrap(g, func(ctx context.Context, o Order) (Receipt, error) {
+		failing := activity.MustWrap(g, func(ctx context.Context, o Order) (Receipt, error) {
 			n.Add(1)
 			return Receipt{}, temporal.NewApplicationError("gateway timeout", "GatewayTimeout")
 		})
@@ -218,7 +218,7 @@ func TestStoredFailures(t *testing.T) {
 			if stored {
 				opts = append(opts, activity.WithStoredFailures())
 			}
-			guarded := activity.Wrap(newGuard(t), decline, opts...)
+			guarded := activity.MustWrap(newGuard(t), decline, opts...)
 			for i := range 2 {
 				_, err := runActivity(t, nil, guarded, order)
 				ae := appError(t, err)
@@ -239,14 +239,14 @@ func TestStoredFailures(t *testing.T) {
 }
 
 // A key stamped into the activity's header wins over the input, and reaches
-// an activity guarded with Guard through NewInterceptor. Inside, it is the
+// an activity guarded with Guard through Interceptor. Inside, it is the
 // explicit key; the idempotency key derived from it is another string.
 func TestHeaderKeyWins(t *testing.T) {
 	g := newGuard(t)
 	const stamped = `step "charge" of order-workflow-1`
 	var runs atomic.Int32
 	explicitKeys := make(chan string, 2) // each run's explicit key
-	guarded := activity.Wrap(g, func(ctx context.Context, o Order) (Receipt, error) {
+	guarded := activity.MustWrap(g, func(ctx context.Context, o Order) (Receipt, error) {
 		runs.Add(1)
 		explicit, _ := activity.ExplicitKey(ctx)
 		explicitKeys <- explicit
@@ -260,7 +260,7 @@ func TestHeaderKeyWins(t *testing.T) {
 		t.Fatal(err)
 	}
 	setup := func(env *testsuite.TestActivityEnvironment) {
-		env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{activity.NewInterceptor(g)}})
+		env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{activity.MustInterceptor(g)}})
 		env.SetHeader(&commonpb.Header{Fields: map[string]*commonpb.Payload{activity.KeyHeader: p}})
 	}
 	first, err := runActivity(t, setup, guarded, Order{OrderID: "o-1", Amount: 10})
@@ -290,13 +290,13 @@ func TestHeaderKeyWins(t *testing.T) {
 func TestGuardedTwiceRunsOnce(t *testing.T) {
 	g := newGuard(t)
 	var runs atomic.Int32
-	guarded := activity.Wrap(g, func(ctx context.Context, o Order) (Receipt, error) {
+	guarded := activity.MustWrap(g, func(ctx context.Context, o Order) (Receipt, error) {
 		runs.Add(1)
 		return newReceipt(ctx, o), nil
 	})
 	setup := func(env *testsuite.TestActivityEnvironment) {
 		env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{
-			activity.NewInterceptor(g, activity.Policy{Activity: "Charge"}),
+			activity.MustInterceptor(g, activity.Policy{Activity: "Charge"}),
 		}})
 	}
 	for range 2 {
@@ -315,16 +315,16 @@ func TestInvalidOptionsPanic(t *testing.T) {
 	g := newGuard(t)
 	charge := func(ctx context.Context, o Order) (Receipt, error) { return Receipt{}, nil }
 	for name, f := range map[string]func(){
-		"Guard": func() { activity.Wrap(g, charge, activity.WithGuardOptions(guard.WithKeyPath("order_id["))) },
-		"NewInterceptor": func() {
-			activity.NewInterceptor(g, activity.Policy{Activity: "Charge", Options: []activity.Option{activity.WithGuardOptions(guard.WithKeyPath("["))}})
+		"Guard": func() { activity.MustWrap(g, charge, activity.WithGuardOptions(guard.WithKeyPath("order_id["))) },
+		"Interceptor": func() {
+			activity.MustInterceptor(g, activity.Policy{Activity: "Charge", Options: []activity.Option{activity.WithGuardOptions(guard.WithKeyPath("["))}})
 		},
 		// Both name one call: every call of the activity would share one
 		// key, or take over each other's claims.
-		"Guard with an explicit key": func() { activity.Wrap(g, charge, activity.WithGuardOptions(guard.WithKey("k"))) },
-		"Guard with a claim token":   func() { activity.Wrap(g, charge, activity.WithGuardOptions(adapt.WithClaimToken("t"))) },
-		"NewInterceptor no name":     func() { activity.NewInterceptor(g, activity.Policy{}) },
-		"NewInterceptor same one":    func() { activity.NewInterceptor(g, activity.Policy{Activity: "A"}, activity.Policy{Activity: "A"}) },
+		"Guard with an explicit key": func() { activity.MustWrap(g, charge, activity.WithGuardOptions(guard.WithKey("k"))) },
+		"Guard with a claim token":   func() { activity.MustWrap(g, charge, activity.WithGuardOptions(adapt.WithClaimToken("t"))) },
+		"Interceptor no name":        func() { activity.MustInterceptor(g, activity.Policy{}) },
+		"Interceptor same one":       func() { activity.MustInterceptor(g, activity.Policy{Activity: "A"}, activity.Policy{Activity: "A"}) },
 	} {
 		func() {
 			defer func() {
@@ -334,6 +334,29 @@ func TestInvalidOptionsPanic(t *testing.T) {
 			}()
 			f()
 		}()
+	}
+}
+
+// The constructors report what their Must forms panic on as an error,
+// which wraps guard.ErrInvalidOption for an invalid guard option.
+func TestInvalidOptionsAreErrors(t *testing.T) {
+	g := newGuard(t)
+	charge := func(ctx context.Context, o Order) (Receipt, error) { return Receipt{}, nil }
+	bad := activity.WithGuardOptions(guard.WithKeyPath("order_id["))
+	if _, err := activity.Wrap(g, charge, bad); !errors.Is(err, guard.ErrInvalidOption) {
+		t.Errorf("Wrap with an invalid key path = %v, want guard.ErrInvalidOption", err)
+	}
+	if _, err := activity.WrapNoInputNoResult(nil, func(context.Context) error { return nil }); err == nil {
+		t.Error("WrapNoInputNoResult with a nil guard: no error")
+	}
+	if _, err := activity.Interceptor(g, activity.Policy{Activity: "Charge", Options: []activity.Option{bad}}); !errors.Is(err, guard.ErrInvalidOption) {
+		t.Errorf("Interceptor with an invalid key path = %v, want guard.ErrInvalidOption", err)
+	}
+	if _, err := activity.Interceptor(g, activity.Policy{Activity: "A"}, activity.Policy{Activity: "A"}); err == nil {
+		t.Error("Interceptor with two policies for one activity: no error")
+	}
+	if _, err := activity.Wrap(g, charge); err != nil {
+		t.Errorf("Wrap with valid options = %v", err)
 	}
 }
 
@@ -350,10 +373,10 @@ func TestShapesAndNames(t *testing.T) {
 			keys.Store(k, true)
 		}
 	}
-	withInput := activity.Wrap(g, func(ctx context.Context, o Order) (Receipt, error) { count(ctx); return newReceipt(ctx, o), nil })
-	noInput := activity.WrapNoInput(g, func(ctx context.Context) (string, error) { count(ctx); return randomID(), nil })
-	noResult := activity.WrapNoResult(g, func(ctx context.Context, o Order) error { count(ctx); return nil })
-	neither := activity.WrapNoInputNoResult(g, func(ctx context.Context) error { count(ctx); return nil })
+	withInput := activity.MustWrap(g, func(ctx context.Context, o Order) (Receipt, error) { count(ctx); return newReceipt(ctx, o), nil })
+	noInput := activity.MustWrapNoInput(g, func(ctx context.Context) (string, error) { count(ctx); return randomID(), nil })
+	noResult := activity.MustWrapNoResult(g, func(ctx context.Context, o Order) error { count(ctx); return nil })
+	neither := activity.MustWrapNoInputNoResult(g, func(ctx context.Context) error { count(ctx); return nil })
 
 	var s testsuite.WorkflowTestSuite
 	s.SetLogger(temporaltest.Logger())

@@ -15,7 +15,7 @@ import (
 	"github.com/idemguard/idemguard/activity"
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/adapt"
-	"github.com/idemguard/idemguard/internal/temporaltest"
+	"github.com/idemguard/idemguard/internal/testing/temporaltest"
 )
 
 // A worker died holding an activity's key (a claim nobody extends). The
@@ -43,7 +43,7 @@ func TestRetryOfInProgressComesAfterTheLease(t *testing.T) {
 	var mu sync.Mutex
 	attempts := map[int32]attempt{} // protected by mu
 	ran := []int32{}                // protected by mu
-	charge := activity.Wrap(g, func(ctx context.Context, o Order) (Receipt, error) {
+	charge := activity.MustWrap(g, func(ctx context.Context, o Order) (Receipt, error) {
 		mu.Lock()
 		ran = append(ran, tactivity.GetInfo(ctx).Attempt)
 		mu.Unlock()

@@ -2,6 +2,7 @@ package activity
 
 import (
 	"context"
+	"errors"
 
 	"github.com/nexus-rpc/sdk-go/nexus"
 	tactivity "go.temporal.io/sdk/activity"
@@ -17,7 +18,7 @@ import (
 // activity mapping: one table for both.
 func init() { temporalerr.FromGuard = temporalError }
 
-// Policy says how [NewInterceptor] guards one activity type, or one Nexus
+// Policy says how [Interceptor] guards one activity type, or one Nexus
 // operation.
 type Policy struct {
 	// Activity is the activity type name, as registered (see [Name]).
@@ -31,7 +32,7 @@ type Policy struct {
 }
 
 // NexusOperation guards the starts of one Nexus operation for
-// [NewInterceptor]. Package nexusguard implements it: nexusguard.Policy
+// [Interceptor]. Package nexusguard implements it: nexusguard.Policy
 // returns a [Policy] that holds one.
 type NexusOperation interface {
 	// NexusOperation returns the names of the service and of the
@@ -41,7 +42,7 @@ type NexusOperation interface {
 	StartNexusOperation(ctx context.Context, in interceptor.NexusStartOperationInput, next interceptor.NexusOperationInboundInterceptor) (nexus.HandlerStartOperationResult[any], error)
 }
 
-// NewInterceptor returns idemguard's worker interceptor. Register it in
+// Interceptor returns idemguard's worker interceptor. Register it in
 // worker.Options.Interceptors (or client.Options.Interceptors, not both) of
 // every worker that runs workflows setting keys, guarded activities or
 // guarded Nexus operations. It does four things:
@@ -69,31 +70,43 @@ type NexusOperation interface {
 //
 // With no activity policies it only hands keys on, and g may be nil. An
 // activity guarded both ways is guarded once, by the interceptor.
-// NewInterceptor panics on invalid options, an empty activity name, two
-// policies for one activity type or Nexus operation, a policy naming both
-// an activity and a Nexus operation, or activity policies without a
-// guard.
-func NewInterceptor(g *guard.Guard, policies ...Policy) interceptor.WorkerInterceptor {
+// Interceptor reports as an error invalid options, an empty activity
+// name, two policies for one activity type or Nexus operation, a policy
+// naming both an activity and a Nexus operation, or activity policies
+// without a guard; [MustInterceptor] panics instead.
+func Interceptor(g *guard.Guard, policies ...Policy) (interceptor.WorkerInterceptor, error) {
 	wi := &workerInterceptor{policies: make(map[string]*runner, len(policies))}
 	for _, p := range policies {
 		if p.Nexus != nil {
-			wi.addNexus(p)
+			if err := wi.addNexus(p); err != nil {
+				return nil, err
+			}
 			continue
 		}
 		if p.Activity == "" {
-			panic("idemguard/activity: NewInterceptor: policy without an activity name")
+			return nil, errors.New("idemguard/activity: Interceptor: policy without an activity name")
 		}
 		if _, dup := wi.policies[p.Activity]; dup {
-			panic("idemguard/activity: NewInterceptor: two policies for activity " + p.Activity)
+			return nil, errors.New("idemguard/activity: Interceptor: two policies for activity " + p.Activity)
 		}
-		wi.policies[p.Activity] = newRunner(g, p.Activity, p.Options)
+		r, err := newRunner(g, p.Activity, p.Options)
+		if err != nil {
+			return nil, err
+		}
+		wi.policies[p.Activity] = r
 	}
-	return wi
+	return wi, nil
+}
+
+// MustInterceptor is [Interceptor] that panics where Interceptor returns
+// an error, so that the mistake shows when the worker starts.
+func MustInterceptor(g *guard.Guard, policies ...Policy) interceptor.WorkerInterceptor {
+	return must(Interceptor(g, policies...))
 }
 
 type workerInterceptor struct {
 	interceptor.WorkerInterceptorBase
-	policies map[string]*runner // by activity type; read-only after NewInterceptor
+	policies map[string]*runner // by activity type; read-only after Interceptor
 	nexus    map[nexusName]NexusOperation
 }
 
@@ -101,21 +114,22 @@ type workerInterceptor struct {
 type nexusName struct{ service, operation string }
 
 // addNexus adds p, a Nexus operation's policy.
-func (w *workerInterceptor) addNexus(p Policy) {
+func (w *workerInterceptor) addNexus(p Policy) error {
 	service, operation := p.Nexus.NexusOperation()
 	n := nexusName{service, operation}
 	switch _, dup := w.nexus[n]; {
 	case p.Activity != "" || len(p.Options) > 0:
-		panic("idemguard/activity: NewInterceptor: a policy names both activity " + p.Activity + " and Nexus operation " + service + "/" + operation)
+		return errors.New("idemguard/activity: Interceptor: a policy names both activity " + p.Activity + " and Nexus operation " + service + "/" + operation)
 	case service == "" || operation == "":
-		panic("idemguard/activity: NewInterceptor: Nexus policy without a service or operation name")
+		return errors.New("idemguard/activity: Interceptor: Nexus policy without a service or operation name")
 	case dup:
-		panic("idemguard/activity: NewInterceptor: two policies for Nexus operation " + service + "/" + operation)
+		return errors.New("idemguard/activity: Interceptor: two policies for Nexus operation " + service + "/" + operation)
 	}
 	if w.nexus == nil {
 		w.nexus = make(map[nexusName]NexusOperation)
 	}
 	w.nexus[n] = p.Nexus
+	return nil
 }
 
 func (w *workerInterceptor) InterceptNexusOperation(ctx context.Context, next interceptor.NexusOperationInboundInterceptor) interceptor.NexusOperationInboundInterceptor {

@@ -14,7 +14,7 @@ import (
 )
 
 // keyHeader is the Temporal header field in which the workflow side
-// (workflow.ContextWithKey, through [NewInterceptor]) sends an explicit
+// (workflow.ContextWithKey, through [Interceptor]) sends an explicit
 // idempotency key to the activity: a string payload written with the SDK's
 // default converter. Workflows written with another SDK may stamp it
 // themselves.

@@ -13,7 +13,7 @@ import (
 
 	"github.com/idemguard/idemguard/activity"
 	"github.com/idemguard/idemguard/guard"
-	"github.com/idemguard/idemguard/internal/temporaltest"
+	"github.com/idemguard/idemguard/internal/testing/temporaltest"
 )
 
 // A guarded activity that calls another guarded activity's function
@@ -25,7 +25,7 @@ func TestNestedGuardedCall(t *testing.T) {
 	g := newGuard(t)
 	var outer ledger
 	cards := &cardCharger{}
-	chargeCard := activity.Wrap(g, cards.ChargeCard, activity.WithGuardOptions(guard.WithKeyPath("order_id")))
+	chargeCard := activity.MustWrap(g, cards.ChargeCard, activity.WithGuardOptions(guard.WithKeyPath("order_id")))
 	stamped, err := activity.EncodeKeyHeader("order-7/checkout")
 	if err != nil {
 		t.Fatal(err)
@@ -38,13 +38,13 @@ func TestNestedGuardedCall(t *testing.T) {
 		{"input key", []activity.Option{activity.WithGuardOptions(guard.WithKeyPath("order_id"))}, nil},
 		{"execution scope", []activity.Option{activity.WithExecutionScope()}, nil},
 		{"stamped key", nil, func(env *testsuite.TestActivityEnvironment) {
-			env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{activity.NewInterceptor(g)}})
+			env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{activity.MustInterceptor(g)}})
 			env.SetHeader(&commonpb.Header{Fields: map[string]*commonpb.Payload{activity.KeyHeader: stamped}})
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			id := "o-" + tc.name
-			checkout := activity.Wrap(g, func(ctx context.Context, o Order) (Receipt, error) {
+			checkout := activity.MustWrap(g, func(ctx context.Context, o Order) (Receipt, error) {
 				outer.add(id)
 				r, err := chargeCard(ctx, o)
 				if err != nil {
@@ -110,7 +110,7 @@ func runActivityAs(t *testing.T, name string, setup func(*testsuite.TestActivity
 func TestNestedGuardedCallInBatchItem(t *testing.T) {
 	g := newGuard(t)
 	var l sends
-	send := activity.Wrap(g, sender(&l, ""), activity.WithGuardOptions(guard.WithKeyPath("id")))
+	send := activity.MustWrap(g, sender(&l, ""), activity.WithGuardOptions(guard.WithKeyPath("id")))
 	sendInvoices := func(ctx context.Context, invs []Invoice) ([]Sent, error) {
 		return activity.DoBatch(ctx, g, invs, send, activity.WithGuardOptions(guard.WithKeyPath("id")))
 	}

@@ -9,7 +9,7 @@ import (
 )
 
 // Option configures a guarded activity ([Wrap] and its siblings, a
-// [Policy] of [NewInterceptor], or [DoBatch]). Guard options (the key path,
+// [Policy] of [Interceptor], or [DoBatch]). Guard options (the key path,
 // TTL, lease, wait mode, payload validation, …) are not declared here: give
 // them to guard.New as the defaults of every call, or to one activity with
 // [WithGuardOptions].
@@ -94,7 +94,7 @@ func WithGuardOptions(opts ...guard.CallOption) Option {
 
 // WithBatchOptions adds batch options for [DoBatch]: guard.WithConcurrency
 // and guard.WithItemKey. Only DoBatch takes them: [Wrap] and
-// [NewInterceptor] refuse them, as they refuse any invalid option, by
+// [Interceptor] refuse them, as they refuse any invalid option, by
 // panicking when the worker is built. DoBatch sets adapt.WithResume,
 // guard.WithStopOnError and adapt.WithItemDone itself.
 func WithBatchOptions(opts ...guard.BatchOption) Option {

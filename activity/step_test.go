@@ -16,7 +16,7 @@ import (
 	"github.com/idemguard/idemguard/activity"
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/adapt"
-	"github.com/idemguard/idemguard/internal/temporaltest"
+	"github.com/idemguard/idemguard/internal/testing/temporaltest"
 )
 
 // invoice is an activity of two side effects, rendering and e-mailing an
@@ -80,16 +80,16 @@ func (v *invoice) firstDoc() string {
 }
 
 // stepCases are the ways the invoice activity runs in the step tests: with
-// steps, guarded by Guard and by NewInterceptor, where the first step's
+// steps, guarded by Guard and by Interceptor, where the first step's
 // side effect runs once; and without steps, where it runs on every attempt.
 var stepCases = []struct {
 	name         string
 	plain        bool // no steps
-	interceptor  bool // NewInterceptor, not Guard
+	interceptor  bool // Interceptor, not Guard
 	wantRendered int32
 }{
 	{"Guard", false, false, 1},
-	{"NewInterceptor", false, true, 1},
+	{"Interceptor", false, true, 1},
 	{"Guard without steps", true, false, 2},
 }
 
@@ -103,12 +103,12 @@ func TestStepsResumeInActivity(t *testing.T) {
 			g := newGuard(t)
 			v := &invoice{plain: tc.plain}
 			var setup func(*testsuite.TestActivityEnvironment)
-			fn := any(activity.Wrap(g, v.Send))
+			fn := any(activity.MustWrap(g, v.Send))
 			if tc.interceptor {
 				fn = v.Send
 				setup = func(env *testsuite.TestActivityEnvironment) {
 					env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{
-						activity.NewInterceptor(g, activity.Policy{Activity: "Charge"}),
+						activity.MustInterceptor(g, activity.Policy{Activity: "Charge"}),
 					}})
 				}
 			}
@@ -162,7 +162,7 @@ func TestInterceptedStepsKeepTheirResults(t *testing.T) {
 	for i := range 2 {
 		env := s.NewTestActivityEnvironment()
 		env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{
-			activity.NewInterceptor(g, activity.Policy{Activity: "Notify"}),
+			activity.MustInterceptor(g, activity.Policy{Activity: "Notify"}),
 		}})
 		env.RegisterActivityWithOptions(notify, tactivity.RegisterOptions{Name: "Notify"})
 		v, err := env.ExecuteActivity("Notify", Order{OrderID: "o-n"})
@@ -195,8 +195,8 @@ func TestStepOutsideGuardedActivity(t *testing.T) {
 		interceptors []interceptor.WorkerInterceptor
 	}{
 		{"no interceptor", nil},
-		{"activity.NewInterceptor", []interceptor.WorkerInterceptor{activity.NewInterceptor(g)}},
-		{"activity.NewInterceptor, keys only", []interceptor.WorkerInterceptor{activity.NewInterceptor(nil)}},
+		{"activity.Interceptor", []interceptor.WorkerInterceptor{activity.MustInterceptor(g)}},
+		{"activity.Interceptor, keys only", []interceptor.WorkerInterceptor{activity.MustInterceptor(nil)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := runActivity(t, func(env *testsuite.TestActivityEnvironment) {

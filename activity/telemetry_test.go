@@ -15,8 +15,8 @@ import (
 
 	"github.com/idemguard/idemguard/activity"
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/telemetry"
 	"github.com/idemguard/idemguard/store/memory"
-	"github.com/idemguard/idemguard/telemetry"
 )
 
 func TracedCharge(ctx context.Context, o Order) (Receipt, error) { return newReceipt(ctx, o), nil }
@@ -46,7 +46,7 @@ func TestExecuteSpanNestsUnderRunActivity(t *testing.T) {
 	env := suite.NewTestWorkflowEnvironment()
 	env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{tracing}})
 	env.RegisterWorkflow(TracedWorkflow)
-	activity.Register(env, TracedCharge, activity.Wrap(g, TracedCharge))
+	activity.Register(env, TracedCharge, activity.MustWrap(g, TracedCharge))
 	env.ExecuteWorkflow(TracedWorkflow, Order{OrderID: "o-traced", Amount: 5})
 	if err := env.GetWorkflowError(); err != nil {
 		t.Fatal(err)

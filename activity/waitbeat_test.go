@@ -13,7 +13,7 @@ import (
 	"github.com/idemguard/idemguard/activity"
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/adapt"
-	"github.com/idemguard/idemguard/internal/temporaltest"
+	"github.com/idemguard/idemguard/internal/testing/temporaltest"
 )
 
 // An activity with a heartbeat timeout that waits (guard.WithWait) for
@@ -30,7 +30,7 @@ func TestWaitingActivityHeartbeats(t *testing.T) {
 	}
 	var ran atomic.Int64
 	started := make(chan struct{}, 1)
-	charge := activity.Wrap(g, func(ctx context.Context, o Order) (Receipt, error) {
+	charge := activity.MustWrap(g, func(ctx context.Context, o Order) (Receipt, error) {
 		ran.Add(1)
 		return newReceipt(ctx, o), nil
 	}, activity.WithGuardOptions(guard.WithWait(time.Minute)))

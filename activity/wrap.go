@@ -2,6 +2,7 @@ package activity
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"reflect"
 	"runtime"
@@ -14,7 +15,7 @@ import (
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/adapt"
-	"github.com/idemguard/idemguard/telemetry"
+	"github.com/idemguard/idemguard/internal/telemetry"
 )
 
 // Wrap returns an activity function with fn's signature that runs fn at
@@ -29,43 +30,85 @@ import (
 // enclosing activity's key, so the same charge made from two activities (or
 // scheduled on its own) runs once.
 //
-// Wrap panics if an option is invalid (a JMESPath expression that does not
-// compile, for example), as worker.RegisterActivity panics on an invalid
-// function: the mistake shows when the worker starts.
-func Wrap[In, Out any](g *guard.Guard, fn func(context.Context, In) (Out, error), opts ...Option) func(context.Context, In) (Out, error) {
-	r := newRunner(g, fn, opts)
+// Wrap reports an invalid option (a JMESPath expression that does not
+// compile, for example) or a nil guard as an error; [MustWrap] panics
+// instead, as worker.RegisterActivity panics on an invalid function, so
+// that the mistake shows when the worker starts.
+func Wrap[In, Out any](g *guard.Guard, fn func(context.Context, In) (Out, error), opts ...Option) (func(context.Context, In) (Out, error), error) {
+	r, err := newRunner(g, fn, opts)
+	if err != nil {
+		return nil, err
+	}
 	return func(ctx context.Context, in In) (Out, error) {
 		return run(ctx, r, in, true, func(ctx context.Context) (Out, error) { return fn(ctx, in) })
-	}
+	}, nil
+}
+
+// MustWrap is [Wrap] that panics where Wrap returns an error.
+func MustWrap[In, Out any](g *guard.Guard, fn func(context.Context, In) (Out, error), opts ...Option) func(context.Context, In) (Out, error) {
+	return must(Wrap(g, fn, opts...))
 }
 
 // WrapNoInput is [Wrap] for an activity without input. Unless the workflow
 // stamps a key, it is keyed by execution scope ([WithExecutionScope]).
-func WrapNoInput[Out any](g *guard.Guard, fn func(context.Context) (Out, error), opts ...Option) func(context.Context) (Out, error) {
-	r := newRunner(g, fn, opts)
+func WrapNoInput[Out any](g *guard.Guard, fn func(context.Context) (Out, error), opts ...Option) (func(context.Context) (Out, error), error) {
+	r, err := newRunner(g, fn, opts)
+	if err != nil {
+		return nil, err
+	}
 	return func(ctx context.Context) (Out, error) {
 		return run(ctx, r, nil, false, fn)
-	}
+	}, nil
+}
+
+// MustWrapNoInput is [WrapNoInput] that panics where it returns an error.
+func MustWrapNoInput[Out any](g *guard.Guard, fn func(context.Context) (Out, error), opts ...Option) func(context.Context) (Out, error) {
+	return must(WrapNoInput(g, fn, opts...))
 }
 
 // WrapNoResult is [Wrap] for an activity that returns only an error.
-func WrapNoResult[In any](g *guard.Guard, fn func(context.Context, In) error, opts ...Option) func(context.Context, In) error {
-	r := newRunner(g, fn, opts)
+func WrapNoResult[In any](g *guard.Guard, fn func(context.Context, In) error, opts ...Option) (func(context.Context, In) error, error) {
+	r, err := newRunner(g, fn, opts)
+	if err != nil {
+		return nil, err
+	}
 	return func(ctx context.Context, in In) error {
 		_, err := run(ctx, r, in, true, func(ctx context.Context) (struct{}, error) { return struct{}{}, fn(ctx, in) })
 		return err
-	}
+	}, nil
+}
+
+// MustWrapNoResult is [WrapNoResult] that panics where it returns an error.
+func MustWrapNoResult[In any](g *guard.Guard, fn func(context.Context, In) error, opts ...Option) func(context.Context, In) error {
+	return must(WrapNoResult(g, fn, opts...))
 }
 
 // WrapNoInputNoResult is [Wrap] for an activity without input that returns
 // only an error. Unless the workflow stamps a key, it is keyed by execution
 // scope ([WithExecutionScope]).
-func WrapNoInputNoResult(g *guard.Guard, fn func(context.Context) error, opts ...Option) func(context.Context) error {
-	r := newRunner(g, fn, opts)
+func WrapNoInputNoResult(g *guard.Guard, fn func(context.Context) error, opts ...Option) (func(context.Context) error, error) {
+	r, err := newRunner(g, fn, opts)
+	if err != nil {
+		return nil, err
+	}
 	return func(ctx context.Context) error {
 		_, err := run(ctx, r, nil, false, func(ctx context.Context) (struct{}, error) { return struct{}{}, fn(ctx) })
 		return err
+	}, nil
+}
+
+// MustWrapNoInputNoResult is [WrapNoInputNoResult] that panics where it
+// returns an error.
+func MustWrapNoInputNoResult(g *guard.Guard, fn func(context.Context) error, opts ...Option) func(context.Context) error {
+	return must(WrapNoInputNoResult(g, fn, opts...))
+}
+
+// must returns v, and panics if err is not nil.
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
 	}
+	return v
 }
 
 // Register registers guarded, the result of [Wrap] or a sibling, with r under
@@ -97,9 +140,9 @@ type runner struct {
 	name string // fn's name: the scope outside an activity, and of nested calls
 }
 
-func newRunner(g *guard.Guard, fn any, opts []Option) *runner {
+func newRunner(g *guard.Guard, fn any, opts []Option) (*runner, error) {
 	if g == nil {
-		panic("idemguard/activity: nil guard")
+		return nil, errors.New("idemguard/activity: nil guard")
 	}
 	cfg := newConfig(opts)
 	err := cfg.validate(g)
@@ -107,9 +150,9 @@ func newRunner(g *guard.Guard, fn any, opts []Option) *runner {
 		err = fmt.Errorf("%w: WithBatchOptions applies to DoBatch only", guard.ErrInvalidOption)
 	}
 	if err != nil {
-		panic(fmt.Sprintf("idemguard/activity: guarding %s: %v", Name(fn), err))
+		return nil, fmt.Errorf("idemguard/activity: guarding %s: %w", Name(fn), err)
 	}
-	return &runner{g: g, cfg: cfg, name: Name(fn)}
+	return &runner{g: g, cfg: cfg, name: Name(fn)}, nil
 }
 
 // validate reports invalid options, as the guard would on every call, and

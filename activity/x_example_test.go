@@ -12,7 +12,7 @@ import (
 
 	"github.com/idemguard/idemguard/activity"
 	"github.com/idemguard/idemguard/guard"
-	"github.com/idemguard/idemguard/internal/temporaltest"
+	"github.com/idemguard/idemguard/internal/testing/temporaltest"
 	"github.com/idemguard/idemguard/store/memory"
 )
 
@@ -38,7 +38,7 @@ func Pay(ctx context.Context, p Payment) (string, error) {
 func ExampleWrap() {
 	charges = 0
 	g, _ := guard.New(memory.New())
-	guarded := activity.Wrap(g, Pay, activity.WithGuardOptions(guard.WithKeyPath("order_id")))
+	guarded := activity.MustWrap(g, Pay, activity.WithGuardOptions(guard.WithKeyPath("order_id")))
 
 	var s testsuite.WorkflowTestSuite
 	s.SetLogger(temporaltest.Logger())
@@ -73,7 +73,7 @@ func Refund(ctx context.Context, p Payment) (string, error) {
 
 // The interceptor guards activities by type name, leaving their code and
 // registration as they are.
-func ExampleNewInterceptor() {
+func ExampleInterceptor() {
 	refunds = 0
 	g, _ := guard.New(memory.New())
 
@@ -81,7 +81,7 @@ func ExampleNewInterceptor() {
 	s.SetLogger(temporaltest.Logger())
 	env := s.NewTestActivityEnvironment()
 	env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{
-		activity.NewInterceptor(g, activity.Policy{Activity: "Refund", Options: []activity.Option{activity.WithGuardOptions(guard.WithKeyPath("order_id"))}}),
+		activity.MustInterceptor(g, activity.Policy{Activity: "Refund", Options: []activity.Option{activity.WithGuardOptions(guard.WithKeyPath("order_id"))}}),
 	}})
 	env.RegisterActivity(Refund)
 
@@ -130,7 +130,7 @@ func SendInvoice(ctx context.Context, p Payment) (string, error) {
 func Example_steps() {
 	mailUp = false
 	g, _ := guard.New(memory.New())
-	guarded := activity.Wrap(g, SendInvoice, activity.WithGuardOptions(guard.WithKeyPath("order_id")))
+	guarded := activity.MustWrap(g, SendInvoice, activity.WithGuardOptions(guard.WithKeyPath("order_id")))
 
 	var s testsuite.WorkflowTestSuite
 	s.SetLogger(temporaltest.Logger())

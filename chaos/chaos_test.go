@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/idemguard/idemguard/chaos"
-	"github.com/idemguard/idemguard/internal/testenv"
+	"github.com/idemguard/idemguard/internal/testing/testenv"
 )
 
 // TestMain turns this test binary into a chaos worker when the driver

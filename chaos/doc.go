@@ -12,7 +12,7 @@
 //
 // The driver ([Run]) creates two tables in DynamoDB Local, the idempotency
 // table and the ledger, starts a fault-injecting reverse proxy (the
-// repository's internal/faultproxy) on 127.0.0.1 in front of DynamoDB
+// repository's internal/testing/faultproxy) on 127.0.0.1 in front of DynamoDB
 // Local, and starts Config.Workers worker processes (this executable
 // again, with [WorkerEnv] set; see [RunWorkerIfChild]). Each registers
 // [Workflow] and four activities guarded with activity.Wrap over the
@@ -90,7 +90,7 @@
 // ledger item is sent in the TransactWriteItems that completes the record,
 // through the fault proxy; with
 // [StoreRedis] they are the keyed and plain bodies above on store/redis,
-// through internal/faultproxy's Redis proxy, a TCP proxy that injects
+// through internal/testing/faultproxy's Redis proxy, a TCP proxy that injects
 // connection-level faults (resets before and after a command ran, lost
 // replies, error replies, latency), with the ledger on the same redis-server reached directly.
 //

@@ -1,8 +1,8 @@
 package chaos
 
-import "github.com/idemguard/idemguard/internal/faultproxy"
+import "github.com/idemguard/idemguard/internal/testing/faultproxy"
 
-// The store's fault proxy is the repository's internal/faultproxy, shared
+// The store's fault proxy is the repository's internal/testing/faultproxy, shared
 // with the stores' linearizability tests: [faultproxy.DynamoDB] in front of
 // DynamoDB, [faultproxy.Redis] in front of Redis.
 type (

@@ -18,20 +18,20 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/idemguard/idemguard/internal/faultproxy"
+	"github.com/idemguard/idemguard/internal/testing/faultproxy"
+	"github.com/idemguard/idemguard/internal/testing/linz"
 	"github.com/idemguard/idemguard/store"
 	idemddb "github.com/idemguard/idemguard/store/dynamodb"
 	"github.com/idemguard/idemguard/store/memory"
 	"github.com/idemguard/idemguard/store/postgres"
 	idemredis "github.com/idemguard/idemguard/store/redis"
-	"github.com/idemguard/idemguard/store/storetest"
 )
 
 // The linearizability run (make chaos, after the chaos run; command
 // chaos/cmd/linz): the long form of each store's TestLinearizable. For
 // every store it records histories of concurrent clients on a few hot keys
-// through the store's fault proxy (internal/faultproxy; the memory store
-// faults in process) with storetest.RecordHistory, each on fresh keys, and
+// through the store's fault proxy (internal/testing/faultproxy; the memory store
+// faults in process) with linz.RecordHistory, each on fresh keys, and
 // checks each with storetest's Porcupine model. A history that is not
 // linearizable fails the run, with Porcupine's visualisation written to a
 // file the report names and its minimal failing operations.
@@ -48,7 +48,7 @@ type LinzConfig struct {
 	Rounds int
 	// History shapes each history (clients, keys, operations); its Seed
 	// is derived from Seed and the round.
-	History storetest.HistoryConfig
+	History linz.HistoryConfig
 	// FaultRate is the share of requests the fault proxy faults (and of
 	// operations the memory store's recorder faults).
 	FaultRate float64
@@ -75,7 +75,7 @@ func DefaultLinzConfig() LinzConfig {
 	return LinzConfig{
 		Stores:           []string{StoreMemory, StoreDynamoDB, StoreRedis, StorePostgres},
 		Rounds:           10,
-		History:          storetest.HistoryConfig{Clients: 8, Keys: 4, Ops: 5000, Duration: 5 * time.Minute},
+		History:          linz.HistoryConfig{Clients: 8, Keys: 4, Ops: 5000, Duration: 5 * time.Minute},
 		FaultRate:        0.08,
 		MaxLatency:       150 * time.Millisecond,
 		CheckTimeout:     5 * time.Minute,
@@ -182,7 +182,7 @@ func RunLinearizability(ctx context.Context, cfg LinzConfig) (*LinzReport, error
 				hc.Faults = cfg.FaultRate
 			}
 			t0 := time.Now()
-			h, err := storetest.RecordHistory(ctx, s, hc)
+			h, err := linz.RecordHistory(ctx, s, hc)
 			sr.Recording += time.Since(t0)
 			if proxy != nil {
 				sr.Requests += proxy.Requests()
@@ -194,7 +194,7 @@ func RunLinearizability(ctx context.Context, cfg LinzConfig) (*LinzReport, error
 			if err != nil {
 				return nil, err
 			}
-			res := h.Check(linzPrecision(name), storetest.CheckOptions{Timeout: cfg.CheckTimeout, Dir: cfg.Dir, Name: fmt.Sprintf("chaos-%s-%d", name, round)})
+			res := h.Check(linzPrecision(name), linz.CheckOptions{Timeout: cfg.CheckTimeout, Dir: cfg.Dir, Name: fmt.Sprintf("chaos-%s-%d", name, round)})
 			sr.Checking += res.Elapsed
 			sr.Histories++
 			sr.Operations += res.Ops
@@ -217,14 +217,14 @@ func RunLinearizability(ctx context.Context, cfg LinzConfig) (*LinzReport, error
 }
 
 // linzPrecision is how finely each store keeps times.
-func linzPrecision(name string) storetest.Precision {
+func linzPrecision(name string) linz.Precision {
 	switch name {
 	case StoreDynamoDB, StoreRedis:
-		return storetest.Precision{Expiry: time.Second, Lease: time.Millisecond}
+		return linz.Precision{Expiry: time.Second, Lease: time.Millisecond}
 	case StorePostgres:
-		return storetest.Precision{Expiry: time.Microsecond, Lease: time.Microsecond}
+		return linz.Precision{Expiry: time.Microsecond, Lease: time.Microsecond}
 	}
-	return storetest.Precision{}
+	return linz.Precision{}
 }
 
 // counted is a fault proxy's counters.

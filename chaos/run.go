@@ -25,7 +25,7 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 
-	"github.com/idemguard/idemguard/internal/faultproxy"
+	"github.com/idemguard/idemguard/internal/testing/faultproxy"
 	"github.com/idemguard/idemguard/store"
 	idemddb "github.com/idemguard/idemguard/store/dynamodb"
 	"github.com/idemguard/idemguard/store/postgres"

@@ -227,10 +227,10 @@ func runWorker(cfg workerConfig) error {
 			register(TxExplicitActivity, wk.dynamoTxActivity(TxExplicitActivity, explicitOptions()))
 			register(TxStepsActivity, wk.dynamoTxActivity(TxStepsActivity, nil))
 		default:
-			register(KeyedActivity, activity.Wrap(wk.g, wk.keyedBody))
-			register(PlainActivity, activity.Wrap(wk.g, wk.plainBody))
-			register(ExplicitActivity, activity.Wrap(wk.g, wk.explicitBody, explicit))
-			register(StepsActivity, activity.Wrap(wk.g, wk.stepsBody))
+			register(KeyedActivity, activity.MustWrap(wk.g, wk.keyedBody))
+			register(PlainActivity, activity.MustWrap(wk.g, wk.plainBody))
+			register(ExplicitActivity, activity.MustWrap(wk.g, wk.explicitBody, explicit))
+			register(StepsActivity, activity.MustWrap(wk.g, wk.stepsBody))
 		}
 		if err = w.Start(); err == nil {
 			break

@@ -21,7 +21,7 @@ package dashboards
 import (
 	"strings"
 
-	"github.com/idemguard/idemguard/telemetry"
+	"github.com/idemguard/idemguard/internal/telemetry"
 )
 
 // Metrics are the Prometheus names the dashboard and the alert rules query:

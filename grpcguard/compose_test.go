@@ -16,7 +16,7 @@ import (
 	"github.com/idemguard/idemguard/grpcguard"
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/guard/guardtest"
-	"github.com/idemguard/idemguard/internal/teststores"
+	"github.com/idemguard/idemguard/internal/testing/teststores"
 )
 
 // A unary method behind the interceptor joins the composition suite on
@@ -31,7 +31,7 @@ func TestCompositionGRPC(t *testing.T) {
 	guardtest.RunComposition(t, guardtest.EntryPoint{
 		Name: "grpcguard",
 		Run: func(ctx context.Context, t *testing.T, g *guard.Guard, call guardtest.Call, effect guardtest.Effect, body guardtest.Body) (string, error) {
-			icpt := grpcguard.UnaryServerInterceptor(g)
+			icpt := grpcguard.MustUnaryServerInterceptor(g)
 			stream := &metadataStream{method: method}
 			ctx = grpc.NewContextWithServerTransportStream(metadata.NewIncomingContext(ctx, metadata.Pairs(grpcguard.DefaultKeyMetadata, call.Key)), stream)
 			resp, err := icpt(ctx, wrapperspb.String(call.Payload), &grpc.UnaryServerInfo{FullMethod: method},

@@ -16,8 +16,8 @@ import (
 
 	"github.com/idemguard/idemguard/grpcguard"
 	"github.com/idemguard/idemguard/guard"
-	"github.com/idemguard/idemguard/internal/reqcount"
-	"github.com/idemguard/idemguard/internal/teststores"
+	"github.com/idemguard/idemguard/internal/testing/reqcount"
+	"github.com/idemguard/idemguard/internal/testing/teststores"
 	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/store/memory"
 )
@@ -115,7 +115,7 @@ func burst(t *testing.T, icpt grpc.UnaryServerInterceptor, n int) (ok int, runs 
 // response by default.
 func TestDuplicatesWaitByDefault(t *testing.T) {
 	eachStore(t, func(t *testing.T, s store.Store, _ *reqcount.Counter) {
-		if ok, runs := burst(t, grpcguard.UnaryServerInterceptor(newGuard(t, s)), 10); ok != 10 || runs != 1 {
+		if ok, runs := burst(t, grpcguard.MustUnaryServerInterceptor(newGuard(t, s)), 10); ok != 10 || runs != 1 {
 			t.Errorf("%d of 10 calls succeeded after %d runs; want all after one run", ok, runs)
 		}
 	})
@@ -125,7 +125,7 @@ func TestDuplicatesWaitByDefault(t *testing.T) {
 func TestGuardDefaultsReachInterceptor(t *testing.T) {
 	eachStore(t, func(t *testing.T, s store.Store, _ *reqcount.Counter) {
 		g := newGuard(t, s, guard.WithWait(10*time.Second), guard.WithTTL(time.Hour))
-		if ok, runs := burst(t, grpcguard.UnaryServerInterceptor(g), 10); ok != 10 || runs != 1 {
+		if ok, runs := burst(t, grpcguard.MustUnaryServerInterceptor(g), 10); ok != 10 || runs != 1 {
 			t.Errorf("guard.WithWait: %d of 10 calls succeeded after %d runs; want all after one run", ok, runs)
 		}
 		start0 := time.Now()
@@ -259,10 +259,10 @@ func TestGuardOptionsPrecedence(t *testing.T) {
 	if got := ttl(newGuard(t, memory.New(), guard.WithTTL(time.Hour)), grpcguard.WithGuardOptions(guard.WithTTL(2*time.Hour))); got != 2*time.Hour {
 		t.Errorf("WithGuardOptions(WithTTL(2h)) over guard.New(WithTTL(1h)): TTL %v", got)
 	}
-	if ok, runs := burst(t, grpcguard.UnaryServerInterceptor(newGuard(t, memory.New(), guard.WithReject())), 5); ok != 1 || runs != 1 {
+	if ok, runs := burst(t, grpcguard.MustUnaryServerInterceptor(newGuard(t, memory.New(), guard.WithReject())), 5); ok != 1 || runs != 1 {
 		t.Errorf("guard.New(WithReject()): %d of 5 calls succeeded after %d runs; want one", ok, runs)
 	}
-	if ok, _ := burst(t, grpcguard.UnaryServerInterceptor(newGuard(t, memory.New(), guard.WithReject()), grpcguard.WithGuardOptions(guard.WithWait(10*time.Second))), 5); ok != 5 {
+	if ok, _ := burst(t, grpcguard.MustUnaryServerInterceptor(newGuard(t, memory.New(), guard.WithReject()), grpcguard.WithGuardOptions(guard.WithWait(10*time.Second))), 5); ok != 5 {
 		t.Errorf("WithGuardOptions(WithWait) over guard.New(WithReject()): %d of 5 calls succeeded", ok)
 	}
 }

@@ -3,7 +3,7 @@
 // and its response is stored; a retry with the same key gets the stored
 // response and the handler does not run.
 //
-//	srv := grpc.NewServer(grpc.UnaryInterceptor(grpcguard.UnaryServerInterceptor(g)))
+//	srv := grpc.NewServer(grpc.UnaryInterceptor(grpcguard.MustUnaryServerInterceptor(g)))
 //
 // Clients send the key in the idempotency-key request metadata:
 // [ContextWithKey] sets it on a context, and [UnaryClientInterceptor]

@@ -18,7 +18,7 @@ import (
 
 	"github.com/idemguard/idemguard/grpcguard"
 	"github.com/idemguard/idemguard/guard"
-	"github.com/idemguard/idemguard/internal/teststores"
+	"github.com/idemguard/idemguard/internal/testing/teststores"
 )
 
 // A small service without generated code: a handwritten ServiceDesc with
@@ -90,7 +90,7 @@ var newGuard = teststores.NewGuard
 // a client connection.
 func start(t testing.TB, g *guard.Guard, p paymentsServer, opts ...grpcguard.Option) *grpc.ClientConn {
 	t.Helper()
-	icpt, err := grpcguard.NewUnaryServerInterceptor(g, opts...)
+	icpt, err := grpcguard.UnaryServerInterceptor(g, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,11 +8,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"slices"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -23,8 +21,7 @@ import (
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/adapt"
-	"github.com/idemguard/idemguard/internal/idemkey"
-	"github.com/idemguard/idemguard/telemetry"
+	"github.com/idemguard/idemguard/internal/transport"
 )
 
 // ErrorDomain is the domain of the google.rpc.ErrorInfo detail on the
@@ -45,39 +42,40 @@ const (
 )
 
 // UnaryServerInterceptor returns a unary server interceptor that guards
-// calls with g: see the package documentation. It panics if an option is
-// invalid; use [NewUnaryServerInterceptor] to get the error instead.
-func UnaryServerInterceptor(g *guard.Guard, opts ...Option) grpc.UnaryServerInterceptor {
-	i, err := NewUnaryServerInterceptor(g, opts...)
-	if err != nil {
-		panic(err)
-	}
-	return i
-}
-
-// NewUnaryServerInterceptor is [UnaryServerInterceptor] that reports an
-// invalid option or a nil guard as an error.
-func NewUnaryServerInterceptor(g *guard.Guard, opts ...Option) (grpc.UnaryServerInterceptor, error) {
+// calls with g: see the package documentation. It reports an invalid
+// option or a nil guard as an error; [MustUnaryServerInterceptor] panics
+// instead.
+func UnaryServerInterceptor(g *guard.Guard, opts ...Option) (grpc.UnaryServerInterceptor, error) {
 	c := defaults()
 	for _, o := range opts {
-		o(&c)
+		o.apply(&c)
 	}
-	call, err := c.Finish(g, c.fingerprint != nil,
+	t, err := transport.New(g, c.Config, c.fingerprint != nil,
 		guard.WithCodec(messageCodec{max: c.MaxResponse, types: c.types}),
 		adapt.WithErrorCodec(statusCodec{}),
 		guard.WithDefiniteErrors(func(err error) bool { return c.stores(status.Code(err)) }))
 	if err != nil {
 		return nil, err
 	}
-	in := &interceptor{g: g, c: c, call: call}
+	c.Config = t.Config
+	in := &interceptor{t: t, c: c}
 	return in.intercept, nil
 }
 
+// MustUnaryServerInterceptor is [UnaryServerInterceptor] that panics if an
+// option is invalid or the guard is nil, for servers built once at
+// start-up.
+func MustUnaryServerInterceptor(g *guard.Guard, opts ...Option) grpc.UnaryServerInterceptor {
+	i, err := UnaryServerInterceptor(g, opts...)
+	if err != nil {
+		panic(err)
+	}
+	return i
+}
+
 type interceptor struct {
-	g      *guard.Guard
-	c      config
-	call   []guard.CallOption
-	health idemkey.Health
+	t *transport.Transport
+	c config
 }
 
 // DefaultFingerprint is the default request fingerprint: the SHA-256 of
@@ -103,67 +101,53 @@ func DefaultFingerprint(fullMethod string, req any) (string, error) {
 }
 
 func (in *interceptor) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	if (in.c.methods != nil && !in.c.methods[info.FullMethod]) || (in.c.skip != nil && in.c.skip(ctx, info.FullMethod)) {
+	if !in.t.Guards(info.FullMethod) || (in.c.skip != nil && in.c.skip(ctx, info.FullMethod)) {
 		return handler(ctx, req)
 	}
-	if in.g.Disabled() {
-		return in.passThrough(ctx, req, handler)
+	if in.t.Guard().Disabled() {
+		return in.unguarded(ctx, req, handler)
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
-	values := md.Get(in.c.keyMD)
-	if len(values) == 0 {
-		if in.c.KeyOptional {
-			return handler(ctx, req)
-		}
-		return nil, refusal(codes.InvalidArgument, ReasonKeyMissing, fmt.Sprintf("%s requires an %s metadata value: a unique key that the client sends again when it retries the call", info.FullMethod, in.c.keyMD))
+	r := transport.Request{
+		Keys:        md.Get(in.c.keyMD),
+		Method:      info.FullMethod,
+		Credentials: md.Get("authorization"),
 	}
-	key, err := idemkey.Parse(values, in.c.Rules)
-	if err != nil {
-		return nil, refusal(codes.InvalidArgument, ReasonKeyInvalid, err.Error())
+	if in.c.principal != nil && len(r.Keys) > 0 {
+		r.Principal, r.HasPrincipal = in.c.principal(ctx), true
 	}
-	k := idemkey.Input{K: idemkey.Selection{Key: key, Method: info.FullMethod}}
+	k, keyless, refused, err := in.t.Prologue(r)
 	switch {
-	case in.c.principal != nil:
-		if k.K.Principal = in.c.principal(ctx); k.K.Principal == "" {
-			return nil, refusal(codes.Unauthenticated, ReasonPrincipalMissing, "idempotent calls need an authenticated caller, so that one caller's key never meets another's")
-		}
-	case !in.c.SharedKeys:
-		k.K.Credential = idemkey.Credential(md.Get("authorization"))
+	case keyless:
+		return in.unguarded(ctx, req, handler)
+	case refused != 0:
+		return nil, in.answer(info.FullMethod, refused, err, 0)
 	}
 	if in.c.fingerprint != nil {
 		if k.F, err = in.c.fingerprint(info.FullMethod, req); err != nil {
 			return nil, status.Errorf(codes.Internal, "grpcguard: fingerprinting the request: %v", err)
 		}
 	}
-	call := append(slices.Clip(in.call), adapt.WithSpanAttributes(attribute.String("rpc.method", info.FullMethod)))
 
-	gctx, st := idemkey.WithCallState(ctx)
 	var hresp any
 	var herr error
 	ran := false
-	resp, out, err := adapt.Execute(gctx, in.g, in.c.Scope, k, func(ctx context.Context) (any, error) {
+	resp, out, st, err := transport.Run(ctx, in.t, k, func(ctx context.Context) (any, error) {
 		ran = true
 		hresp, herr = handler(ctx, req)
 		return hresp, herr
-	}, call...)
-	if span := trace.SpanFromContext(ctx); span.IsRecording() {
-		span.SetAttributes(telemetry.OutcomeKey.String(idemkey.Outcome(out, err)))
-	}
-	if !errors.Is(err, guard.ErrStore) {
-		in.health.OK()
-	}
+	}, adapt.WithSpanAttributes(attribute.String("rpc.method", info.FullMethod)))
 
 	switch {
 	case ran:
 		if errors.Is(err, guard.ErrNotRecorded) || errors.Is(err, guard.ErrLeaseLost) {
-			in.c.Logger.ErrorContext(ctx, "grpcguard: the response was returned but not recorded; a retry with the same key may run the handler again",
-				slog.String("method", info.FullMethod), slog.Any("error", err))
+			in.t.NotRecorded(ctx, err, slog.String("method", info.FullMethod))
 		} else if out == guard.OutcomeExecuted || out == guard.OutcomeReleased {
-			v := StatusReleased
+			v := statusReleased
 			var exp time.Time
 			if herr == nil || in.c.stores(status.Code(herr)) {
 				// The expiry of the record just written.
-				v, exp = StatusExecuted, st.ExpiresAt
+				v, exp = statusExecuted, st.ExpiresAt
 			}
 			setMetadata(ctx, v, exp, herr != nil)
 		}
@@ -171,46 +155,53 @@ func (in *interceptor) intercept(ctx context.Context, req any, info *grpc.UnaryS
 	case (out == guard.OutcomeReplayed || out == guard.OutcomeShared) && !errors.Is(err, guard.ErrResultUnavailable):
 		if err != nil && !in.c.stores(status.Code(err)) {
 			// An error shared by a concurrent duplicate, not stored.
-			setMetadata(ctx, StatusReleased, time.Time{}, true)
+			setMetadata(ctx, statusReleased, time.Time{}, true)
 			return nil, err
 		}
-		setMetadata(ctx, StatusReplayed, st.ExpiresAt, err != nil)
+		setMetadata(ctx, statusReplayed, st.ExpiresAt, err != nil)
 		return resp, err
 	}
-	return nil, in.refuse(ctx, info.FullMethod, err)
+	refused, retry := in.t.Refuse(ctx, err, slog.String("method", info.FullMethod))
+	if refused == transport.Canceled {
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+	return nil, in.answer(info.FullMethod, refused, err, retry)
 }
 
-// passThrough runs handler for a disabled guard (IDEMGUARD_DISABLED)
-// through a disabled guard.Do, so that the handler runs inside a call, as
-// the function of any disabled call does, and guard.Step in it runs its
-// function unguarded; what handler returns is returned as it is.
-func (in *interceptor) passThrough(ctx context.Context, req any, handler grpc.UnaryHandler) (any, error) {
-	return guard.Do(ctx, in.g, in.c.Scope, nil, func(ctx context.Context) (any, error) { return handler(ctx, req) })
+// unguarded runs handler as an unguarded call: for a disabled guard
+// (IDEMGUARD_DISABLED), and for a call without a key that may go without
+// one (WithKeyOptional). The handler runs inside a call, as the function
+// of any unguarded call does, so that guard.Step in it runs its function
+// unguarded; what handler returns is returned as it is.
+func (in *interceptor) unguarded(ctx context.Context, req any, handler grpc.UnaryHandler) (any, error) {
+	return transport.Unguarded(ctx, in.t, func(ctx context.Context) (any, error) { return handler(ctx, req) })
 }
 
-// refuse turns a guard error for a call that did not run into a status.
-func (in *interceptor) refuse(ctx context.Context, method string, err error) error {
-	var busy *adapt.InProgressError
-	switch {
-	case errors.As(err, &busy):
-		retry := idemkey.RetryAfter(busy.LeaseExpiresAt, in.g.ClockSkew(), in.g.Now())
+// answer is the status of a call the interceptor refuses for refused;
+// detail is the invalid key's error, retry the delay in seconds a call
+// still in progress asks for.
+func (in *interceptor) answer(method string, refused transport.Refusal, detail error, retry int) error {
+	switch refused {
+	case transport.KeyMissing:
+		return refusal(codes.InvalidArgument, ReasonKeyMissing, fmt.Sprintf("%s requires an %s metadata value: a unique key that the client sends again when it retries the call", method, in.c.keyMD))
+	case transport.KeyInvalid:
+		return refusal(codes.InvalidArgument, ReasonKeyInvalid, detail.Error())
+	case transport.PrincipalMissing:
+		return refusal(codes.Unauthenticated, ReasonPrincipalMissing, "idempotent calls need an authenticated caller, so that one caller's key never meets another's")
+	case transport.InProgress:
 		st, _ := status.New(codes.Aborted, fmt.Sprintf("a call with this idempotency key is still running; retry it unchanged in %d s", retry)).WithDetails(
 			&errdetails.ErrorInfo{Reason: ReasonInProgress, Domain: ErrorDomain},
 			&errdetails.RetryInfo{RetryDelay: durationpb.New(time.Duration(retry) * time.Second)})
 		return st.Err()
-	case errors.Is(err, guard.ErrPayloadMismatch):
+	case transport.KeyReused:
 		return refusal(codes.FailedPrecondition, ReasonKeyReused, "this idempotency key was first used with a different request; send this request with a new key")
-	case errors.Is(err, guard.ErrResultUnavailable):
+	case transport.ResponseUnavailable:
 		return refusal(codes.AlreadyExists, ReasonResponseUnavailable, "the call with this idempotency key was processed, but its response was too large to keep; it will not run again: look up its result instead of retrying")
-	case errors.Is(err, guard.ErrStore):
-		in.c.StoreFailed(ctx, &in.health, "Unavailable", err, slog.String("method", method))
+	case transport.StoreUnavailable:
 		return refusal(codes.Unavailable, ReasonStoreUnavailable, "the call was not processed: its idempotency record could not be read or written; retrying is safe")
-	case errors.Is(err, guard.ErrInvalidInput):
+	case transport.RequestUnkeyable:
 		return refusal(codes.InvalidArgument, ReasonRequestUnkeyable, "the call cannot be keyed: its principal is not valid UTF-8")
-	case ctx.Err() != nil:
-		return status.FromContextError(ctx.Err()).Err()
 	}
-	in.c.Logger.ErrorContext(ctx, "grpcguard: guarded call failed", slog.Any("error", err))
 	return status.Error(codes.Internal, "grpcguard: the call failed in the idempotency layer")
 }
 
@@ -228,11 +219,11 @@ func refusal(code codes.Code, reason, msg string) error {
 // header metadata would commit the call and so stop the retries gRPC
 // makes by itself (a retry policy, transparent retries).
 func setMetadata(ctx context.Context, v string, expires time.Time, isErr bool) {
-	md := metadata.Pairs(StatusMetadata, v)
+	md := metadata.Pairs(statusMetadata, v)
 	if !expires.IsZero() {
 		// Rounded up to the second, as the stores keep it, so that every
 		// replay says the same.
-		md.Set(ExpiresMetadata, idemkey.Expires(expires).UTC().Format(time.RFC3339))
+		md.Set(expiresMetadata, transport.Expires(expires).UTC().Format(time.RFC3339))
 	}
 	if isErr {
 		_ = grpc.SetTrailer(ctx, md)

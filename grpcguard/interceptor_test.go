@@ -18,7 +18,7 @@ import (
 	"github.com/idemguard/idemguard/grpcguard"
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/adapt"
-	"github.com/idemguard/idemguard/internal/reqcount"
+	"github.com/idemguard/idemguard/internal/testing/reqcount"
 	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/store/memory"
 )
@@ -131,7 +131,7 @@ func TestConcurrentDuplicatesWait(t *testing.T) {
 			}
 			time.Sleep(100 * time.Millisecond)
 		}}
-		icpt := grpcguard.UnaryServerInterceptor(newGuard(t, s))
+		icpt := grpcguard.MustUnaryServerInterceptor(newGuard(t, s))
 		count := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 			arrived.Add(1)
 			return h(ctx, req)
@@ -268,7 +268,7 @@ func TestClientInterceptor(t *testing.T) {
 		}
 		return nil
 	}}
-	icpt := grpcguard.UnaryServerInterceptor(newGuard(t, memory.New()))
+	icpt := grpcguard.MustUnaryServerInterceptor(newGuard(t, memory.New()))
 	retry := `{"methodConfig":[{"name":[{"service":"` + serviceName + `"}],"retryPolicy":{"maxAttempts":3,"initialBackoff":"0.01s","maxBackoff":"0.1s","backoffMultiplier":2,"retryableStatusCodes":["UNAVAILABLE"]}}]}`
 	conn := startWith(t, p, []grpc.ServerOption{grpc.UnaryInterceptor(icpt)},
 		grpc.WithUnaryInterceptor(grpcguard.UnaryClientInterceptor()), grpc.WithDefaultServiceConfig(retry))
@@ -310,11 +310,11 @@ func TestInvalidOptions(t *testing.T) {
 		"types":     grpcguard.WithTypes(nil),
 		"scope":     grpcguard.WithScope(""),
 	} {
-		if _, err := grpcguard.NewUnaryServerInterceptor(g, opt); err == nil {
+		if _, err := grpcguard.UnaryServerInterceptor(g, opt); err == nil {
 			t.Errorf("%s: no error", name)
 		}
 	}
-	if _, err := grpcguard.NewUnaryServerInterceptor(nil); err == nil {
+	if _, err := grpcguard.UnaryServerInterceptor(nil); err == nil {
 		t.Error("nil guard: no error")
 	}
 }

@@ -2,6 +2,7 @@ package grpcguard
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"regexp"
 	"strings"
@@ -10,7 +11,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 
 	"github.com/idemguard/idemguard/guard"
-	"github.com/idemguard/idemguard/internal/idemkey"
+	"github.com/idemguard/idemguard/internal/transport"
 )
 
 // Names of the metadata.
@@ -18,28 +19,32 @@ const (
 	// DefaultKeyMetadata is the request metadata key that carries the
 	// idempotency key (gRPC metadata keys are lowercase).
 	DefaultKeyMetadata = "idempotency-key"
-	// StatusMetadata is the response header metadata that says whether the
+	// statusMetadata is the response header metadata that says whether the
 	// response ran fresh ("executed"), is a stored one ("replayed"), or was
 	// not kept ("released").
-	StatusMetadata = "idempotency-key-status"
-	// ExpiresMetadata is the response header metadata that says until when
+	statusMetadata = "idempotency-key-status"
+	// expiresMetadata is the response header metadata that says until when
 	// a stored response is replayed (RFC 3339, UTC).
-	ExpiresMetadata = "idempotency-key-expires"
+	expiresMetadata = "idempotency-key-expires"
 )
 
 // Values of the status metadata.
 const (
-	StatusExecuted = "executed"
-	StatusReplayed = "replayed"
-	StatusReleased = "released"
+	statusExecuted = "executed"
+	statusReplayed = "replayed"
+	statusReleased = "released"
 )
 
 // Option configures the interceptor.
-type Option func(*config)
+type Option interface{ apply(*config) }
+
+// optionFunc is an Option that is a function.
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
 
 type config struct {
-	idemkey.Settings
-	methods     map[string]bool // nil: every unary method
+	transport.Config
 	skip        func(ctx context.Context, fullMethod string) bool
 	keyMD       string
 	principal   func(context.Context) string
@@ -50,7 +55,7 @@ type config struct {
 
 func defaults() config {
 	return config{
-		Settings:    idemkey.NewSettings("grpcguard", idemkey.GRPCScope),
+		Config:      transport.NewConfig("grpcguard", transport.GRPCScope, "Unavailable"),
 		keyMD:       DefaultKeyMetadata,
 		fingerprint: DefaultFingerprint,
 		policy:      func(codes.Code) bool { return false },
@@ -70,6 +75,9 @@ func retryLater(c codes.Code) bool {
 	return false
 }
 
+// shared adapts an option the interceptor shares with the HTTP middleware.
+func shared(o transport.Option) Option { return optionFunc(func(c *config) { o(&c.Config) }) }
+
 // stores reports whether a handler's error with code c is stored.
 func (c *config) stores(code codes.Code) bool { return !retryLater(code) && c.policy(code) }
 
@@ -85,7 +93,7 @@ func (c *config) stores(code codes.Code) bool { return !retryLater(code) && c.po
 // (guard.ErrInvalidOption), as are guard.WithKey and adapt.WithClaimToken,
 // which name one call.
 func WithGuardOptions(opts ...guard.CallOption) Option {
-	return func(c *config) { c.AddGuardOptions(opts) }
+	return shared(transport.GuardOptions(opts...))
 }
 
 // WithMethods guards only the unary methods named, by full method name
@@ -93,58 +101,50 @@ func WithGuardOptions(opts ...guard.CallOption) Option {
 // server has is guarded: install the interceptor on servers whose methods
 // change state, or name those methods here.
 func WithMethods(fullMethods ...string) Option {
-	return func(c *config) {
-		if len(fullMethods) == 0 {
-			c.Fail("WithMethods needs at least one method")
-			return
-		}
-		c.methods = make(map[string]bool, len(fullMethods))
-		for _, m := range fullMethods {
-			if !strings.HasPrefix(m, "/") {
-				c.Fail("%q is not a full method name such as /pkg.Service/Method", m)
-				return
-			}
-			c.methods[m] = true
-		}
+	return shared(transport.Methods(fullMethod, fullMethods...))
+}
+
+// fullMethod checks a full method name.
+func fullMethod(m string) (string, error) {
+	if !strings.HasPrefix(m, "/") {
+		return "", fmt.Errorf("%q is not a full method name such as /pkg.Service/Method", m)
 	}
+	return m, nil
 }
 
 // WithSkip sets a predicate for calls the interceptor passes through
 // although their method is guarded.
 func WithSkip(skip func(ctx context.Context, fullMethod string) bool) Option {
-	return func(c *config) { c.skip = skip }
+	return optionFunc(func(c *config) { c.skip = skip })
 }
+
+// WithKeyOptional runs a call without a key unguarded instead of failing
+// it with InvalidArgument: the handler runs as an unguarded call (as
+// guard.Do runs one whose key selection is empty), so that guard.Step in
+// it runs its function unguarded, and the guard counts it (outcome
+// unguarded, or error when the handler fails) and warns, at most once a
+// minute, that calls run unguarded. A key that is present is still
+// validated.
+func WithKeyOptional() Option { return shared(transport.KeyOptional()) }
 
 // WithKeyMetadata sets the metadata key that carries the idempotency key
 // (default [DefaultKeyMetadata]).
 func WithKeyMetadata(name string) Option {
-	return func(c *config) {
-		idemkey.Set(&c.Settings, &c.keyMD, strings.ToLower(name), name != "", "empty key metadata name")
-	}
+	return optionFunc(func(c *config) {
+		transport.Set(&c.Config, &c.keyMD, strings.ToLower(name), name != "", "empty key metadata name")
+	})
 }
 
 // WithKeyLength bounds a key's length in bytes (default 1 to 256).
-func WithKeyLength(min, max int) Option {
-	return func(c *config) { c.SetKeyLength(min, max) }
-}
+func WithKeyLength(min, max int) Option { return shared(transport.KeyLength(min, max)) }
 
 // WithKeyPattern makes keys that pattern does not match InvalidArgument.
-func WithKeyPattern(pattern *regexp.Regexp) Option {
-	return func(c *config) { c.SetKeyPattern(pattern) }
-}
+func WithKeyPattern(pattern *regexp.Regexp) Option { return shared(transport.KeyPattern(pattern)) }
 
 // WithStrictKey accepts only RFC 8941 structured-field strings in double
 // quotes, as the IETF draft prescribes for the HTTP header. By default a
 // bare value is accepted too, and means the same key as its quoted form.
-func WithStrictKey() Option {
-	return func(c *config) { c.SetStrictKey() }
-}
-
-// WithKeyOptional runs a call without a key unguarded instead of failing
-// it with InvalidArgument.
-func WithKeyOptional() Option {
-	return func(c *config) { c.SetKeyOptional() }
-}
+func WithStrictKey() Option { return shared(transport.StrictKey()) }
 
 // WithPrincipal sets how the authenticated caller of a call is named (from
 // what an authentication interceptor put in the context, or the peer's
@@ -154,9 +154,9 @@ func WithKeyOptional() Option {
 // Unauthenticated. Without this option, keys are scoped by the call's
 // authorization metadata (see [WithSharedKeys]).
 func WithPrincipal(principal func(ctx context.Context) string) Option {
-	return func(c *config) {
-		idemkey.Set(&c.Settings, &c.principal, principal, principal != nil, "nil principal function")
-	}
+	return optionFunc(func(c *config) {
+		transport.Set(&c.Config, &c.principal, principal, principal != nil, "nil principal function")
+	})
 }
 
 // WithSharedKeys stops scoping keys by the caller's credentials, for
@@ -166,22 +166,18 @@ func WithPrincipal(principal func(ctx context.Context) string) Option {
 // two callers with different credentials never share a record. Services
 // that authenticate callers otherwise (a client certificate, a metadata
 // key of their own) should name them with WithPrincipal.
-func WithSharedKeys() Option {
-	return func(c *config) { c.SetSharedKeys() }
-}
+func WithSharedKeys() Option { return shared(transport.SharedKeys()) }
 
 // WithFingerprint sets how a request is fingerprinted (default
 // [DefaultFingerprint]); a key reused with another fingerprint fails with
 // FailedPrecondition. nil turns the fingerprint off.
 func WithFingerprint(fingerprint func(fullMethod string, req any) (string, error)) Option {
-	return func(c *config) { c.fingerprint = fingerprint }
+	return optionFunc(func(c *config) { c.fingerprint = fingerprint })
 }
 
 // WithScope sets the guard scope of the interceptor's keys (default
 // "grpc").
-func WithScope(scope string) Option {
-	return func(c *config) { c.SetScope(scope) }
-}
+func WithScope(scope string) Option { return shared(transport.Scope(scope)) }
 
 // WithCodePolicy sets which handler errors are stored and replayed as
 // their status, by code; by default none is: an error releases the key,
@@ -200,11 +196,11 @@ func WithScope(scope string) Option {
 //		return false
 //	})
 func WithCodePolicy(store func(codes.Code) bool) Option {
-	return func(c *config) { idemkey.Set(&c.Settings, &c.policy, store, store != nil, "nil code policy") }
+	return optionFunc(func(c *config) { transport.Set(&c.Config, &c.policy, store, store != nil, "nil code policy") })
 }
 
 // WithCacheErrors stores every error (but the codes that ask for a later
-// retry, see [WithCodePolicy]), as httpguard's WithCacheErrorResponses
+// retry, see [WithCodePolicy]), as httpguard's WithCacheErrors
 // does: a client that retries a failed call gets the same status instead
 // of another attempt, until the key expires.
 func WithCacheErrors() Option {
@@ -215,20 +211,16 @@ func WithCacheErrors() Option {
 // (default 256 KiB). A larger response is returned to
 // the caller and recorded without a result, so the handler never runs
 // twice for its key; a replay fails with AlreadyExists.
-func WithMaxResponseBytes(n int) Option {
-	return func(c *config) { c.SetMaxResponse(n) }
-}
+func WithMaxResponseBytes(n int) Option { return shared(transport.MaxResponseBytes(n)) }
 
 // WithTypes sets where replays find response message types by their full
 // name (default protoregistry.GlobalTypes, where generated code registers
 // its messages).
 func WithTypes(types protoregistry.MessageTypeResolver) Option {
-	return func(c *config) { idemkey.Set(&c.Settings, &c.types, types, types != nil, "nil type resolver") }
+	return optionFunc(func(c *config) { transport.Set(&c.Config, &c.types, types, types != nil, "nil type resolver") })
 }
 
 // WithLogger sets where the interceptor logs what an operator must know:
 // a call refused because the store failed (with the cause), a response
 // returned but not recorded. The default is slog.Default().
-func WithLogger(l *slog.Logger) Option {
-	return func(c *config) { c.SetLogger(l) }
-}
+func WithLogger(l *slog.Logger) Option { return shared(transport.Logger(l)) }

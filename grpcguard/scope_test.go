@@ -23,10 +23,10 @@ func TestScopeTooLongForTheStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := grpcguard.NewUnaryServerInterceptor(g, grpcguard.WithScope(strings.Repeat("s", 2100))); !errors.Is(err, guard.ErrInvalidOption) {
-		t.Errorf("NewUnaryServerInterceptor with a 2,100-byte scope = %v, want ErrInvalidOption", err)
+	if _, err := grpcguard.UnaryServerInterceptor(g, grpcguard.WithScope(strings.Repeat("s", 2100))); !errors.Is(err, guard.ErrInvalidOption) {
+		t.Errorf("UnaryServerInterceptor with a 2,100-byte scope = %v, want ErrInvalidOption", err)
 	}
-	if _, err := grpcguard.NewUnaryServerInterceptor(g, grpcguard.WithScope(strings.Repeat("s", 1983))); err != nil {
-		t.Errorf("NewUnaryServerInterceptor with the longest scope that fits = %v", err)
+	if _, err := grpcguard.UnaryServerInterceptor(g, grpcguard.WithScope(strings.Repeat("s", 1983))); err != nil {
+		t.Errorf("UnaryServerInterceptor with the longest scope that fits = %v", err)
 	}
 }

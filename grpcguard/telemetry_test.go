@@ -8,7 +8,7 @@ import (
 
 	"github.com/idemguard/idemguard/grpcguard"
 	"github.com/idemguard/idemguard/guard"
-	"github.com/idemguard/idemguard/internal/teststores"
+	"github.com/idemguard/idemguard/internal/testing/teststores"
 	"github.com/idemguard/idemguard/store/memory"
 )
 
@@ -19,7 +19,7 @@ func TestSpansNestUnderOtelgrpc(t *testing.T) {
 	g := newGuard(t, memory.New(), guard.WithTracerProvider(tr.Provider))
 	conn := startWith(t, &payments{}, []grpc.ServerOption{
 		grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(tr.Provider))),
-		grpc.UnaryInterceptor(grpcguard.UnaryServerInterceptor(g)),
+		grpc.UnaryInterceptor(grpcguard.MustUnaryServerInterceptor(g)),
 	})
 	for _, want := range []string{"executed", "replayed"} {
 		tr.Reset()

@@ -21,7 +21,7 @@ import (
 // unmarshalled into the handler's response type.
 func ExampleUnaryServerInterceptor() {
 	g, _ := guard.New(memory.New())
-	srv := grpc.NewServer(grpc.UnaryInterceptor(grpcguard.UnaryServerInterceptor(g,
+	srv := grpc.NewServer(grpc.UnaryInterceptor(grpcguard.MustUnaryServerInterceptor(g,
 		grpcguard.WithMethods(healthpb.Health_Check_FullMethodName))))
 	healthpb.RegisterHealthServer(srv, health.NewServer())
 	lis, _ := net.Listen("tcp", "127.0.0.1:0")
@@ -39,7 +39,7 @@ func ExampleUnaryServerInterceptor() {
 			fmt.Println(err)
 			return
 		}
-		fmt.Println(resp.GetStatus(), header.Get(grpcguard.StatusMetadata))
+		fmt.Println(resp.GetStatus(), header.Get("idempotency-key-status"))
 	}
 	// Output:
 	// SERVING [executed]

@@ -16,8 +16,8 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/idemguard/idemguard/internal/instrument"
+	"github.com/idemguard/idemguard/internal/telemetry"
 	"github.com/idemguard/idemguard/store"
-	"github.com/idemguard/idemguard/telemetry"
 )
 
 // How DoBatch runs a batch: bind every key, settle what the cache and one

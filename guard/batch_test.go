@@ -17,9 +17,9 @@ import (
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/adapt"
+	"github.com/idemguard/idemguard/internal/telemetry"
 	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/store/memory"
-	"github.com/idemguard/idemguard/telemetry"
 )
 
 // bulkStore is a counting memory store that implements store.BatchGetter,

@@ -11,8 +11,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/idemguard/idemguard/internal/telemetry"
 	"github.com/idemguard/idemguard/store"
-	"github.com/idemguard/idemguard/telemetry"
 )
 
 // The guard's telemetry: spans, metrics and logs named in package telemetry.

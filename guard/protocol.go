@@ -17,8 +17,8 @@ import (
 	"github.com/idemguard/idemguard/internal/guardhook"
 	"github.com/idemguard/idemguard/internal/instrument"
 	"github.com/idemguard/idemguard/internal/leasecap"
+	"github.com/idemguard/idemguard/internal/telemetry"
 	"github.com/idemguard/idemguard/store"
-	"github.com/idemguard/idemguard/telemetry"
 )
 
 // The record protocol against the store, each step in one place: claim (or

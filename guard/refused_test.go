@@ -9,9 +9,9 @@ import (
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/adapt"
+	"github.com/idemguard/idemguard/internal/telemetry"
 	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/store/memory"
-	"github.com/idemguard/idemguard/telemetry"
 )
 
 // commitFailStore is a txStore whose transactions fail to commit with

@@ -15,8 +15,8 @@ import (
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/adapt"
-	"github.com/idemguard/idemguard/internal/dynamodbtest"
-	"github.com/idemguard/idemguard/internal/postgrestest"
+	"github.com/idemguard/idemguard/internal/testing/dynamodbtest"
+	"github.com/idemguard/idemguard/internal/testing/postgrestest"
 	"github.com/idemguard/idemguard/store"
 	idemddb "github.com/idemguard/idemguard/store/dynamodb"
 )

@@ -12,8 +12,8 @@ import (
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/adapt"
+	"github.com/idemguard/idemguard/internal/telemetry"
 	"github.com/idemguard/idemguard/store"
-	"github.com/idemguard/idemguard/telemetry"
 )
 
 // takeovers sums idemguard.claim.taken_over by scope, checking that every

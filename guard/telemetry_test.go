@@ -18,7 +18,7 @@ import (
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/adapt"
-	"github.com/idemguard/idemguard/telemetry"
+	"github.com/idemguard/idemguard/internal/telemetry"
 )
 
 type otelHarness struct {

@@ -11,8 +11,8 @@ import (
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/httpguard"
-	"github.com/idemguard/idemguard/internal/reqcount"
-	"github.com/idemguard/idemguard/internal/teststores"
+	"github.com/idemguard/idemguard/internal/testing/reqcount"
+	"github.com/idemguard/idemguard/internal/testing/teststores"
 	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/store/memory"
 )
@@ -63,7 +63,7 @@ func BenchmarkMiddleware(b *testing.B) {
 		b.Run(backend.name, func(b *testing.B) {
 			s, n := backend.store(b)
 			g := newGuard(b, s)
-			h := httpguard.Middleware(g)(handler)
+			h := httpguard.MustMiddleware(g)(handler)
 			requests := func(b *testing.B, want float64) {
 				if n == nil {
 					return

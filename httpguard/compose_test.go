@@ -13,7 +13,7 @@ import (
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/guard/guardtest"
 	"github.com/idemguard/idemguard/httpguard"
-	"github.com/idemguard/idemguard/internal/teststores"
+	"github.com/idemguard/idemguard/internal/testing/teststores"
 )
 
 // An HTTP handler behind the middleware joins the composition suite on
@@ -26,7 +26,7 @@ func TestCompositionHTTP(t *testing.T) {
 	guardtest.RunComposition(t, guardtest.EntryPoint{
 		Name: "httpguard",
 		Run: func(ctx context.Context, t *testing.T, g *guard.Guard, call guardtest.Call, effect guardtest.Effect, body guardtest.Body) (string, error) {
-			h := httpguard.Middleware(g)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			h := httpguard.MustMiddleware(g)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				v, err := body(r.Context(), effect)
 				switch {
 				case errors.Is(err, guard.ErrPayloadMismatch):
@@ -46,7 +46,7 @@ func TestCompositionHTTP(t *testing.T) {
 			rec := httptest.NewRecorder()
 			h.ServeHTTP(rec, req)
 			answer := fmt.Sprintf("%d %s", rec.Code, strings.TrimSpace(rec.Body.String()))
-			switch status := rec.Header().Get(httpguard.DefaultStatusHeader); {
+			switch status := rec.Header().Get("Idempotency-Key-Status"); {
 			case rec.Code == http.StatusConflict:
 				return "", fmt.Errorf("%s: %w", answer, guard.ErrInProgress)
 			case rec.Code == http.StatusUnprocessableEntity:

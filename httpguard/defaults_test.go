@@ -13,8 +13,8 @@ import (
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/httpguard"
-	"github.com/idemguard/idemguard/internal/reqcount"
-	"github.com/idemguard/idemguard/internal/teststores"
+	"github.com/idemguard/idemguard/internal/testing/reqcount"
+	"github.com/idemguard/idemguard/internal/testing/teststores"
 	"github.com/idemguard/idemguard/store"
 )
 
@@ -62,7 +62,7 @@ func TestRouterNotFoundNotStored(t *testing.T) {
 	mux := http.NewServeMux()
 	h := &counting{}
 	mux.Handle("POST /payments", h)
-	srv := serveRaw(t, httpguard.Middleware(newGuard(t, memoryStore()))(mux))
+	srv := serveRaw(t, httpguard.MustMiddleware(newGuard(t, memoryStore()))(mux))
 	for range 2 {
 		if r := post(t, srv.Client(), srv.URL+"/payment", "key-404", "x"); r.status != http.StatusNotFound || r.header.Get("Idempotency-Key-Status") != "released" {
 			t.Errorf("unknown route: %d %q, want 404 released", r.status, r.header.Get("Idempotency-Key-Status"))
@@ -83,7 +83,7 @@ func TestCacheErrorResponsesNeverStoresRetryLater(t *testing.T) {
 		{http.StatusRequestTimeout, false}, {http.StatusTooEarly, false}, {http.StatusTooManyRequests, false},
 	} {
 		h := &counting{status: func(int64) int { return tc.status }}
-		srv := serve(t, g, h, httpguard.WithCacheErrorResponses())
+		srv := serve(t, g, h, httpguard.WithCacheErrors())
 		key := fmt.Sprintf("cached-%d", tc.status)
 		post(t, srv.Client(), srv.URL+"/payments", key, "x")
 		r := post(t, srv.Client(), srv.URL+"/payments", key, "x")
@@ -140,7 +140,7 @@ func burst(t *testing.T, mw func(http.Handler) http.Handler, n int) (statuses ma
 // response by default, as the ASP.NET middleware does.
 func TestDuplicatesWaitByDefault(t *testing.T) {
 	eachStore(t, func(t *testing.T, s store.Store, _ *reqcount.Counter) {
-		statuses, runs := burst(t, httpguard.Middleware(newGuard(t, s)), 10)
+		statuses, runs := burst(t, httpguard.MustMiddleware(newGuard(t, s)), 10)
 		if statuses[http.StatusCreated] != 10 || runs != 1 {
 			t.Errorf("statuses %v after %d runs; want ten 201s after one run", statuses, runs)
 		}
@@ -153,7 +153,7 @@ func TestDuplicatesWaitByDefault(t *testing.T) {
 func TestGuardDefaultsReachMiddleware(t *testing.T) {
 	eachStore(t, func(t *testing.T, s store.Store, _ *reqcount.Counter) {
 		g := newGuard(t, s, guard.WithWait(10*time.Second), guard.WithTTL(time.Hour))
-		statuses, runs := burst(t, httpguard.Middleware(g), 10)
+		statuses, runs := burst(t, httpguard.MustMiddleware(g), 10)
 		if statuses[http.StatusCreated] != 10 || runs != 1 {
 			t.Errorf("guard.WithWait: statuses %v after %d runs; want ten 201s after one run", statuses, runs)
 		}
@@ -379,11 +379,11 @@ func TestGuardOptionsPrecedence(t *testing.T) {
 		t.Errorf("WithGuardOptions(WithTTL(2h)) over guard.New(WithTTL(1h)): TTL %v", got)
 	}
 	// A guard in reject mode answers duplicates 409 at once.
-	statuses, runs := burst(t, httpguard.Middleware(newGuard(t, memoryStore(), guard.WithReject())), 5)
+	statuses, runs := burst(t, httpguard.MustMiddleware(newGuard(t, memoryStore(), guard.WithReject())), 5)
 	if statuses[http.StatusCreated] != 1 || statuses[http.StatusConflict] != 4 || runs != 1 {
 		t.Errorf("guard.New(WithReject()): statuses %v after %d runs; want one 201 and four 409s", statuses, runs)
 	}
-	statuses, _ = burst(t, httpguard.Middleware(newGuard(t, memoryStore(), guard.WithReject()), httpguard.WithGuardOptions(guard.WithWait(10*time.Second))), 5)
+	statuses, _ = burst(t, httpguard.MustMiddleware(newGuard(t, memoryStore(), guard.WithReject()), httpguard.WithGuardOptions(guard.WithWait(10*time.Second))), 5)
 	if statuses[http.StatusCreated] != 5 {
 		t.Errorf("WithGuardOptions(WithWait) over guard.New(WithReject()): statuses %v; want five 201s", statuses)
 	}

@@ -3,7 +3,7 @@
 // Idempotency-Key request header of the IETF httpapi draft and the
 // defaults of the ASP.NET idempotency middleware:
 //
-//	mux.Handle("POST /payments", httpguard.Middleware(g)(createPayment))
+//	mux.Handle("POST /payments", httpguard.MustMiddleware(g)(createPayment))
 //
 // It is plain net/http middleware, so it fits http.ServeMux, chi,
 // gorilla/mux and echo (echo.WrapMiddleware).
@@ -21,7 +21,7 @@
 // Error responses (4xx, 5xx) are served and not stored: the record is
 // released and the response says Idempotency-Key-Status: released, so
 // that a client that fixes its request, or meets a server failure, may
-// retry under the same key. [WithCacheErrorResponses] stores them too, as
+// retry under the same key. [WithCacheErrors] stores them too, as
 // Stripe stores its 500s; [WithStatusPolicy] chooses by status. 408, 425
 // and 429 are never stored, whatever the policy: they ask the client to
 // come back later.
@@ -52,7 +52,7 @@
 // with a budget of 30 seconds, apply only where neither sets them:
 //
 //	g, _ := guard.New(store, guard.WithTTL(time.Hour))         // 1 h for every call of g
-//	httpguard.Middleware(g, httpguard.WithGuardOptions(
+//	httpguard.MustMiddleware(g, httpguard.WithGuardOptions(
 //		guard.WithReject(),              // 409 at once instead of waiting
 //		guard.WithLease(5*time.Second))) // and so a Retry-After of about 6 s
 //

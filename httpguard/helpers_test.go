@@ -12,7 +12,7 @@ import (
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/httpguard"
-	"github.com/idemguard/idemguard/internal/teststores"
+	"github.com/idemguard/idemguard/internal/testing/teststores"
 	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/store/memory"
 )
@@ -26,7 +26,7 @@ var newGuard = teststores.NewGuard
 // serve starts a loopback HTTP server with h behind the middleware.
 func serve(t testing.TB, g *guard.Guard, h http.Handler, opts ...httpguard.Option) *httptest.Server {
 	t.Helper()
-	mw, err := httpguard.NewMiddleware(g, opts...)
+	mw, err := httpguard.Middleware(g, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +87,7 @@ type problem struct {
 // wantProblem checks that r is the problem named name with status.
 func wantProblem(t *testing.T, r result, status int, name string) problem {
 	t.Helper()
-	return wantProblemType(t, r, status, httpguard.DefaultProblemBase+name)
+	return wantProblemType(t, r, status, "https://github.com/idemguard/idemguard/blob/main/docs/http.md#"+name)
 }
 
 // wantProblemType checks that r is a problem with status whose "type" is

@@ -17,46 +17,33 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/adapt"
 	"github.com/idemguard/idemguard/internal/canonjson"
-	"github.com/idemguard/idemguard/internal/idemkey"
-	"github.com/idemguard/idemguard/telemetry"
+	"github.com/idemguard/idemguard/internal/transport"
 )
 
 // Middleware returns net/http middleware that guards the requests of next
-// with g: see the package documentation. It panics if an option is
-// invalid, as regexp.MustCompile does; use [NewMiddleware] to get the
-// error instead.
-func Middleware(g *guard.Guard, opts ...Option) func(http.Handler) http.Handler {
-	mw, err := NewMiddleware(g, opts...)
-	if err != nil {
-		panic(err)
-	}
-	return mw
-}
-
-// NewMiddleware is [Middleware] that reports an invalid option or a nil
-// guard as an error.
-func NewMiddleware(g *guard.Guard, opts ...Option) (func(http.Handler) http.Handler, error) {
+// with g: see the package documentation. It reports an invalid option or a
+// nil guard as an error; [MustMiddleware] panics instead.
+func Middleware(g *guard.Guard, opts ...Option) (func(http.Handler) http.Handler, error) {
 	c := defaults()
 	for _, o := range opts {
-		o(&c)
+		o.apply(&c)
 	}
 	// A response the status policy does not store is the guarded
 	// function's error, never a definite one: the guard releases the key
 	// and keeps the records of the steps the handler completed, whose side
 	// effects happened (a result filter would release those too).
-	call, err := c.Finish(g, c.fingerprint != nil,
+	t, err := transport.New(g, c.Config, c.fingerprint != nil,
 		guard.WithCodec(codec{}),
 		guard.WithDefiniteErrors(nil))
 	if err != nil {
 		return nil, err
 	}
-	cs, _ := adapt.Settings(g, call...) // checked by Finish
-	m := &middleware{g: g, c: c, call: call, ttl: cs.TTL, health: new(idemkey.Health)}
+	c.Config = t.Config
+	m := &middleware{t: t, c: c}
 	return func(next http.Handler) http.Handler {
 		h := *m
 		h.next = next
@@ -65,15 +52,23 @@ func NewMiddleware(g *guard.Guard, opts ...Option) (func(http.Handler) http.Hand
 	}, nil
 }
 
+// MustMiddleware is [Middleware] that panics if an option is invalid or
+// the guard is nil, as regexp.MustCompile does, for middleware built once
+// at start-up.
+func MustMiddleware(g *guard.Guard, opts ...Option) func(http.Handler) http.Handler {
+	mw, err := Middleware(g, opts...)
+	if err != nil {
+		panic(err)
+	}
+	return mw
+}
+
 // middleware is one installation of the middleware in front of next.
 type middleware struct {
-	g      *guard.Guard
-	c      config
-	call   []guard.CallOption // the guard options of every call
-	ttl    time.Duration      // the calls' TTL, unless the request asks for its own
-	health *idemkey.Health    // shared by every installation of one middleware
-	next   http.Handler
-	mux    *http.ServeMux // next, when it is one: it names the route
+	t    *transport.Transport // shared by every installation of one middleware
+	c    config
+	next http.Handler
+	mux  *http.ServeMux // next, when it is one: it names the route
 }
 
 // DefaultFingerprint is the default request fingerprint: the SHA-256 of
@@ -131,56 +126,50 @@ func (m *middleware) route(r *http.Request) (route string, pattern bool) {
 
 // ServeHTTP guards one request.
 func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if !m.c.methods[r.Method] || (m.c.skip != nil && m.c.skip(r)) {
+	if !m.t.Guards(r.Method) || (m.c.skip != nil && m.c.skip(r)) {
 		m.next.ServeHTTP(w, r)
 		return
 	}
-	if m.g.Disabled() {
-		m.passThrough(w, r)
+	if m.t.Guard().Disabled() {
+		m.unguarded(w, r)
 		return
 	}
-	values := r.Header.Values(m.c.keyHeader)
-	if len(values) == 0 {
-		if m.c.KeyOptional {
-			m.next.ServeHTTP(w, r)
-			return
-		}
-		m.writeProblem(w, problemKeyMissing, fmt.Sprintf("%s %s requires an %s header: a unique value, such as a random UUID, that the client sends again when it retries the request.", r.Method, r.URL.Path, m.c.keyHeader), 0)
+	req := transport.Request{
+		Keys:        r.Header.Values(m.c.keyHeader),
+		Method:      r.Method,
+		Credentials: r.Header.Values("Authorization"),
+	}
+	var pattern bool
+	req.Route, pattern = m.route(r)
+	if m.c.principal != nil && len(req.Keys) > 0 {
+		req.Principal, req.HasPrincipal = m.c.principal(r), true
+	}
+	in, keyless, refusal, err := m.t.Prologue(req)
+	switch {
+	case keyless:
+		m.unguarded(w, r)
+		return
+	case refusal != 0:
+		m.answer(w, r, refusal, err, 0, nil)
 		return
 	}
-	key, err := idemkey.Parse(values, m.c.Rules)
-	if err != nil {
-		m.writeProblem(w, problemKeyInvalid, capitalise(err.Error())+".", 0)
-		return
-	}
-	call := m.call
-	ttl := m.ttl
+	var buf [3]guard.CallOption // the request's own call options, on the stack
+	extra := buf[:0]
+	ttl := m.t.TTL()
 	if m.c.maxRequestTTL > 0 {
-		if v := r.Header.Values(ExpirySecondsHeader); len(v) > 0 {
+		if v := r.Header.Values(expirySecondsHeader); len(v) > 0 {
 			if ttl, err = m.requestTTL(v); err != nil {
 				m.writeProblem(w, problemExpiryInvalid, err.Error(), 0)
 				return
 			}
-			call = append(slices.Clip(call), guard.WithTTL(ttl))
+			extra = append(extra, guard.WithTTL(ttl))
 		}
 	}
 	if d, ok := preferWait(r.Header); ok {
 		// Prefer: wait=N (RFC 7240) shortens a duplicate's wait; it never
 		// lengthens the one the API allows.
-		call = m.preferredWait(call, d)
+		extra = m.preferredWait(extra, d)
 	}
-	in := idemkey.Input{K: idemkey.Selection{Key: key, Method: r.Method}}
-	switch {
-	case m.c.principal != nil:
-		if in.K.Principal = m.c.principal(r); in.K.Principal == "" {
-			m.writeProblem(w, problemPrincipalMissing, "Idempotent requests to this API need an authenticated caller, so that one caller's key never meets another's.", 0)
-			return
-		}
-	case !m.c.SharedKeys:
-		in.K.Credential = idemkey.Credential(r.Header.Values("Authorization"))
-	}
-	var pattern bool
-	in.K.Route, pattern = m.route(r)
 	if m.c.fingerprint != nil {
 		body, ok := m.readBody(w, r)
 		if !ok {
@@ -192,12 +181,11 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if pattern {
 		attrs = append(attrs, attribute.String("http.route", in.K.Route))
 	}
-	call = append(slices.Clip(call), adapt.WithSpanAttributes(attrs...))
+	extra = append(extra, adapt.WithSpanAttributes(attrs...))
 
-	ctx, st := idemkey.WithCallState(r.Context())
 	var fresh *response // the response to send when the handler ran here
 	ran := false
-	resp, out, err := adapt.Execute(ctx, m.g, m.c.Scope, in, func(ctx context.Context) (*response, error) {
+	resp, out, st, err := transport.Run(r.Context(), m.t, in, func(ctx context.Context) (*response, error) {
 		ran = true
 		rec := newRecorder(w, m.c.MaxResponse, func(h http.Header, status int) {
 			m.setHeaders(h, m.freshStatus(status), m.freshExpiry(status, ttl))
@@ -209,23 +197,19 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return nil, &notStored{stored}
 		}
 		return stored, nil
-	}, call...)
-	observe(r.Context(), out, err)
-	if !errors.Is(err, guard.ErrStore) {
-		m.health.OK()
-	}
+	}, extra...)
 
 	var ns *notStored
 	switch {
 	case err == nil && (out == guard.OutcomeExecuted || out == guard.OutcomeReleased):
 		if fresh != nil {
 			// The expiry of the record just written.
-			m.serve(w, fresh, StatusExecuted, st.ExpiresAt)
+			m.serve(w, fresh, statusExecuted, st.ExpiresAt)
 		}
 	case ran && errors.As(err, &ns):
 		// Released: served, not stored.
 		if fresh != nil {
-			m.serve(w, fresh, StatusReleased, time.Time{})
+			m.serve(w, fresh, statusReleased, time.Time{})
 		}
 	case errors.As(err, &ns) && ns.resp.unstorable:
 		// The response of the first request in this process, which this
@@ -235,16 +219,15 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case errors.As(err, &ns):
 		// The response of the first request in this process, which this
 		// one followed (reject mode), was not stored.
-		m.serve(w, ns.resp, StatusReleased, time.Time{})
+		m.serve(w, ns.resp, statusReleased, time.Time{})
 	case err == nil && out == guard.OutcomeShared && resp.unstorable:
 		// Shared by the first request in this process (wait mode), which
 		// streamed a response too large to keep: there is nothing to send.
-		m.refuse(w, r, guard.ErrResultUnavailable, st)
+		m.answer(w, r, transport.ResponseUnavailable, nil, 0, st)
 	case err == nil && (out == guard.OutcomeReplayed || out == guard.OutcomeShared):
-		m.serve(w, resp, StatusReplayed, st.ExpiresAt)
+		m.serve(w, resp, statusReplayed, st.ExpiresAt)
 	case err == nil:
-		// Unguarded (the guard was disabled, which passThrough serves,
-		// or the selection was empty): served as it ran.
+		// Unguarded (the selection was empty): served as it ran.
 		if fresh != nil {
 			m.serve(w, fresh, "", time.Time{})
 		}
@@ -252,27 +235,59 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// The handler ran, but its outcome was not recorded (the store
 		// failed until the lease ran out, or another caller took the key
 		// over): serve what it answered, which is what happened.
-		m.c.Logger.ErrorContext(r.Context(), "httpguard: the response was served but not recorded; a retry with the same key may run the handler again",
-			slog.String("method", r.Method), slog.String("route", in.K.Route), slog.Any("error", err))
+		m.t.NotRecorded(r.Context(), err, slog.String("method", r.Method), slog.String("route", in.K.Route))
 		if fresh != nil {
 			m.serve(w, fresh, "", time.Time{})
 		}
 	default:
-		m.refuse(w, r, err, st)
+		refusal, retry := m.t.Refuse(r.Context(), err, slog.String("method", r.Method), slog.String("path", r.URL.Path))
+		m.answer(w, r, refusal, err, retry, st)
 	}
 }
 
-// passThrough serves r for a disabled guard (IDEMGUARD_DISABLED) through
-// a disabled guard.Do, so that the handler runs inside a call, as the
-// function of any disabled call does, and guard.Step in it runs its
+// unguarded serves r as an unguarded call: for a disabled guard
+// (IDEMGUARD_DISABLED), and for a request without a key that may go
+// without one (WithKeyOptional). The handler runs inside a call, as the
+// function of any unguarded call does, so that guard.Step in it runs its
 // function unguarded. The response is the handler's, without idempotency
 // headers.
-func (m *middleware) passThrough(w http.ResponseWriter, r *http.Request) {
-	// A disabled Do fails only on an empty scope, which WithScope refuses.
-	_, _ = guard.Do(r.Context(), m.g, m.c.Scope, nil, func(ctx context.Context) (struct{}, error) {
+func (m *middleware) unguarded(w http.ResponseWriter, r *http.Request) {
+	// It fails only on an empty scope, which WithScope refuses.
+	_, _ = transport.Unguarded(r.Context(), m.t, func(ctx context.Context) (struct{}, error) {
 		m.next.ServeHTTP(w, r.WithContext(ctx))
 		return struct{}{}, nil
 	})
+}
+
+// answer answers a request the middleware refuses with the problem that
+// names refusal; detail is the invalid key's error, retry the Retry-After
+// in seconds, st the state of the request's call, if it ran one.
+func (m *middleware) answer(w http.ResponseWriter, r *http.Request, refusal transport.Refusal, detail error, retry int, st *transport.CallState) {
+	switch refusal {
+	case transport.KeyMissing:
+		m.writeProblem(w, problemKeyMissing, fmt.Sprintf("%s %s requires an %s header: a unique value, such as a random UUID, that the client sends again when it retries the request.", r.Method, r.URL.Path, m.c.keyHeader), 0)
+	case transport.KeyInvalid:
+		m.writeProblem(w, problemKeyInvalid, capitalise(detail.Error())+".", 0)
+	case transport.PrincipalMissing:
+		m.writeProblem(w, problemPrincipalMissing, "Idempotent requests to this API need an authenticated caller, so that one caller's key never meets another's.", 0)
+	case transport.InProgress:
+		m.writeProblem(w, problemInProgress, fmt.Sprintf("A request with this %s is still being processed. Retry the same request, unchanged, in %d s; it will then get the first request's response.", m.c.keyHeader, retry), retry)
+	case transport.KeyReused:
+		m.writeProblem(w, problemKeyReused, fmt.Sprintf("This %s was first used with a different request (method, path, query or body). A key must not be reused for another request; send this request with a new key.", m.c.keyHeader), 0)
+	case transport.ResponseUnavailable:
+		if st != nil {
+			m.setHeaders(w.Header(), "", st.ExpiresAt)
+		}
+		m.writeProblem(w, problemResponseUnavailable, fmt.Sprintf("The request with this %s was processed, but its response was too large to keep, so it cannot be replayed. It will not be processed again: look up its result instead of retrying.", m.c.keyHeader), 0)
+	case transport.StoreUnavailable:
+		m.writeProblem(w, problemStoreUnavailable, "The request was not processed: its idempotency record could not be read or written. Retrying the same request is safe.", retry)
+	case transport.RequestUnkeyable:
+		m.writeProblem(w, problemRequestUnkeyable, "The request cannot be keyed: its route or caller is not valid UTF-8.", 0)
+	case transport.Canceled:
+		m.writeProblem(w, problemStoreUnavailable, "The request was cancelled before it was processed. Retrying the same request is safe.", retry)
+	default:
+		m.writeProblem(w, problemInternal, "The request failed in the idempotency layer.", 0)
+	}
 }
 
 // notStored is the guarded function's error for a response the status
@@ -287,9 +302,9 @@ func (e *notStored) Error() string {
 // freshStatus is the status header's value for a response that ran now.
 func (m *middleware) freshStatus(status int) string {
 	if m.c.stores(status) {
-		return StatusExecuted
+		return statusExecuted
 	}
-	return StatusReleased
+	return statusReleased
 }
 
 // freshExpiry is when a response that ran now with status, and is sent
@@ -301,7 +316,7 @@ func (m *middleware) freshExpiry(status int, ttl time.Duration) time.Time {
 	if !m.c.stores(status) {
 		return time.Time{}
 	}
-	return m.g.Now().Add(ttl)
+	return m.t.Guard().Now().Add(ttl)
 }
 
 // setHeaders sets the status header (unless status is "") and the expiry
@@ -312,7 +327,7 @@ func (m *middleware) setHeaders(h http.Header, status string, expires time.Time)
 		h.Set(m.c.statusHeader, status)
 	}
 	if !expires.IsZero() && m.c.expiresHeader != "" {
-		h.Set(m.c.expiresHeader, idemkey.Expires(expires).UTC().Format(http.TimeFormat))
+		h.Set(m.c.expiresHeader, transport.Expires(expires).UTC().Format(http.TimeFormat))
 	}
 }
 
@@ -347,39 +362,14 @@ func (m *middleware) serve(w http.ResponseWriter, resp *response, status string,
 	}
 }
 
-// refuse answers a request the guard did not run the handler for.
-func (m *middleware) refuse(w http.ResponseWriter, r *http.Request, err error, st *idemkey.CallState) {
-	var busy *adapt.InProgressError
-	switch {
-	case errors.As(err, &busy):
-		retry := idemkey.RetryAfter(busy.LeaseExpiresAt, m.g.ClockSkew(), m.g.Now())
-		m.writeProblem(w, problemInProgress, fmt.Sprintf("A request with this %s is still being processed. Retry the same request, unchanged, in %d s; it will then get the first request's response.", m.c.keyHeader, retry), retry)
-	case errors.Is(err, guard.ErrPayloadMismatch):
-		m.writeProblem(w, problemKeyReused, fmt.Sprintf("This %s was first used with a different request (method, path, query or body). A key must not be reused for another request; send this request with a new key.", m.c.keyHeader), 0)
-	case errors.Is(err, guard.ErrResultUnavailable):
-		m.setHeaders(w.Header(), "", st.ExpiresAt)
-		m.writeProblem(w, problemResponseUnavailable, fmt.Sprintf("The request with this %s was processed, but its response was too large to keep, so it cannot be replayed. It will not be processed again: look up its result instead of retrying.", m.c.keyHeader), 0)
-	case errors.Is(err, guard.ErrStore):
-		m.c.StoreFailed(r.Context(), m.health, "503", err, slog.String("method", r.Method), slog.String("path", r.URL.Path))
-		m.writeProblem(w, problemStoreUnavailable, "The request was not processed: its idempotency record could not be read or written. Retrying the same request is safe.", 1)
-	case errors.Is(err, guard.ErrInvalidInput):
-		m.writeProblem(w, problemRequestUnkeyable, "The request cannot be keyed: its route or caller is not valid UTF-8.", 0)
-	case r.Context().Err() != nil:
-		m.writeProblem(w, problemStoreUnavailable, "The request was cancelled before it was processed. Retrying the same request is safe.", 1)
-	default:
-		m.c.Logger.ErrorContext(r.Context(), "httpguard: guarded request failed", slog.String("method", r.Method), slog.Any("error", err))
-		m.writeProblem(w, problemInternal, "The request failed in the idempotency layer.", 0)
-	}
-}
-
 // requestTTL reads the record life a client asks for.
 func (m *middleware) requestTTL(values []string) (time.Duration, error) {
 	if len(values) != 1 {
-		return 0, fmt.Errorf("Send at most one %s header.", ExpirySecondsHeader)
+		return 0, fmt.Errorf("Send at most one %s header.", expirySecondsHeader)
 	}
 	n, err := strconv.ParseInt(values[0], 10, 64)
 	if err != nil || n <= 0 {
-		return 0, fmt.Errorf("%s must be a positive whole number of seconds, got %q.", ExpirySecondsHeader, values[0])
+		return 0, fmt.Errorf("%s must be a positive whole number of seconds, got %q.", expirySecondsHeader, values[0])
 	}
 	if limit := int64(m.c.maxRequestTTL / time.Second); n > limit {
 		n = limit
@@ -429,15 +419,6 @@ func readAll(body io.Reader, length, limit int64) ([]byte, error) {
 		return nil, err
 	}
 	return b[:length+int64(n)], nil
-}
-
-// observe puts the guard's outcome on the server span that otelhttp (or
-// any instrumentation) started, so that HTTP dashboards can tell replays
-// from fresh responses.
-func observe(ctx context.Context, out guard.Outcome, err error) {
-	if span := trace.SpanFromContext(ctx); span.IsRecording() {
-		span.SetAttributes(telemetry.OutcomeKey.String(idemkey.Outcome(out, err)))
-	}
 }
 
 func capitalise(s string) string {

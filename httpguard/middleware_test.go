@@ -16,7 +16,7 @@ import (
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/httpguard"
 	"github.com/idemguard/idemguard/internal/adapt"
-	"github.com/idemguard/idemguard/internal/reqcount"
+	"github.com/idemguard/idemguard/internal/testing/reqcount"
 	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/store/memory"
 )
@@ -181,7 +181,7 @@ func TestConcurrentDuplicatesWait(t *testing.T) {
 			time.Sleep(100 * time.Millisecond)
 			h.ServeHTTP(w, r)
 		})
-		mw := httpguard.Middleware(newGuard(t, s))
+		mw := httpguard.MustMiddleware(newGuard(t, s))
 		srv := serveRaw(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			arrived.Add(1)
 			mw(slow).ServeHTTP(w, r)
@@ -245,7 +245,7 @@ func TestServerErrorReleases(t *testing.T) {
 
 func TestCacheErrorResponses(t *testing.T) {
 	h := &counting{status: func(int64) int { return http.StatusInternalServerError }}
-	srv := serve(t, newGuard(t, memoryStore()), h, httpguard.WithCacheErrorResponses())
+	srv := serve(t, newGuard(t, memoryStore()), h, httpguard.WithCacheErrors())
 	c := srv.Client()
 	r1 := post(t, c, srv.URL+"/payments", "key-6", "x")
 	r2 := post(t, c, srv.URL+"/payments", "key-6", "x")
@@ -396,7 +396,7 @@ func TestRequestTTL(t *testing.T) {
 		want   time.Duration
 	}{{"60", time.Minute}, {"999999", time.Hour}} {
 		start := time.Now()
-		r := post(t, c, srv.URL+"/payments", "ttl-"+tc.header, "x", httpguard.ExpirySecondsHeader+": "+tc.header)
+		r := post(t, c, srv.URL+"/payments", "ttl-"+tc.header, "x", "Idempotency-Expiry-Seconds: "+tc.header)
 		exp, err := http.ParseTime(r.header.Get("Idempotency-Key-Expires"))
 		if err != nil {
 			t.Fatalf("%s: %v", tc.header, err)
@@ -405,7 +405,7 @@ func TestRequestTTL(t *testing.T) {
 			t.Errorf("%s: expires in %v, want %v", tc.header, d, tc.want)
 		}
 	}
-	wantProblem(t, post(t, c, srv.URL+"/payments", "ttl-bad", "x", httpguard.ExpirySecondsHeader+": soon"), http.StatusBadRequest, "expiry-invalid")
+	wantProblem(t, post(t, c, srv.URL+"/payments", "ttl-bad", "x", "Idempotency-Expiry-Seconds: soon"), http.StatusBadRequest, "expiry-invalid")
 }
 
 func TestFlushStreamsAndStores(t *testing.T) {
@@ -455,7 +455,7 @@ func TestRouteFromServeMux(t *testing.T) {
 	mux := http.NewServeMux()
 	mux.Handle("POST /accounts/{id}/payments", h)
 	g := newGuard(t, memoryStore())
-	srv := serveRaw(t, httpguard.Middleware(g)(mux))
+	srv := serveRaw(t, httpguard.MustMiddleware(g)(mux))
 	c := srv.Client()
 	if r := post(t, c, srv.URL+"/accounts/1/payments", "key-12", "x"); r.status != http.StatusCreated {
 		t.Fatalf("%d %s", r.status, r.body)
@@ -464,7 +464,7 @@ func TestRouteFromServeMux(t *testing.T) {
 
 	// Installed per route, the middleware reads r.Pattern.
 	mux2 := http.NewServeMux()
-	mux2.Handle("POST /accounts/{id}/payments", httpguard.Middleware(g, httpguard.WithScope("per-route"))(h))
+	mux2.Handle("POST /accounts/{id}/payments", httpguard.MustMiddleware(g, httpguard.WithScope("per-route"))(h))
 	srv2 := serveRaw(t, mux2)
 	post(t, srv2.Client(), srv2.URL+"/accounts/1/payments", "key-13", "x")
 	wantProblem(t, post(t, srv2.Client(), srv2.URL+"/accounts/2/payments", "key-13", "x"), http.StatusUnprocessableEntity, "key-reused")
@@ -499,11 +499,11 @@ func TestInvalidOptions(t *testing.T) {
 		"scope":      httpguard.WithScope(""),
 		"key header": httpguard.WithKeyHeader(""),
 	} {
-		if _, err := httpguard.NewMiddleware(g, opt); err == nil {
+		if _, err := httpguard.Middleware(g, opt); err == nil {
 			t.Errorf("%s: no error", name)
 		}
 	}
-	if _, err := httpguard.NewMiddleware(nil); err == nil {
+	if _, err := httpguard.Middleware(nil); err == nil {
 		t.Error("nil guard: no error")
 	}
 	defer func() {
@@ -511,7 +511,7 @@ func TestInvalidOptions(t *testing.T) {
 			t.Error("Middleware with an invalid option did not panic")
 		}
 	}()
-	httpguard.Middleware(g, httpguard.WithScope(""))
+	httpguard.MustMiddleware(g, httpguard.WithScope(""))
 }
 
 // A store that fails before the handler runs: 503, and the handler never
@@ -546,7 +546,7 @@ func TestSharedResponseTooLarge(t *testing.T) {
 		time.Sleep(50 * time.Millisecond) // for the duplicate to join
 		io.WriteString(w, big)
 	})
-	mw := httpguard.Middleware(newGuard(t, memoryStore()), httpguard.WithGuardOptions(guard.WithWait(10*time.Second)), httpguard.WithMaxResponseBytes(1024))
+	mw := httpguard.MustMiddleware(newGuard(t, memoryStore()), httpguard.WithGuardOptions(guard.WithWait(10*time.Second)), httpguard.WithMaxResponseBytes(1024))
 	srv := serveRaw(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		arrived.Add(1)
 		mw(h).ServeHTTP(w, r)

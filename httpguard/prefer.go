@@ -2,7 +2,6 @@ package httpguard
 
 import (
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -35,17 +34,18 @@ func preferWait(h http.Header) (time.Duration, bool) {
 	return 0, false
 }
 
-// preferredWait returns call with its wait shortened to d: a duplicate
+// preferredWait returns extra, a request's own call options, with its
+// wait shortened to d: a duplicate
 // that finds the request in progress waits at most d (d = 0: answers 409
 // at once) and never longer than the API's own wait budget. An API that
 // does not wait (guard.WithReject) keeps answering at once.
-func (m *middleware) preferredWait(call []guard.CallOption, d time.Duration) []guard.CallOption {
-	s, err := adapt.Settings(m.g, call...)
+func (m *middleware) preferredWait(extra []guard.CallOption, d time.Duration) []guard.CallOption {
+	s, err := m.t.Settings(extra...)
 	if err != nil || s.Mode != adapt.Wait || d >= s.WaitBudget {
-		return call
+		return extra
 	}
 	if d == 0 {
-		return append(slices.Clip(call), guard.WithReject())
+		return append(extra, guard.WithReject())
 	}
-	return append(slices.Clip(call), guard.WithWait(d))
+	return append(extra, guard.WithWait(d))
 }

@@ -19,7 +19,7 @@ type problem struct {
 var (
 	problemKeyMissing          = problem{"key-missing", "Idempotency-Key is missing", http.StatusBadRequest}
 	problemKeyInvalid          = problem{"key-invalid", "Idempotency-Key is invalid", http.StatusBadRequest}
-	problemExpiryInvalid       = problem{"expiry-invalid", ExpirySecondsHeader + " is invalid", http.StatusBadRequest}
+	problemExpiryInvalid       = problem{"expiry-invalid", expirySecondsHeader + " is invalid", http.StatusBadRequest}
 	problemRequestUnkeyable    = problem{"request-unkeyable", "The request cannot be keyed", http.StatusBadRequest}
 	problemBodyUnreadable      = problem{"body-unreadable", "The request body could not be read", http.StatusBadRequest}
 	problemPrincipalMissing    = problem{"principal-missing", "No authenticated caller", http.StatusForbidden}

@@ -23,10 +23,10 @@ func TestScopeTooLongForTheStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := httpguard.NewMiddleware(g, httpguard.WithScope(strings.Repeat("s", 2100))); !errors.Is(err, guard.ErrInvalidOption) {
-		t.Errorf("NewMiddleware with a 2,100-byte scope = %v, want ErrInvalidOption", err)
+	if _, err := httpguard.Middleware(g, httpguard.WithScope(strings.Repeat("s", 2100))); !errors.Is(err, guard.ErrInvalidOption) {
+		t.Errorf("Middleware with a 2,100-byte scope = %v, want ErrInvalidOption", err)
 	}
-	if _, err := httpguard.NewMiddleware(g, httpguard.WithScope(strings.Repeat("s", 1983))); err != nil {
-		t.Errorf("NewMiddleware with the longest scope that fits = %v", err)
+	if _, err := httpguard.Middleware(g, httpguard.WithScope(strings.Repeat("s", 1983))); err != nil {
+		t.Errorf("Middleware with the longest scope that fits = %v", err)
 	}
 }

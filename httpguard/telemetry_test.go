@@ -8,7 +8,7 @@ import (
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/httpguard"
-	"github.com/idemguard/idemguard/internal/teststores"
+	"github.com/idemguard/idemguard/internal/testing/teststores"
 	"github.com/idemguard/idemguard/store/memory"
 )
 
@@ -17,7 +17,7 @@ import (
 func TestSpansNestUnderOtelhttp(t *testing.T) {
 	tr := teststores.NewTracing(t)
 	g := newGuard(t, memory.New(), guard.WithTracerProvider(tr.Provider))
-	h := otelhttp.NewHandler(httpguard.Middleware(g)(&counting{}), "POST /payments", otelhttp.WithTracerProvider(tr.Provider))
+	h := otelhttp.NewHandler(httpguard.MustMiddleware(g)(&counting{}), "POST /payments", otelhttp.WithTracerProvider(tr.Provider))
 	srv := serveRaw(t, h)
 	for _, want := range []string{"executed", "replayed"} {
 		tr.Reset()

@@ -25,7 +25,7 @@ func ExampleMiddleware() {
 		w.WriteHeader(http.StatusCreated)
 		fmt.Fprintf(w, `{"charge":"ch_%d"}`, charges)
 	})
-	srv := httptest.NewServer(httpguard.Middleware(g)(mux))
+	srv := httptest.NewServer(httpguard.MustMiddleware(g)(mux))
 	defer srv.Close()
 
 	send := func(key, body string) {
@@ -56,7 +56,7 @@ func ExampleMiddleware() {
 // middleware in front put in the request.
 func ExampleWithPrincipal() {
 	g, _ := guard.New(memory.New())
-	mw := httpguard.Middleware(g,
+	mw := httpguard.MustMiddleware(g,
 		httpguard.WithPrincipal(func(r *http.Request) string { return r.Header.Get("X-Account") }),
 		httpguard.WithGuardOptions(guard.WithLease(5*time.Second)), // a short Retry-After for duplicates
 	)

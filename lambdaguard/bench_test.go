@@ -9,7 +9,7 @@ import (
 	"github.com/aws/aws-lambda-go/lambda"
 
 	"github.com/idemguard/idemguard/guard"
-	"github.com/idemguard/idemguard/internal/teststores"
+	"github.com/idemguard/idemguard/internal/testing/teststores"
 	"github.com/idemguard/idemguard/lambdaguard"
 	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/store/memory"

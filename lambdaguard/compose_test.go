@@ -16,10 +16,9 @@ import (
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/guard/guardtest"
-	"github.com/idemguard/idemguard/httpguard"
-	"github.com/idemguard/idemguard/internal/teststores"
+	"github.com/idemguard/idemguard/internal/telemetry"
+	"github.com/idemguard/idemguard/internal/testing/teststores"
 	"github.com/idemguard/idemguard/lambdaguard"
-	"github.com/idemguard/idemguard/telemetry"
 )
 
 // A handler, a batch's record handler and an API Gateway handler join the
@@ -129,7 +128,7 @@ func TestComposition(t *testing.T) {
 					return "", err
 				}
 				answer := fmt.Sprintf("%d %s", resp.StatusCode, resp.Body)
-				switch status := resp.MultiValueHeaders[httpguard.DefaultStatusHeader]; {
+				switch status := resp.MultiValueHeaders["Idempotency-Key-Status"]; {
 				case resp.StatusCode == 409:
 					return "", fmt.Errorf("%s: %w", answer, guard.ErrInProgress)
 				case resp.StatusCode == 422:

@@ -95,7 +95,7 @@ func wrapHTTP[Req, Resp any, F format[Req, Resp]](g *guard.Guard, fn func(contex
 	if len(c.guardOpts) > 0 {
 		hopts = append(hopts, httpguard.WithGuardOptions(c.guardOpts...))
 	}
-	mw, err := httpguard.NewMiddleware(g, append(hopts, c.httpOpts...)...)
+	mw, err := httpguard.Middleware(g, append(hopts, c.httpOpts...)...)
 	if err != nil {
 		return nil, err
 	}

@@ -13,8 +13,8 @@ import (
 	"github.com/idemguard/idemguard/activity"
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/guard/guardtest"
-	"github.com/idemguard/idemguard/internal/temporaltest"
-	"github.com/idemguard/idemguard/internal/teststores"
+	"github.com/idemguard/idemguard/internal/testing/temporaltest"
+	"github.com/idemguard/idemguard/internal/testing/teststores"
 	"github.com/idemguard/idemguard/nexusguard"
 )
 
@@ -40,7 +40,7 @@ func TestCompositionNexus(t *testing.T) {
 		interceptor bool
 	}{
 		{"nexusguard.Wrap", false},
-		{"activity.NewInterceptor", true},
+		{"activity.Interceptor", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			guardtest.RunComposition(t, guardtest.EntryPoint{
@@ -58,7 +58,7 @@ func TestCompositionNexus(t *testing.T) {
 						}
 						return v, nil
 					}
-					wi := activity.NewInterceptor(nil, nexusguard.MustPolicy(g, service, operation))
+					wi := activity.MustInterceptor(nil, nexusguard.MustPolicy(g, service, operation))
 					res, err := wi.InterceptNexusOperation(ctx, &handlerInbound{start: func(ctx context.Context, in interceptor.NexusStartOperationInput) (nexus.HandlerStartOperationResult[any], error) {
 						v, err := handler(ctx, in.Input.(composeInput), in.Options)
 						if err != nil {

@@ -17,12 +17,12 @@
 //	svc.MustRegister(nexus.NewSyncOperation("charge", nexusguard.MustWrap(g, charge)))
 //
 // [WrapOperation] guards a whole operation, a workflow-run operation's
-// included. [Policy] hands the same guard to activity.NewInterceptor,
+// included. [Policy] hands the same guard to activity.Interceptor,
 // idemguard's one worker interceptor, which guards the operation without
 // changing its code or registration:
 //
 //	w := worker.New(c, "payments", worker.Options{Interceptors: []interceptor.WorkerInterceptor{
-//		activity.NewInterceptor(g, nexusguard.MustPolicy(g, "payments", "charge")),
+//		activity.MustInterceptor(g, nexusguard.MustPolicy(g, "payments", "charge")),
 //	}})
 //
 // Each returns an error for a nil guard or an invalid option; its Must

@@ -77,7 +77,7 @@ func receiptOf(t *testing.T, res nexus.HandlerStartOperationResult[any]) Receipt
 func TestInterceptor(t *testing.T) {
 	var l ledger
 	g := newGuard(t)
-	wi := activity.NewInterceptor(nil, nexusguard.MustPolicy(g, service, operation))
+	wi := activity.MustInterceptor(nil, nexusguard.MustPolicy(g, service, operation))
 	startOp := intercepted(wi, syncStart(charge(&l)))
 	ctx := handlerContext()
 
@@ -122,7 +122,7 @@ func TestInterceptor(t *testing.T) {
 // retry.
 func TestInterceptorUnguarded(t *testing.T) {
 	var l ledger
-	wi := activity.NewInterceptor(nil, nexusguard.MustPolicy(newGuard(t), service, "other"))
+	wi := activity.MustInterceptor(nil, nexusguard.MustPolicy(newGuard(t), service, "other"))
 	startOp := intercepted(wi, syncStart(charge(&l)))
 	for range 2 {
 		if _, err := startOp(handlerContext(), Order{OrderID: "o-1"}, "req-1"); err != nil {
@@ -142,7 +142,7 @@ func TestInterceptorUnguarded(t *testing.T) {
 	}
 }
 
-// Policy reports what cannot work; NewInterceptor refuses two policies
+// Policy reports what cannot work; Interceptor refuses two policies
 // for one operation and a policy naming an activity too.
 func TestPolicy(t *testing.T) {
 	g := newGuard(t)
@@ -171,10 +171,10 @@ func TestPolicy(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			defer func() {
 				if recover() == nil {
-					t.Error("NewInterceptor did not panic")
+					t.Error("Interceptor did not panic")
 				}
 			}()
-			activity.NewInterceptor(g, policies...)
+			activity.MustInterceptor(g, policies...)
 		})
 	}
 }
@@ -186,7 +186,7 @@ func TestPolicy(t *testing.T) {
 func TestGuardedBothWays(t *testing.T) {
 	var l ledger
 	g := newGuard(t)
-	wi := activity.NewInterceptor(nil, nexusguard.MustPolicy(g, service, operation))
+	wi := activity.MustInterceptor(nil, nexusguard.MustPolicy(g, service, operation))
 	startOp := intercepted(wi, syncStart(nexusguard.MustWrap(g, func(ctx context.Context, o Order, opts nexus.StartOperationOptions) (Receipt, error) {
 		if _, err := guard.Step(ctx, "charge", func(ctx context.Context) (bool, error) {
 			l.add("step " + o.OrderID)

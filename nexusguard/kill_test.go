@@ -21,8 +21,8 @@ import (
 	"go.temporal.io/sdk/worker"
 
 	"github.com/idemguard/idemguard/guard"
-	"github.com/idemguard/idemguard/internal/dynamodbtest"
-	"github.com/idemguard/idemguard/internal/temporaltest"
+	"github.com/idemguard/idemguard/internal/testing/dynamodbtest"
+	"github.com/idemguard/idemguard/internal/testing/temporaltest"
 	"github.com/idemguard/idemguard/nexusguard"
 	"github.com/idemguard/idemguard/store"
 	idemddb "github.com/idemguard/idemguard/store/dynamodb"

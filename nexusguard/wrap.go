@@ -101,13 +101,13 @@ func (w *guardedOperation[I, O]) Start(ctx context.Context, in I, options nexus.
 	return &nexus.HandlerStartOperationResultSync[O]{Value: o}, nil
 }
 
-// Policy returns the policy with which activity.NewInterceptor, idemguard's
+// Policy returns the policy with which activity.Interceptor, idemguard's
 // one worker interceptor, guards the starts of the Nexus operation named
 // operation of service, as [WrapOperation] would, without changing the
 // operation's code or registration:
 //
 //	w := worker.New(c, "payments", worker.Options{Interceptors: []interceptor.WorkerInterceptor{
-//		activity.NewInterceptor(g, nexusguard.MustPolicy(g, "payments", "charge")),
+//		activity.MustInterceptor(g, nexusguard.MustPolicy(g, "payments", "charge")),
 //	}})
 //
 // The interceptor does not know the operation's output type: a replayed

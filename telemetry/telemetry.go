@@ -1,6 +1,8 @@
 // Package telemetry names idemguard's OpenTelemetry spans, attributes and
 // metrics: what to search for in a tracing backend and what to chart. The
-// guard records them; this package holds only the names.
+// guard records them; this package exports the names a program refers to
+// (in a view, a sampler, a test that reads spans), and this documentation
+// lists every name the guard records.
 //
 // The library depends on the OpenTelemetry API only. Without a provider
 // given to the guard it uses the global ones (otel.GetTracerProvider,
@@ -13,21 +15,79 @@
 //	├─ idemguard.acquire   the claim: one conditional write, and in Wait mode
 //	│                      each poll as an "idemguard.wait" event; an
 //	│                      "idemguard.takeover" event when the claim
-//	│                      replaced one whose lease lapsed
+//	│                      replaced one whose lease lapsed, with that
+//	│                      claim's lease end
 //	├─ idemguard.extend    each lease extension while the function runs
 //	├─ idemguard.complete  the completion write (with its retries)
 //	└─ idemguard.release   giving the key back after a failure
 //
 //	idemguard.batch        one per guard.DoBatch: item counts by outcome;
-//	                       the execute spans of the items it claims nest
-//	                       under it (see the Batch constants)
+//	├─ idemguard.execute   one per item that needed a claim
+//	│  └─ …                as for a single call
+//	└─ …
+//
+// Items a batch replays from its bulk lookup get no span of their own: the
+// batch span counts them, under idemguard.batch.<outcome> for each outcome
+// below and idemguard.batch.not_run for the items it never started, with
+// idemguard.batch.items (the batch's size), idemguard.batch.lookup.keys and
+// idemguard.batch.lookup.found (the bulk lookup's keys and the records it
+// found) and idemguard.batch.resumed (the items an earlier attempt
+// completed).
+//
+// # Attributes
+//
+//	idemguard.scope            the guarded scope ([ScopeKey])
+//	idemguard.step             a step's name, on its execute span ([StepKey])
+//	idemguard.key.hash         the key's hash ([KeyHashKey])
+//	idemguard.key.selection    what the key was derived from, when opted in
+//	idemguard.outcome          how the call ended ([OutcomeKey])
+//	idemguard.store            the store ([StoreKey])
+//	idemguard.cache            hit or miss, when the guard has a cache
+//	idemguard.operation        the store operation of idemguard.store.duration:
+//	                           acquire, get, complete, extend, release, commit, …
+//	idemguard.lease.expires_at the holder's lease end (RFC 3339), on wait and
+//	                           takeover events
+//	idemguard.wait.seconds     the time spent waiting, on an acquire span
+//	idemguard.result.kind      what a completion stored: value, error, unavailable
+//	idemguard.attempts         how many store calls a completion took
+//	error.type                 the error a call ended with ([ErrorTypeKey])
+//
+// Guarded Temporal activities add temporal.workflow.id,
+// temporal.workflow.run_id, temporal.workflow.type, temporal.activity.type,
+// temporal.activity.id and temporal.activity.attempt to their execute span.
+//
+// # Error types
+//
+// The values of error.type, on idemguard.calls when the outcome is error
+// and on spans that record an error, each naming the guard error the call
+// ended with; an error that is none of them (the guarded function's own)
+// is named by its Go type.
+//
+//	in_progress         guard.ErrInProgress
+//	payload_mismatch    guard.ErrPayloadMismatch
+//	key_missing         guard.ErrKeyMissing
+//	lease_lost          guard.ErrLeaseLost
+//	result_unavailable  guard.ErrResultUnavailable
+//	not_recorded        guard.ErrNotRecorded: the function ran and the store kept
+//	                    failing while the guard recorded its outcome
+//	refused             guard.ErrRefused: the function's transaction was refused
+//	                    at commit by its own condition or constraint, such as a
+//	                    debit the balance does not cover; a business outcome,
+//	                    not a store failure, which alerts on store errors leave
+//	                    out
+//	store               guard.ErrStore: the store failed
+//	invalid_input       guard.ErrInvalidInput
+//	invalid_option      guard.ErrInvalidOption
+//	canceled            the context was cancelled
+//	deadline_exceeded   the context's deadline passed
+//	panic               the guarded function panicked
 //
 // # Metrics
 //
 //	idemguard.calls           counter: guarded calls, by outcome, scope and
 //	                          store; with idemguard.cache (hit, miss) when the
-//	                          guard has a cache, and error.type (see the
-//	                          ErrorType constants) when the outcome is error
+//	                          guard has a cache, and error.type when the
+//	                          outcome is error
 //	idemguard.lock.wait       histogram, s: time spent waiting for another holder
 //	idemguard.store.duration  histogram, s: store calls, by operation and store
 //	idemguard.lease.lost      counter: calls whose claim was gone when they came
@@ -55,26 +115,8 @@ import (
 // the module path.
 const ScopeName = "github.com/idemguard/idemguard"
 
-// Version is the instrumentation version reported with ScopeName.
-const Version = "0.1.0"
-
-// Span names.
-const (
-	SpanExecute  = "idemguard.execute"
-	SpanAcquire  = "idemguard.acquire"
-	SpanComplete = "idemguard.complete"
-	SpanRelease  = "idemguard.release"
-	SpanExtend   = "idemguard.extend"
-	SpanBatch    = "idemguard.batch"
-
-	// EventWait is the event on an acquire span for each pause while
-	// another caller holds the key.
-	EventWait = "idemguard.wait"
-	// EventTakeover is the event on an acquire span whose claim replaced
-	// a claim whose lease had lapsed (see MetricClaimTakenOver), with that
-	// claim's lease end (LeaseExpiresKey).
-	EventTakeover = "idemguard.takeover"
-)
+// SpanExecute is the name of the span of one guarded call.
+const SpanExecute = "idemguard.execute"
 
 // Attribute keys.
 const (
@@ -87,42 +129,15 @@ const (
 	StepKey = attribute.Key("idemguard.step")
 	// KeyHashKey is the hash part of the idempotency key. The raw selection
 	// it was computed from can carry user data and is recorded only when
-	// the guard is told to (as KeySelectionKey).
+	// the guard is told to.
 	KeyHashKey = attribute.Key("idemguard.key.hash")
-	// KeySelectionKey is the canonical JSON the key was derived from, only
-	// when opted in.
-	KeySelectionKey = attribute.Key("idemguard.key.selection")
 	// OutcomeKey is how the call ended; see the Outcome constants.
 	OutcomeKey = attribute.Key("idemguard.outcome")
 	// StoreKey names the store ("memory", "dynamodb", …).
 	StoreKey = attribute.Key("idemguard.store")
-	// CacheKey is "hit" or "miss" when the guard has a local cache.
-	CacheKey = attribute.Key("idemguard.cache")
-	// OperationKey is the store operation: acquire, complete, extend,
-	// release.
-	OperationKey = attribute.Key("idemguard.operation")
-	// LeaseExpiresKey is the holder's lease end (RFC 3339) on wait and
-	// takeover events.
-	LeaseExpiresKey = attribute.Key("idemguard.lease.expires_at")
-	// WaitKey is the total time spent waiting, in seconds, on an acquire
-	// span.
-	WaitKey = attribute.Key("idemguard.wait.seconds")
-	// ResultKindKey is what a completion stored: value, error, unavailable.
-	ResultKindKey = attribute.Key("idemguard.result.kind")
-	// AttemptsKey is how many store calls a completion took.
-	AttemptsKey = attribute.Key("idemguard.attempts")
-	// ErrorTypeKey is the semantic-conventions error.type.
+	// ErrorTypeKey is the semantic-conventions error.type (see the
+	// package documentation for its values).
 	ErrorTypeKey = attribute.Key("error.type")
-)
-
-// Temporal attributes, set on idemguard.execute for guarded activities.
-const (
-	TemporalWorkflowIDKey   = attribute.Key("temporal.workflow.id")
-	TemporalRunIDKey        = attribute.Key("temporal.workflow.run_id")
-	TemporalWorkflowTypeKey = attribute.Key("temporal.workflow.type")
-	TemporalActivityTypeKey = attribute.Key("temporal.activity.type")
-	TemporalActivityIDKey   = attribute.Key("temporal.activity.id")
-	TemporalAttemptKey      = attribute.Key("temporal.activity.attempt")
 )
 
 // Outcome values of OutcomeKey.
@@ -133,35 +148,6 @@ const (
 	OutcomePayloadMismatch = "payload_mismatch"
 	OutcomeUnguarded       = "unguarded"
 	OutcomeError           = "error"
-)
-
-// ErrorType values of ErrorTypeKey: on idemguard.calls when the outcome is
-// OutcomeError, and on spans that record an error. Each names the guard's
-// error the call ended with; an error that is none of them (the guarded
-// function's own) is named by its Go type.
-const (
-	ErrorTypeInProgress        = "in_progress"
-	ErrorTypePayloadMismatch   = "payload_mismatch"
-	ErrorTypeKeyMissing        = "key_missing"
-	ErrorTypeLeaseLost         = "lease_lost"
-	ErrorTypeResultUnavailable = "result_unavailable"
-	// ErrorTypeNotRecorded: the function ran and the store kept failing
-	// while the guard recorded its outcome (guard.ErrNotRecorded).
-	ErrorTypeNotRecorded = "not_recorded"
-	// ErrorTypeRefused: the function's transaction (guard.DoTx) was
-	// refused at commit by the function's own condition or constraint
-	// (guard.ErrRefused), such as a debit that the balance does not cover.
-	// A business outcome, not a store failure: alerts on store errors
-	// leave it out.
-	ErrorTypeRefused = "refused"
-	// ErrorTypeStore: the store failed (guard.ErrStore).
-	ErrorTypeStore            = "store"
-	ErrorTypeInvalidInput     = "invalid_input"
-	ErrorTypeInvalidOption    = "invalid_option"
-	ErrorTypeCanceled         = "canceled"
-	ErrorTypeDeadlineExceeded = "deadline_exceeded"
-	// ErrorTypePanic: the guarded function panicked.
-	ErrorTypePanic = "panic"
 )
 
 // Metric names.

@@ -11,8 +11,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/idemguard/idemguard/internal/postgrestest"
-	"github.com/idemguard/idemguard/internal/redistest"
+	"github.com/idemguard/idemguard/internal/testing/postgrestest"
+	"github.com/idemguard/idemguard/internal/testing/redistest"
 	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/watermillguard"
 )
@@ -129,7 +129,7 @@ func BenchmarkRouter(b *testing.B) {
 			s, n := bs.open(b)
 			in, out := br.topic("orders"), br.topic("shipments")
 			publishN(b, br, in, b.N, nil)
-			mw := watermillguard.Middleware(newGuard(b, s))
+			mw := watermillguard.MustMiddleware(newGuard(b, s))
 			n.Reset()
 			b.ResetTimer()
 			elapsed := consumeStream(b, br, in, out, b.N, mw)
@@ -140,7 +140,7 @@ func BenchmarkRouter(b *testing.B) {
 		b.Run("guarded/"+bs.name+"/redelivery", func(b *testing.B) {
 			br := redisBroker(b)
 			s, n := bs.open(b)
-			mw := watermillguard.Middleware(newGuard(b, s))
+			mw := watermillguard.MustMiddleware(newGuard(b, s))
 			first, again, out := br.topic("orders"), br.topic("orders.again"), br.topic("shipments")
 			ids := publishN(b, br, first, b.N, nil)
 			consumeStream(b, br, first, out, b.N, mw)
@@ -164,7 +164,7 @@ func TestRouterRoundTrips(t *testing.T) {
 		t.Run(bs.name, func(t *testing.T) {
 			br := redisBroker(t)
 			s, n := bs.open(t)
-			mw := watermillguard.Middleware(newGuard(t, s))
+			mw := watermillguard.MustMiddleware(newGuard(t, s))
 			first, again, out := br.topic("orders"), br.topic("orders.again"), br.topic("shipments")
 			ids := publishN(t, br, first, msgs, nil)
 			n.Reset()

@@ -13,7 +13,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/idemguard/idemguard/internal/redistest"
+	"github.com/idemguard/idemguard/internal/testing/redistest"
 )
 
 // broker is a Watermill Pub/Sub for the tests: Redis Streams on the

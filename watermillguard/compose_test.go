@@ -10,7 +10,7 @@ import (
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/guard/guardtest"
-	"github.com/idemguard/idemguard/internal/teststores"
+	"github.com/idemguard/idemguard/internal/testing/teststores"
 	"github.com/idemguard/idemguard/watermillguard"
 )
 

@@ -25,8 +25,8 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/idemguard/idemguard/guard"
-	"github.com/idemguard/idemguard/internal/postgrestest"
-	"github.com/idemguard/idemguard/internal/redistest"
+	"github.com/idemguard/idemguard/internal/testing/postgrestest"
+	"github.com/idemguard/idemguard/internal/testing/redistest"
 	"github.com/idemguard/idemguard/store/postgres"
 	"github.com/idemguard/idemguard/watermillguard"
 )
@@ -155,7 +155,7 @@ func runConsumer(name string) error {
 				return produced, err
 			}
 		},
-		watermillguard.Middleware(g, watermillguard.WithGuardOptions(guard.WithLease(time.Second))),
+		watermillguard.MustMiddleware(g, watermillguard.WithGuardOptions(guard.WithLease(time.Second))),
 	)
 	killingPub := publisherFunc(func(topic string, msgs ...*message.Message) error {
 		kill := false

@@ -23,7 +23,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/idemguard/idemguard/guard"
-	"github.com/idemguard/idemguard/internal/redistest"
+	"github.com/idemguard/idemguard/internal/testing/redistest"
 	idemredis "github.com/idemguard/idemguard/store/redis"
 	"github.com/idemguard/idemguard/watermillguard"
 )
@@ -139,7 +139,7 @@ func runCrashedConsumer(name string) error {
 			}
 		},
 		poison,
-		watermillguard.Middleware(g),
+		watermillguard.MustMiddleware(g),
 		middleware.Retry{
 			MaxRetries: 3, InitialInterval: 100 * time.Millisecond, Multiplier: 2,
 			ShouldRetry:         func(p middleware.RetryParams) bool { return !guard.IsDefinite(p.Err) },

@@ -9,7 +9,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 
-	"github.com/idemguard/idemguard/internal/redistest"
+	"github.com/idemguard/idemguard/internal/testing/redistest"
 	"github.com/idemguard/idemguard/watermillguard"
 )
 
@@ -27,7 +27,7 @@ func deduplicators(t *testing.T) map[string]func() message.HandlerMiddleware {
 			d := &middleware.Deduplicator{KeyFactory: func(m *message.Message) (string, error) { return m.UUID, nil }}
 			return d.Middleware
 		},
-		"idemguard": func() message.HandlerMiddleware { return watermillguard.Middleware(newGuard(t, s)) },
+		"idemguard": func() message.HandlerMiddleware { return watermillguard.MustMiddleware(newGuard(t, s)) },
 	}
 }
 

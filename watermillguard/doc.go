@@ -2,7 +2,7 @@
 // each message once, however often it is delivered: a publisher's retry,
 // a broker's redelivery after a consumer died, a consumer group rebalance.
 //
-//	router.AddMiddleware(poisonQueue, watermillguard.Middleware(g))
+//	router.AddMiddleware(poisonQueue, watermillguard.MustMiddleware(g))
 //
 // It works on every broker Watermill supports (Kafka, NATS, AMQP, SQS/SNS,
 // Redis Streams, SQL, ...) and every idempotency store of the guard
@@ -39,7 +39,7 @@
 // nacks the delivery. Such a delivery is logged once per key and lease, at
 // info level ([WithLogger]).
 //
-// A message's claim has a lease of [DefaultLease] (15 s) unless the guard
+// A message's claim has a lease of 15 s unless the guard
 // or [WithGuardOptions] give guard.WithLease; the guard extends it every
 // third of a lease while the handler runs, so a consumer that dies holding
 // a message stalls it for about 16 s. guard.WithReject, given to the guard
@@ -121,7 +121,7 @@
 //
 //	router.AddMiddleware(
 //		poisonQueue, // middleware.PoisonQueueWithFilter(pub, topic, watermillguard.IsPermanent)
-//		watermillguard.Middleware(g),
+//		watermillguard.MustMiddleware(g),
 //		middleware.Retry{
 //			MaxRetries: 3, InitialInterval: 100 * time.Millisecond, Multiplier: 2,
 //			ShouldRetry:         func(p middleware.RetryParams) bool { return !guard.IsDefinite(p.Err) },
@@ -139,7 +139,7 @@
 // guarded call of its own (a failed attempt released the key, and the next
 // claims it again), and a duplicate in progress elsewhere or a store
 // failure is retried as well; there, skip permanent errors
-// (!watermillguard.IsPermanent(p.Err)). The claim's lease ([DefaultLease]
+// (!watermillguard.IsPermanent(p.Err)). The claim's lease (15 s
 // unless guard.WithLease is given) is extended while the handler runs.
 //
 // These orders do not work:

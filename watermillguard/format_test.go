@@ -15,13 +15,11 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/idemguard/idemguard/guard"
-	"github.com/idemguard/idemguard/internal/dynamodbtest"
-	"github.com/idemguard/idemguard/internal/postgrestest"
-	"github.com/idemguard/idemguard/internal/redistest"
+	"github.com/idemguard/idemguard/internal/testing/dynamodbtest"
+	"github.com/idemguard/idemguard/internal/testing/postgrestest"
+	"github.com/idemguard/idemguard/internal/testing/redistest"
 	"github.com/idemguard/idemguard/store"
-	idemddb "github.com/idemguard/idemguard/store/dynamodb"
 	"github.com/idemguard/idemguard/store/postgres"
-	idemredis "github.com/idemguard/idemguard/store/redis"
 )
 
 // A message whose record a newer release wrote, in a format this build
@@ -48,9 +46,9 @@ func TestNewerFormatIsNacked(t *testing.T) {
 				for _, item := range out.Items {
 					if _, err := client.UpdateItem(t.Context(), &dynamodb.UpdateItemInput{
 						TableName:                 aws.String(s.Table()),
-						Key:                       map[string]types.AttributeValue{idemddb.DefaultAttributes.Key: item[idemddb.DefaultAttributes.Key]},
+						Key:                       map[string]types.AttributeValue{"id": item["id"]},
 						UpdateExpression:          aws.String("SET #f = :f"),
-						ExpressionAttributeNames:  map[string]string{"#f": idemddb.DefaultAttributes.Format},
+						ExpressionAttributeNames:  map[string]string{"#f": "format"},
 						ExpressionAttributeValues: map[string]types.AttributeValue{":f": &types.AttributeValueMemberN{Value: newer}},
 					}); err != nil {
 						t.Fatal(err)
@@ -67,7 +65,7 @@ func TestNewerFormatIsNacked(t *testing.T) {
 					t.Fatal(err)
 				}
 				for _, k := range keys {
-					if err := client.HSet(t.Context(), k, idemredis.FieldFormat, newer).Err(); err != nil {
+					if err := client.HSet(t.Context(), k, "format", newer).Err(); err != nil {
 						t.Fatal(err)
 					}
 				}

@@ -10,9 +10,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemguard/idemguard/guard"
-	"github.com/idemguard/idemguard/internal/postgrestest"
-	"github.com/idemguard/idemguard/internal/redistest"
-	"github.com/idemguard/idemguard/internal/teststores"
+	"github.com/idemguard/idemguard/internal/testing/postgrestest"
+	"github.com/idemguard/idemguard/internal/testing/redistest"
+	"github.com/idemguard/idemguard/internal/testing/teststores"
 	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/store/memory"
 	"github.com/idemguard/idemguard/watermillguard"
@@ -75,7 +75,7 @@ func newGuard(t testing.TB, s store.Store, opts ...guard.Option) *guard.Guard {
 
 func newMiddleware(t testing.TB, g *guard.Guard, opts ...watermillguard.Option) message.HandlerMiddleware {
 	t.Helper()
-	mw, err := watermillguard.NewMiddleware(g, opts...)
+	mw, err := watermillguard.Middleware(g, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

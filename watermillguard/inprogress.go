@@ -11,7 +11,7 @@ import (
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/adapt"
-	"github.com/idemguard/idemguard/telemetry"
+	"github.com/idemguard/idemguard/internal/telemetry"
 )
 
 // A delivery whose message another consumer holds (its claim is in

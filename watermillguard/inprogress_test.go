@@ -13,7 +13,7 @@ import (
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/adapt"
-	"github.com/idemguard/idemguard/internal/teststores"
+	"github.com/idemguard/idemguard/internal/testing/teststores"
 	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/store/memory"
 	"github.com/idemguard/idemguard/watermillguard"
@@ -182,7 +182,7 @@ func TestConcurrentDeliveriesShareOneRun(t *testing.T) {
 						return produced, err
 					}
 				},
-				watermillguard.Middleware(g),
+				watermillguard.MustMiddleware(g),
 			)
 			r.AddHandler("fulfil", in, b.sub(t, group), out, keepOpen(b.pub), func(msg *message.Message) ([]*message.Message, error) {
 				runs.Add(1)

@@ -19,21 +19,10 @@ import (
 const MessageIDKey = attribute.Key("messaging.message.id")
 
 // Middleware returns Watermill handler middleware that guards each message
-// with g: see the package documentation. It panics if an option is
-// invalid, as regexp.MustCompile does; use [NewMiddleware] to get the
-// error instead.
-func Middleware(g *guard.Guard, opts ...Option) message.HandlerMiddleware {
-	mw, err := NewMiddleware(g, opts...)
-	if err != nil {
-		panic(err)
-	}
-	return mw
-}
-
-// NewMiddleware is [Middleware] that reports an invalid option (of its own
-// or of the guard's, given to [WithGuardOptions]) or a nil guard as an
-// error.
-func NewMiddleware(g *guard.Guard, opts ...Option) (message.HandlerMiddleware, error) {
+// with g: see the package documentation. It reports an invalid option (of
+// its own or of the guard's, given to [WithGuardOptions]) or a nil guard
+// as an error; [MustMiddleware] panics instead.
+func Middleware(g *guard.Guard, opts ...Option) (message.HandlerMiddleware, error) {
 	if g == nil {
 		return nil, errors.New("watermillguard: nil guard")
 	}
@@ -50,9 +39,9 @@ func NewMiddleware(g *guard.Guard, opts ...Option) (message.HandlerMiddleware, e
 	// refused. So is a claim token, which names one claimant: every
 	// delivery would take the others' claims over.
 	m.call = append(m.call, adapt.WithDefaults(
-		guard.WithTTL(DefaultTTL),
+		guard.WithTTL(defaultTTL),
 		guard.WithRequireKey(true),
-		guard.WithLease(DefaultLease),
+		guard.WithLease(defaultLease),
 	))
 	m.call = append(m.call, c.call...)
 	m.call = append(m.call, adapt.Fixed(guard.WithCodec(codec{})))
@@ -75,6 +64,17 @@ func NewMiddleware(g *guard.Guard, opts ...Option) (message.HandlerMiddleware, e
 	}, nil
 }
 
+// MustMiddleware is [Middleware] that panics if an option is invalid or
+// the guard is nil, as regexp.MustCompile does, for a router built once at
+// start-up.
+func MustMiddleware(g *guard.Guard, opts ...Option) message.HandlerMiddleware {
+	mw, err := Middleware(g, opts...)
+	if err != nil {
+		panic(err)
+	}
+	return mw
+}
+
 // middleware is one configured middleware; every handler it wraps shares
 // it.
 type middleware struct {
@@ -93,7 +93,7 @@ func (m *middleware) handle(h message.HandlerFunc, msg *message.Message) ([]*mes
 	scope := m.c.scope
 	if scope == "" {
 		if scope = message.HandlerNameFromCtx(orig); scope == "" {
-			scope = DefaultScope
+			scope = defaultScope
 		}
 	}
 	call := make([]guard.CallOption, len(m.call), len(m.call)+2)
@@ -138,7 +138,7 @@ func (m *middleware) handle(h message.HandlerFunc, msg *message.Message) ([]*mes
 // function unguarded; what h returns is returned as it is.
 func (m *middleware) passThrough(h message.HandlerFunc, msg *message.Message) ([]*message.Message, error) {
 	orig := msg.Context()
-	return guard.Do(orig, m.g, cmp.Or(m.c.scope, DefaultScope), nil, func(ctx context.Context) ([]*message.Message, error) {
+	return guard.Do(orig, m.g, cmp.Or(m.c.scope, defaultScope), nil, func(ctx context.Context) ([]*message.Message, error) {
 		msg.SetContext(ctx)
 		defer msg.SetContext(orig)
 		return h(msg)

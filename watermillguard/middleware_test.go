@@ -486,11 +486,11 @@ func TestInvalidOptions(t *testing.T) {
 		"an explicit key, the key from the payload": {watermillguard.WithKeyFromPayload(), watermillguard.WithGuardOptions(guard.WithKey("k"))},
 		"a claim token": {watermillguard.WithGuardOptions(adapt.WithClaimToken("t"))},
 	} {
-		if _, err := watermillguard.NewMiddleware(g, opts...); err == nil {
+		if _, err := watermillguard.Middleware(g, opts...); err == nil {
 			t.Errorf("%s: no error", name)
 		}
 	}
-	if _, err := watermillguard.NewMiddleware(nil); err == nil {
+	if _, err := watermillguard.Middleware(nil); err == nil {
 		t.Error("nil guard: no error")
 	}
 	defer func() {
@@ -498,5 +498,5 @@ func TestInvalidOptions(t *testing.T) {
 			t.Error("Middleware with an invalid option did not panic")
 		}
 	}()
-	watermillguard.Middleware(g, watermillguard.WithScope(""))
+	watermillguard.MustMiddleware(g, watermillguard.WithScope(""))
 }

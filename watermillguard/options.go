@@ -10,27 +10,27 @@ import (
 
 // Defaults used when an option is not given.
 const (
-	// DefaultScope is the guard scope of a message whose context names no
+	// defaultScope is the guard scope of a message whose context names no
 	// router handler (the middleware called outside a [message.Router]).
 	// Inside a router, the scope is the handler's name.
-	DefaultScope = "watermill"
-	// DefaultTTL is how long a handled message is remembered: redeliveries
+	defaultScope = "watermill"
+	// defaultTTL is how long a handled message is remembered: redeliveries
 	// and publisher retries come within seconds or minutes, but a consumer
 	// group reset or a replay from a dead-letter topic can come hours
 	// later. It applies unless the guard or [WithGuardOptions] set a TTL.
-	DefaultTTL = 24 * time.Hour
-	// DefaultLease is the lease of a message's claim, unless the guard or
+	defaultTTL = 24 * time.Hour
+	// defaultLease is the lease of a message's claim, unless the guard or
 	// [WithGuardOptions] set one (guard.WithLease). The guard extends it
 	// every third of a lease while the handler runs, so it does not bound
 	// how long a handler may run; it bounds how long a message waits after
-	// the consumer that held it died: DefaultLease and the guard's clock
+	// the consumer that held it died: defaultLease and the guard's clock
 	// skew, 16 s with the defaults, where the guard's own default lease
 	// (a minute) would stall it for a minute. Shorter would cost running
 	// handlers their claims: an extension is made every 5 s and may take
 	// until the lease end, so a store (or a process) that stalls for up to
 	// 10 s still extends in time; with 10 s the margin would be 6.7 s,
 	// which a loaded store under test has been seen to exceed.
-	DefaultLease = 15 * time.Second
+	defaultLease = 15 * time.Second
 )
 
 // Option configures the middleware. The middleware's own options set
@@ -121,7 +121,7 @@ func WithKeyFromPayload() Option {
 // budget of one's own), guard.WithPayloadValidation (over the payload read
 // as JSON), guard.WithKeyPath (with [WithKeyFromPayload]),
 // guard.WithDefiniteErrors, and the rest. They override the guard's
-// defaults and the middleware's ([DefaultTTL], [DefaultLease], a required
+// defaults and the middleware's (a TTL of 24 hours, a lease of 15 s, a required
 // key, a wait for a message in progress elsewhere until its holder's lease
 // can have lapsed). guard.WithKey, adapt.WithClaimToken and
 // guard.WithCodec are refused (guard.ErrInvalidOption): the middleware

@@ -45,11 +45,11 @@ func (limitedStore) MaxKeyBytes() int { return 2048 }
 // is built, not on every delivery.
 func TestScopeTooLongForTheStore(t *testing.T) {
 	g := newGuard(t, limitedStore{memory.New()})
-	_, err := watermillguard.NewMiddleware(g, watermillguard.WithScope(strings.Repeat("s", 2100)))
+	_, err := watermillguard.Middleware(g, watermillguard.WithScope(strings.Repeat("s", 2100)))
 	if !errors.Is(err, guard.ErrInvalidOption) {
-		t.Errorf("NewMiddleware with a 2,100-byte scope = %v, want ErrInvalidOption", err)
+		t.Errorf("Middleware with a 2,100-byte scope = %v, want ErrInvalidOption", err)
 	}
-	if _, err := watermillguard.NewMiddleware(g, watermillguard.WithScope(strings.Repeat("s", 1983))); err != nil {
-		t.Errorf("NewMiddleware with the longest scope that fits = %v", err)
+	if _, err := watermillguard.Middleware(g, watermillguard.WithScope(strings.Repeat("s", 1983))); err != nil {
+		t.Errorf("Middleware with the longest scope that fits = %v", err)
 	}
 }

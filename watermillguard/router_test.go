@@ -80,7 +80,7 @@ func TestRecommendedOrder(t *testing.T) {
 		r.AddMiddleware(
 			deliveries.counting,
 			pq,
-			watermillguard.Middleware(g, watermillguard.WithGuardOptions(guard.WithPayloadValidation("order_id"))),
+			watermillguard.MustMiddleware(g, watermillguard.WithGuardOptions(guard.WithPayloadValidation("order_id"))),
 			middleware.Retry{
 				MaxRetries: 3, InitialInterval: 5 * time.Millisecond, MaxInterval: 20 * time.Millisecond, Multiplier: 2,
 				ShouldRetry:         func(p middleware.RetryParams) bool { return !guard.IsDefinite(p.Err) },
@@ -180,7 +180,7 @@ func TestPoisonQueueInsideTheGuard(t *testing.T) {
 			deliveries.counting,
 			handled.returned,
 			middleware.Timeout(10*time.Second),
-			watermillguard.Middleware(g, watermillguard.WithGuardOptions(guard.WithPayloadValidation("order_id"))),
+			watermillguard.MustMiddleware(g, watermillguard.WithGuardOptions(guard.WithPayloadValidation("order_id"))),
 			pq,
 		)
 		h := &orderHandler{}
@@ -239,7 +239,7 @@ func TestTimeoutBetweenPoisonQueueAndGuard(t *testing.T) {
 		t.Fatal(err)
 	}
 	var deliveries counts
-	r.AddMiddleware(deliveries.counting, pq, middleware.Timeout(10*time.Second), watermillguard.Middleware(g))
+	r.AddMiddleware(deliveries.counting, pq, middleware.Timeout(10*time.Second), watermillguard.MustMiddleware(g))
 	h := &orderHandler{}
 	r.AddHandler("ship", in, b.sub(t, "shipping"), out, keepOpen(b.pub), h.handle)
 	runRouter(t, r)

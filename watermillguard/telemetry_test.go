@@ -69,7 +69,7 @@ func TestTelemetry(t *testing.T) {
 		t.Fatal(err)
 	}
 	var deliveries counts
-	r.AddMiddleware(deliveries.counting, consumerTracing(tp), watermillguard.Middleware(g))
+	r.AddMiddleware(deliveries.counting, consumerTracing(tp), watermillguard.MustMiddleware(g))
 	r.AddConsumerHandler("ship", in, b.sub(t, "shipping"), func(msg *message.Message) error {
 		_, span := tp.Tracer("shop").Start(msg.Context(), "charge")
 		span.End()

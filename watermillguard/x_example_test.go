@@ -40,7 +40,7 @@ func Example() {
 			return out, err
 		}
 	})
-	router.AddMiddleware(watermillguard.Middleware(g))
+	router.AddMiddleware(watermillguard.MustMiddleware(g))
 	router.AddConsumerHandler("charge", "orders", pubSub, func(msg *message.Message) error {
 		fmt.Printf("charging order %s\n", msg.Payload)
 		return nil
@@ -78,7 +78,7 @@ func Example_middlewareOrder() {
 	}
 	router.AddMiddleware(
 		poisonQueue,
-		watermillguard.Middleware(g,
+		watermillguard.MustMiddleware(g,
 			watermillguard.WithKeyFromMetadata("event_id"),
 			watermillguard.WithGuardOptions(guard.WithPayloadValidation("@")),
 		),

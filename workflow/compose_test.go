@@ -15,8 +15,8 @@ import (
 	"github.com/idemguard/idemguard/activity"
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/guard/guardtest"
-	"github.com/idemguard/idemguard/internal/temporaltest"
-	"github.com/idemguard/idemguard/internal/teststores"
+	"github.com/idemguard/idemguard/internal/testing/temporaltest"
+	"github.com/idemguard/idemguard/internal/testing/teststores"
 	"github.com/idemguard/idemguard/workflow"
 )
 
@@ -56,9 +56,9 @@ func TestCompositionWorkflow(t *testing.T) {
 				return out, err
 			}
 			tq := temporaltest.Name(t, "compose")
-			temporaltest.Worker(t, c, tq, worker.Options{Interceptors: []interceptor.WorkerInterceptor{activity.NewInterceptor(nil)}}, func(r worker.Registry) {
-				r.RegisterWorkflowWithOptions(workflow.Wrap(g, wf), tworkflow.RegisterOptions{Name: "Compose"})
-				r.RegisterActivityWithOptions(activity.Wrap(g, step), tactivity.RegisterOptions{Name: "ComposeStep"})
+			temporaltest.Worker(t, c, tq, worker.Options{Interceptors: []interceptor.WorkerInterceptor{activity.MustInterceptor(nil)}}, func(r worker.Registry) {
+				r.RegisterWorkflowWithOptions(workflow.MustWrap(g, wf), tworkflow.RegisterOptions{Name: "Compose"})
+				r.RegisterActivityWithOptions(activity.MustWrap(g, step), tactivity.RegisterOptions{Name: "ComposeStep"})
 			})
 			var out string
 			err := temporaltest.Run(t, c, tq, temporaltest.Name(t, "wf"), 90*time.Second, &out, "Compose", composeRequest{call.Key, call.Payload})

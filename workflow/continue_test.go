@@ -14,7 +14,7 @@ import (
 
 	"github.com/idemguard/idemguard/activity"
 	"github.com/idemguard/idemguard/guard"
-	"github.com/idemguard/idemguard/internal/temporaltest"
+	"github.com/idemguard/idemguard/internal/testing/temporaltest"
 	"github.com/idemguard/idemguard/workflow"
 )
 
@@ -62,10 +62,10 @@ func TestGuardedWorkflowKeepsKeyAcrossContinueAsNew(t *testing.T) {
 			tq := temporaltest.Name(t, "tq")
 			var wopts worker.Options
 			if tc.interceptor {
-				wopts.Interceptors = []interceptor.WorkerInterceptor{activity.NewInterceptor(nil)}
+				wopts.Interceptors = []interceptor.WorkerInterceptor{activity.MustInterceptor(nil)}
 			}
 			temporaltest.Worker(t, c, tq, wopts, func(r worker.Registry) {
-				workflow.Register(r, shipInTwoRuns, workflow.Wrap(g, shipInTwoRuns, workflow.WithGuardOptions(tc.opts...)))
+				workflow.Register(r, shipInTwoRuns, workflow.MustWrap(g, shipInTwoRuns, workflow.WithGuardOptions(tc.opts...)))
 				r.RegisterActivityWithOptions(ships.Ship, tactivity.RegisterOptions{Name: "Ship"})
 			})
 			idA, idB := temporaltest.Name(t, "a"), temporaltest.Name(t, "b")

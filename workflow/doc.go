@@ -6,7 +6,7 @@
 //
 // An activity guarded with idemguard's activity package keys on its input by
 // default. A workflow can give it an explicit key instead with
-// [ContextWithKey]; idemguard's worker interceptor (activity.NewInterceptor),
+// [ContextWithKey]; idemguard's worker interceptor (activity.Interceptor),
 // registered on the workers, stamps the key into the activity's header and
 // hands it to the guarded activity.
 // [StepKey] derives a key from the workflow ID and a stable step name, which
@@ -27,7 +27,7 @@
 // (the key path, TTL, lease, wait mode, …) are the guard package's, given to
 // guard.New or with [WithGuardOptions]:
 //
-//	guarded := workflow.Wrap(g, OrderWorkflow, workflow.WithGuardOptions(guard.WithKeyPath("order_id")))
+//	guarded := workflow.MustWrap(g, OrderWorkflow, workflow.WithGuardOptions(guard.WithKeyPath("order_id")))
 //	workflow.Register(w, OrderWorkflow, guarded)
 //
 // This package's names clash with the SDK's workflow package; import one of

@@ -18,7 +18,7 @@ import (
 	"github.com/idemguard/idemguard/activity"
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/adapt"
-	"github.com/idemguard/idemguard/internal/temporaltest"
+	"github.com/idemguard/idemguard/internal/testing/temporaltest"
 	"github.com/idemguard/idemguard/workflow"
 )
 
@@ -44,8 +44,8 @@ func shipOrder(ctx tworkflow.Context, o Order) (Receipt, error) {
 func shipWorker(t *testing.T, c client.Client, g *guard.Guard, ships *ledger, opts ...workflow.Option) string {
 	t.Helper()
 	tq := temporaltest.Name(t, "tq")
-	guarded := workflow.Wrap(g, shipOrder, append([]workflow.Option{workflow.WithGuardOptions(guard.WithKeyPath("order_id"))}, opts...)...)
-	temporaltest.Worker(t, c, tq, worker.Options{Interceptors: []interceptor.WorkerInterceptor{activity.NewInterceptor(nil)}}, func(r worker.Registry) {
+	guarded := workflow.MustWrap(g, shipOrder, append([]workflow.Option{workflow.WithGuardOptions(guard.WithKeyPath("order_id"))}, opts...)...)
+	temporaltest.Worker(t, c, tq, worker.Options{Interceptors: []interceptor.WorkerInterceptor{activity.MustInterceptor(nil)}}, func(r worker.Registry) {
 		workflow.Register(r, shipOrder, guarded)
 		r.RegisterActivityWithOptions(sideEffect(ships, "ship"), tactivity.RegisterOptions{Name: "Ship"})
 	})
@@ -57,7 +57,7 @@ func shipWorker(t *testing.T, c client.Client, g *guard.Guard, ships *ledger, op
 func replay(t *testing.T, wf any, histories ...*historypb.History) error {
 	t.Helper()
 	r, err := worker.NewWorkflowReplayerWithOptions(worker.WorkflowReplayerOptions{
-		Interceptors: []interceptor.WorkerInterceptor{activity.NewInterceptor(nil)},
+		Interceptors: []interceptor.WorkerInterceptor{activity.MustInterceptor(nil)},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -102,7 +102,7 @@ func TestGuardedWorkflowReplaysStoredResult(t *testing.T) {
 		t.Errorf("the first workflow ran local activities %v, want [IdempotencyClaim IdempotencyComplete]", las)
 	}
 
-	guarded := workflow.Wrap(g, shipOrder, workflow.WithGuardOptions(guard.WithKeyPath("order_id")))
+	guarded := workflow.MustWrap(g, shipOrder, workflow.WithGuardOptions(guard.WithKeyPath("order_id")))
 	if err := replay(t, guarded, hA, hB); err != nil {
 		t.Errorf("replaying the guarded workflows: %v", err)
 	}
@@ -167,7 +167,7 @@ func TestGuardedWorkflowWaitsForHolder(t *testing.T) {
 	if n := temporaltest.Count(hB, enumspb.EVENT_TYPE_TIMER_FIRED); n < 2 {
 		t.Errorf("the waiter slept %d times, want 2+", n)
 	}
-	guarded := workflow.Wrap(g, shipOrder, workflow.WithGuardOptions(guard.WithKeyPath("order_id")), workflow.WithGuardOptions(guard.WithLease(lease)), workflow.WithGuardOptions(adapt.WithWaitBackoff(time.Second, time.Second)))
+	guarded := workflow.MustWrap(g, shipOrder, workflow.WithGuardOptions(guard.WithKeyPath("order_id")), workflow.WithGuardOptions(guard.WithLease(lease)), workflow.WithGuardOptions(adapt.WithWaitBackoff(time.Second, time.Second)))
 	if err := replay(t, guarded, hA, hB); err != nil {
 		t.Errorf("replaying: %v", err)
 	}

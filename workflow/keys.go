@@ -10,17 +10,17 @@ import (
 
 // ContextWithKey returns a copy of ctx whose activities (and local
 // activities) carry key as their explicit idempotency key: the worker
-// interceptor (activity.NewInterceptor) stamps it into each activity's
+// interceptor (activity.Interceptor) stamps it into each activity's
 // header, and the guarded activity keys on it (within its activity type's
 // scope) instead of on its input. Use a key that is the same on every
 // replay of the workflow: a value from the workflow's input, or [StepKey].
 //
 // ContextWithKey panics if the workflow does not run under
-// activity.NewInterceptor, because the key would be silently dropped and
+// activity.Interceptor, because the key would be silently dropped and
 // the activity keyed on its input.
 func ContextWithKey(ctx tworkflow.Context, key string) tworkflow.Context {
 	if !wfkey.Installed(ctx) {
-		panic("idemguard/workflow: ContextWithKey needs activity.NewInterceptor in the worker's interceptors")
+		panic("idemguard/workflow: ContextWithKey needs activity.Interceptor in the worker's interceptors")
 	}
 	return wfkey.With(ctx, key)
 }

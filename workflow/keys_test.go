@@ -13,7 +13,7 @@ import (
 	tworkflow "go.temporal.io/sdk/workflow"
 
 	"github.com/idemguard/idemguard/activity"
-	"github.com/idemguard/idemguard/internal/temporaltest"
+	"github.com/idemguard/idemguard/internal/testing/temporaltest"
 	"github.com/idemguard/idemguard/workflow"
 )
 
@@ -76,7 +76,7 @@ func TestStepKeySurvivesInsertedActivity(t *testing.T) {
 			g := newGuard(t)
 			var effects ledger
 			tq := temporaltest.Name(t, "tq")
-			temporaltest.Worker(t, c, tq, worker.Options{Interceptors: []interceptor.WorkerInterceptor{activity.NewInterceptor(nil)}}, func(r worker.Registry) {
+			temporaltest.Worker(t, c, tq, worker.Options{Interceptors: []interceptor.WorkerInterceptor{activity.MustInterceptor(nil)}}, func(r worker.Registry) {
 				r.RegisterWorkflowWithOptions(tc.v1, tworkflow.RegisterOptions{Name: "OrderV1"})
 				r.RegisterWorkflowWithOptions(tc.v2, tworkflow.RegisterOptions{Name: "OrderV2"})
 				r.RegisterActivityWithOptions(chargeActivity(g, &effects, tc.opts...))
@@ -140,12 +140,12 @@ func TestWithKeyNeedsInterceptor(t *testing.T) {
 
 	env := s.NewTestWorkflowEnvironment()
 	env.ExecuteWorkflow(wf)
-	if err := env.GetWorkflowError(); err == nil || !strings.Contains(err.Error(), "NewInterceptor") {
-		t.Errorf("WithKey without the interceptor: workflow error %v, want a panic naming NewInterceptor", err)
+	if err := env.GetWorkflowError(); err == nil || !strings.Contains(err.Error(), "Interceptor") {
+		t.Errorf("WithKey without the interceptor: workflow error %v, want a panic naming Interceptor", err)
 	}
 
 	env = s.NewTestWorkflowEnvironment()
-	env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{activity.NewInterceptor(nil)}})
+	env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{activity.MustInterceptor(nil)}})
 	env.ExecuteWorkflow(wf)
 	var k string
 	if err := env.GetWorkflowResult(&k); err != nil {

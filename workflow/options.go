@@ -12,11 +12,11 @@ import (
 // Defaults of [Wrap], applied with adapt.WithDefaults: a lease, mode or
 // backoff given to guard.New, or with [WithGuardOptions], wins.
 const (
-	// DefaultLease is how long a guarded workflow's claim holds without
+	// defaultLease is how long a guarded workflow's claim holds without
 	// being extended. The workflow extends it by a local activity every
 	// third of a lease while its body runs, so it bounds only how long a
 	// duplicate waits after the holder was terminated without releasing.
-	DefaultLease = time.Hour
+	defaultLease = time.Hour
 	// defaultPollInitial and defaultPollMax bound the pauses, on workflow
 	// timers, of a duplicate that waits for the holder of its key: each
 	// pause is a timer and a local activity in its history.
@@ -64,7 +64,7 @@ func newConfig(opts []Option) *config {
 // guard.WithRequireKey, guard.WithResultFilter, guard.WithDefiniteErrors,
 // guard.WithOutcomeHook, guard.WithCodec, … They override the defaults
 // given to guard.New, which override the workflow guard's own
-// ([DefaultLease]; waiting for the holder on workflow timers, from a second
+// (a lease of 1 h; waiting for the holder on workflow timers, from a second
 // up to a minute apart, for as long as it holds the key), and they apply to
 // every step of the claim: claiming, extending, completing and replaying.
 // guard.WithKey and adapt.WithClaimToken name one call and are refused

@@ -23,7 +23,7 @@ import (
 	"github.com/idemguard/idemguard/activity"
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/adapt"
-	"github.com/idemguard/idemguard/internal/temporaltest"
+	"github.com/idemguard/idemguard/internal/testing/temporaltest"
 	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/store/memory"
 	"github.com/idemguard/idemguard/workflow"
@@ -421,7 +421,7 @@ func TestWrapRefusesOneCallOptions(t *testing.T) {
 					t.Errorf("Wrap with %s did not panic", name)
 				}
 			}()
-			workflow.Wrap(g, wf, workflow.WithGuardOptions(opt))
+			workflow.MustWrap(g, wf, workflow.WithGuardOptions(opt))
 		}()
 	}
 }

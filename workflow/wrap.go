@@ -40,7 +40,7 @@ import (
 //     lapsed; in guard.WithReject mode, or once the wait budget is spent,
 //     it fails with activity.ErrorTypeInProgress instead.
 //   - Body. While it runs, the claim's lease (guard.WithLease, default
-//     [DefaultLease]) is extended by a local activity every third of a
+//     1 h) is extended by a local activity every third of a
 //     lease.
 //   - Finish. The body's outcome is recorded as guard.Do records a
 //     function's: a result is stored, encoded with the data converter
@@ -51,7 +51,7 @@ import (
 //   - Continue-as-new. A body that continues as new into the same workflow
 //     type keeps the key, and the next run finishes it: the claim is
 //     extended and handed to the next run in its header, which
-//     activity.NewInterceptor reads (so the next run keeps it even when its
+//     activity.Interceptor reads (so the next run keeps it even when its
 //     input gives another key), and its fencing token is the same for every
 //     run of the chain, so that a next run that derives the same key
 //     re-claims it as its own without the interceptor. Continued as new
@@ -71,14 +71,15 @@ import (
 // completed is harmless: the claim runs again with the same fencing token
 // (namespace, workflow ID, the chain's first run ID) and holds the key
 // again. Guard errors are returned as the application errors of idemguard's activity
-// package (activity.TemporalError). Wrap panics on invalid options.
-func Wrap[In, Out any](g *guard.Guard, wf func(tworkflow.Context, In) (Out, error), opts ...Option) func(tworkflow.Context, In) (Out, error) {
+// package (activity.TemporalError). Wrap reports invalid options or a nil
+// guard as an error; [MustWrap] panics instead.
+func Wrap[In, Out any](g *guard.Guard, wf func(tworkflow.Context, In) (Out, error), opts ...Option) (func(tworkflow.Context, In) (Out, error), error) {
 	if g == nil {
-		panic("idemguard/workflow: nil guard")
+		return nil, errors.New("idemguard/workflow: nil guard")
 	}
 	c := newConfig(opts)
 	base := append([]guard.CallOption{adapt.WithDefaults(
-		guard.WithLease(DefaultLease),
+		guard.WithLease(defaultLease),
 		guard.WithWait(forever),
 		adapt.WithWaitBackoff(defaultPollInitial, defaultPollMax),
 	)}, c.guardOpts...)
@@ -87,11 +88,11 @@ func Wrap[In, Out any](g *guard.Guard, wf func(tworkflow.Context, In) (Out, erro
 	// tokens are its own, and a user's are refused.
 	s, err := adapt.Settings(g, append(slices.Clip(base), adapt.Fixed(guard.WithKey("probe"), adapt.WithClaimToken("probe")))...)
 	if err != nil {
-		panic(fmt.Sprintf("idemguard/workflow: guarding %s: %v", activity.Name(wf), err))
+		return nil, fmt.Errorf("idemguard/workflow: guarding %s: %w", activity.Name(wf), err)
 	}
 	if s.Lease == 0 {
 		// "Until the context's deadline" would be the local activity's.
-		s.Lease = DefaultLease
+		s.Lease = defaultLease
 	}
 	s.Lease = max(s.Lease, adapt.MinLease)
 	la := localActivities{g: g, c: c, s: s, opts: base, decode: func(rec *store.Record, opts []guard.CallOption) (any, error) {
@@ -99,7 +100,17 @@ func Wrap[In, Out any](g *guard.Guard, wf func(tworkflow.Context, In) (Out, erro
 	}}
 	return func(ctx tworkflow.Context, in In) (Out, error) {
 		return guarded(ctx, la, wf, in)
+	}, nil
+}
+
+// MustWrap is [Wrap] that panics where Wrap returns an error, so that the
+// mistake shows when the worker starts.
+func MustWrap[In, Out any](g *guard.Guard, wf func(tworkflow.Context, In) (Out, error), opts ...Option) func(tworkflow.Context, In) (Out, error) {
+	w, err := Wrap(g, wf, opts...)
+	if err != nil {
+		panic(err)
 	}
+	return w
 }
 
 // Register registers guarded, the result of [Wrap], with r under the
@@ -118,7 +129,7 @@ type handover struct {
 
 // handed returns the claim an earlier run of this workflow handed to this
 // one when it continued as new, if any: the interceptor
-// (activity.NewInterceptor) moves it from the run's header, which only
+// (activity.Interceptor) moves it from the run's header, which only
 // interceptors see, into ctx.
 func handed(ctx tworkflow.Context, scope string) *adapt.Claim {
 	p := wfkey.Handover(ctx)

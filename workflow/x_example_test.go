@@ -12,7 +12,7 @@ import (
 
 	"github.com/idemguard/idemguard/activity"
 	"github.com/idemguard/idemguard/guard"
-	"github.com/idemguard/idemguard/internal/temporaltest"
+	"github.com/idemguard/idemguard/internal/testing/temporaltest"
 	"github.com/idemguard/idemguard/store/memory"
 	"github.com/idemguard/idemguard/workflow"
 )
@@ -54,8 +54,8 @@ func ExampleStepKey() {
 	s.SetLogger(temporaltest.Logger())
 	for range 2 { // two runs of one workflow ID
 		env := s.NewTestWorkflowEnvironment()
-		env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{activity.NewInterceptor(nil)}})
-		activity.Register(env, SendInvoice, activity.Wrap(g, SendInvoice))
+		env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{activity.MustInterceptor(nil)}})
+		activity.Register(env, SendInvoice, activity.MustWrap(g, SendInvoice))
 		env.ExecuteWorkflow(InvoiceWorkflow, Invoice{InvoiceID: "inv-1", Cents: 900})
 		var out string
 		if err := env.GetWorkflowResult(&out); err != nil {
@@ -84,7 +84,7 @@ func Onboard(ctx tworkflow.Context, customerID string) (string, error) {
 func ExampleWrap() {
 	welcomed = 0
 	g, _ := guard.New(memory.New())
-	guarded := workflow.Wrap(g, Onboard)
+	guarded := workflow.MustWrap(g, Onboard)
 
 	var s testsuite.WorkflowTestSuite
 	s.SetLogger(temporaltest.Logger())

@@ -65,7 +65,7 @@ func newHTTPSide(r *redisBench, b *bench) (*httpSide, error) {
 	}
 	return &httpSide{
 		hand:    &handHTTP{client: r.client, prefix: r.prefix + "hand-http:", next: business},
-		guarded: httpguard.Middleware(g)(business),
+		guarded: httpguard.MustMiddleware(g)(business),
 	}, nil
 }
 

@@ -17,13 +17,12 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/idemguard/idemguard/guard"
-	"github.com/idemguard/idemguard/internal/dynamodbtest"
-	"github.com/idemguard/idemguard/internal/postgrestest"
-	"github.com/idemguard/idemguard/internal/redistest"
+	"github.com/idemguard/idemguard/internal/testing/dynamodbtest"
+	"github.com/idemguard/idemguard/internal/testing/postgrestest"
+	"github.com/idemguard/idemguard/internal/testing/redistest"
 	"github.com/idemguard/idemguard/store"
 	idemddb "github.com/idemguard/idemguard/store/dynamodb"
 	"github.com/idemguard/idemguard/store/memory"
-	idemredis "github.com/idemguard/idemguard/store/redis"
 )
 
 // setUp builds cfg's bench with one caller, as the tests that look at
@@ -325,8 +324,7 @@ func (h *evalHook) take(sha map[string]string) []string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	literal := map[string]bool{"INPROGRESS": true, "COMPLETED": true}
-	for _, f := range []string{idemredis.FieldStatus, idemredis.FieldExpiry, idemredis.FieldLease, idemredis.FieldData,
-		idemredis.FieldValidation, idemredis.FieldToken, idemredis.FieldResultKind, idemredis.FieldEncoding} {
+	for _, f := range packed {
 		literal[f] = true
 	}
 	var lines []string

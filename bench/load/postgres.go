@@ -14,7 +14,7 @@ import (
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/adapt"
-	"github.com/idemguard/idemguard/internal/postgrestest"
+	"github.com/idemguard/idemguard/internal/testing/postgrestest"
 	"github.com/idemguard/idemguard/store/postgres"
 )
 

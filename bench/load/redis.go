@@ -14,8 +14,8 @@ import (
 
 	"github.com/idemguard/idemguard/internal/adapt"
 	"github.com/idemguard/idemguard/internal/epoch"
-	"github.com/idemguard/idemguard/internal/redistest"
-	"github.com/idemguard/idemguard/internal/reqcount"
+	"github.com/idemguard/idemguard/internal/testing/redistest"
+	"github.com/idemguard/idemguard/internal/testing/reqcount"
 	"github.com/idemguard/idemguard/store"
 	idemredis "github.com/idemguard/idemguard/store/redis"
 )
@@ -72,7 +72,7 @@ func newRedisBench(ctx context.Context, cfg Config, b *bench, body func(context.
 	runID := b.runID
 	r := &redisBench{
 		prefix: "idemguard-bench:" + runID + ":",
-		grace:  idemredis.DefaultExpiryGrace.Milliseconds(),
+		grace:  expiryGrace.Milliseconds(),
 		// A connection per caller, and a few for the lease keepers.
 		client: goredis.NewClient(&goredis.Options{Addr: cfg.RedisAddr, PoolSize: 2*cfg.Concurrency + 4}),
 	}
@@ -138,7 +138,7 @@ func (r *redisBench) rawClaim(ctx context.Context, key, token string, now time.T
 	exp := epoch.CeilSeconds(now.Add(max(rawTTL, rawLease)))
 	return r.client.EvalSha(ctx, r.acquireSHA, []string{r.prefix + key},
 		epoch.FloorMillis(seen), exp*1000+r.grace, exp, token, epoch.CeilMillis(now.Add(rawLease)),
-		idemredis.FieldFormat, int64(store.FormatVersion)).Result()
+		fieldFormat, int64(store.FormatVersion)).Result()
 }
 
 // rawMiss claims key, runs the function and completes the claim with its
@@ -159,7 +159,7 @@ func (r *redisBench) rawMiss(ctx context.Context, b *bench, key string, in Order
 	}
 	exp := epoch.CeilSeconds(time.Now().Add(rawTTL))
 	v, err = r.client.EvalSha(ctx, r.completeSHA, []string{r.prefix + key},
-		token, exp*1000+r.grace, exp, idemredis.FieldFormat, int64(store.FormatVersion), idemredis.FieldData, data).Result()
+		token, exp*1000+r.grace, exp, fieldFormat, int64(store.FormatVersion), fieldData, data).Result()
 	if err != nil {
 		return err
 	}
@@ -184,17 +184,35 @@ func (r *redisBench) rawReplay(ctx context.Context, key string) error {
 	if err != nil {
 		return fmt.Errorf("replay of %s: %w", key, err)
 	}
-	if f[idemredis.FieldStatus] != "COMPLETED" || f[idemredis.FieldData] == "" {
+	if f[fieldStatus] != "COMPLETED" || f[fieldData] == "" {
 		return errors.New("replay of " + key + ": the record is not a completed one with a result")
 	}
 	var rc Receipt
-	return json.Unmarshal([]byte(f[idemredis.FieldData]), &rc)
+	return json.Unmarshal([]byte(f[fieldData]), &rc)
 }
+
+// The store's layout (store/redis's package documentation): the fields of
+// a record's hash, and how long after a record's expiry the server deletes
+// its key by default. The load benchmark's tests compare the commands this
+// baseline sends with the store's, field names and all.
+const (
+	fieldStatus     = "status"
+	fieldExpiry     = "expiration"
+	fieldLease      = "in_progress_expiration"
+	fieldData       = "data"
+	fieldValidation = "validation"
+	fieldToken      = "token"
+	fieldResultKind = "result_kind"
+	fieldEncoding   = "data_encoding"
+	fieldFormat     = "format"
+
+	expiryGrace = time.Minute
+)
 
 // packed are the fields of the record the claim script returns, in order
 // (store/redis's scripts.go).
-var packed = [...]string{idemredis.FieldStatus, idemredis.FieldExpiry, idemredis.FieldLease, idemredis.FieldToken,
-	idemredis.FieldValidation, idemredis.FieldResultKind, idemredis.FieldEncoding, idemredis.FieldData, idemredis.FieldFormat}
+var packed = [...]string{fieldStatus, fieldExpiry, fieldLease, fieldToken,
+	fieldValidation, fieldResultKind, fieldEncoding, fieldData, fieldFormat}
 
 // unpack reads the fields of a record the claim script returns, after its
 // "R": each "-" when absent, or its length, ":" and its value. It returns

@@ -169,7 +169,7 @@ func parseStoreURL(raw string) (*parsedURL, error) {
 		}
 	case "postgres", "postgresql":
 		p.kind = "postgres"
-		p.table = postgres.DefaultTable
+		p.table = "idempotency" // the store's default table (postgres.WithTable)
 		if q.Has("table") {
 			p.table = q.Get("table")
 			q.Del("table")

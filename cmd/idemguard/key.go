@@ -12,7 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/idemguard/idemguard/guard"
-	"github.com/idemguard/idemguard/internal/idemkey"
+	"github.com/idemguard/idemguard/internal/transport"
 	"github.com/idemguard/idemguard/store/memory"
 )
 
@@ -172,20 +172,20 @@ func (a *app) httpKey(cmd *cobra.Command, h httpRequest, scope, secretEnv, secre
 	case h.shared && h.authEnv != "":
 		return usage("--shared-keys: the middleware does not scope keys by caller, so --authorization-env has no effect")
 	}
-	key, err := idemkey.Parse([]string{h.key}, idemkey.Rules{MinLength: 1, MaxLength: maxInput})
+	key, err := transport.Parse([]string{h.key}, transport.Rules{MinLength: 1, MaxLength: maxInput})
 	if err != nil {
 		return usage("--idempotency-key: %v", err)
 	}
-	sel := idemkey.Selection{Key: key, Method: strings.ToUpper(h.method), Route: h.route, Principal: h.principal}
+	sel := transport.Selection{Key: key, Method: strings.ToUpper(h.method), Route: h.route, Principal: h.principal}
 	if h.principal == "" && !h.shared && h.authEnv != "" {
 		v := a.getenv(h.authEnv)
 		if v == "" {
 			return usage("--authorization-env %s: the variable is unset or empty", h.authEnv)
 		}
-		sel.Credential = idemkey.Credential([]string{v})
+		sel.Credential = transport.Credential([]string{v})
 	}
 	if scope == "" {
-		scope = idemkey.HTTPScope
+		scope = transport.HTTPScope
 	}
 	var gopts []guard.Option
 	if secretEnv != "" {
@@ -199,7 +199,7 @@ func (a *app) httpKey(cmd *cobra.Command, h httpRequest, scope, secretEnv, secre
 	if err != nil {
 		return usage("%v", err)
 	}
-	k, err := idemkey.Key(g, scope, sel)
+	k, err := transport.Key(g, scope, sel)
 	if err != nil {
 		return usage("deriving the key: %v", err)
 	}

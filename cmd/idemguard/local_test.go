@@ -10,7 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
-	"github.com/idemguard/idemguard/internal/dynamodbtest"
+	"github.com/idemguard/idemguard/internal/testing/dynamodbtest"
 	"github.com/idemguard/idemguard/store"
 )
 

@@ -19,7 +19,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/idemguard/idemguard/internal/dynamodbtest"
+	"github.com/idemguard/idemguard/internal/testing/dynamodbtest"
 )
 
 var listRecords = flag.Int("list-records", 0, "run TestListScale over this many records in DynamoDB Local (make cli-scale: 100000)")

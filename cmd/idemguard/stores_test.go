@@ -4,9 +4,9 @@ import (
 	"net/url"
 	"testing"
 
-	"github.com/idemguard/idemguard/internal/dynamodbtest"
-	"github.com/idemguard/idemguard/internal/postgrestest"
-	"github.com/idemguard/idemguard/internal/redistest"
+	"github.com/idemguard/idemguard/internal/testing/dynamodbtest"
+	"github.com/idemguard/idemguard/internal/testing/postgrestest"
+	"github.com/idemguard/idemguard/internal/testing/redistest"
 	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/store/postgres"
 )

@@ -43,7 +43,7 @@ func recordKeyOf(t *testing.T, gopts []guard.Option, opts []httpguard.Option, vi
 		next = mux
 	}
 	rec := httptest.NewRecorder()
-	httpguard.Middleware(g, opts...)(next).ServeHTTP(rec, req)
+	httpguard.MustMiddleware(g, opts...)(next).ServeHTTP(rec, req)
 	if rec.Code != http.StatusCreated || key == "" {
 		t.Fatalf("the middleware answered %d %s; the handler saw key %q", rec.Code, rec.Body, key)
 	}
@@ -129,7 +129,7 @@ func TestGetShowsTransportResults(t *testing.T) {
 
 			// HTTP.
 			var httpKey string
-			h := httpguard.Middleware(g)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			h := httpguard.MustMiddleware(g)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				httpKey, _ = guard.KeyFromContext(r.Context())
 				w.Header().Set("Content-Type", "application/json")
 				w.Header().Set("Location", "/payments/pay_1")
@@ -154,7 +154,7 @@ func TestGetShowsTransportResults(t *testing.T) {
 			}
 
 			// gRPC: a message, and an error stored with WithCacheErrors.
-			icpt := grpcguard.UnaryServerInterceptor(g, grpcguard.WithCacheErrors())
+			icpt := grpcguard.MustUnaryServerInterceptor(g, grpcguard.WithCacheErrors())
 			var grpcKeys []string
 			call := func(key string, reply any, err error) {
 				ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs(grpcguard.DefaultKeyMetadata, key))

@@ -132,7 +132,7 @@ func consume(ctx context.Context, cfg consumerConfig) error {
 	router.AddMiddleware(
 		stopBeforeAck,
 		poison,
-		watermillguard.Middleware(g, watermillguard.WithGuardOptions(guard.WithLease(cfg.Lease))),
+		watermillguard.MustMiddleware(g, watermillguard.WithGuardOptions(guard.WithLease(cfg.Lease))),
 		middleware.Timeout(30*time.Second),
 	)
 

@@ -197,7 +197,7 @@ func downstream(ctx context.Context, cfg Config, n names) (*downstreamConsumer, 
 	if err != nil {
 		return nil, err
 	}
-	router.AddMiddleware(watermillguard.Middleware(g))
+	router.AddMiddleware(watermillguard.MustMiddleware(g))
 	mail := client()
 	router.AddConsumerHandler("email", n.Confirmations, sub, func(msg *message.Message) error {
 		return mail.HIncrBy(msg.Context(), n.Emails, msg.Metadata.Get("order"), 1).Err()

@@ -68,7 +68,7 @@ func run(ctx context.Context, out io.Writer, addr, endpoint, table string, keep 
 	// caller's Authorization header (an API with an authentication
 	// middleware would name the account with httpguard.WithPrincipal), JSON
 	// bodies compared as JSON.
-	mw, err := httpguard.NewMiddleware(g,
+	mw, err := httpguard.Middleware(g,
 		// A dead server blocks a key for about 5 s, not a minute: a
 		// duplicate then takes it over, and one refused with 409 gets a
 		// Retry-After of about that.

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/idemguard/idemguard/internal/testenv"
+	"github.com/idemguard/idemguard/internal/testing/testenv"
 )
 
 // TestMain makes this test binary a ledger worker when the driver starts

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemguard/idemguard/internal/testenv"
+	"github.com/idemguard/idemguard/internal/testing/testenv"
 )
 
 func unique(prefix string) string {

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/idemguard/idemguard/examples/internal/payment"
-	"github.com/idemguard/idemguard/internal/testenv"
+	"github.com/idemguard/idemguard/internal/testing/testenv"
 )
 
 // env returns a getenv that sees only the named variables of the real

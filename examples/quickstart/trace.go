@@ -90,7 +90,7 @@ func label(s *tracetest.SpanStub) string {
 		if step, ok := attrs[string(telemetry.StepKey)]; ok {
 			l += "  step=" + step // a guard.Step's name
 		}
-		if v, ok := attrs[string(telemetry.TemporalAttemptKey)]; ok {
+		if v, ok := attrs["temporal.activity.attempt"]; ok { // set by package activity
 			l += "  attempt=" + v
 		}
 		l += "  outcome=" + attrs[string(telemetry.OutcomeKey)]

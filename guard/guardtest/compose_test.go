@@ -8,7 +8,7 @@ import (
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/guard/guardtest"
-	"github.com/idemguard/idemguard/internal/teststores"
+	"github.com/idemguard/idemguard/internal/testing/teststores"
 )
 
 // payloadOptions validate the payload the composition suite's calls carry.

@@ -19,8 +19,6 @@ import (
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/adapt"
 	"github.com/idemguard/idemguard/store"
-	idemddb "github.com/idemguard/idemguard/store/dynamodb"
-	idemredis "github.com/idemguard/idemguard/store/redis"
 )
 
 // TestNewerFormat is what a build meets during a rolling deploy once a
@@ -135,13 +133,13 @@ func withFormat(t *testing.T, storeName string, raw json.RawMessage, format int)
 	case "dynamodb":
 		var item map[string]map[string]string
 		if err = json.Unmarshal(raw, &item); err == nil {
-			item[idemddb.DefaultAttributes.Format] = map[string]string{"N": strconv.Itoa(format)}
+			item["format"] = map[string]string{"N": strconv.Itoa(format)}
 			out, err = json.Marshal(item)
 		}
 	case "redis":
 		var it redisItem
 		if err = json.Unmarshal(raw, &it); err == nil {
-			it.Hash[idemredis.FieldFormat] = blob(strconv.Itoa(format))
+			it.Hash["format"] = blob(strconv.Itoa(format))
 			out, err = json.Marshal(it)
 		}
 	case "postgres":

@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemguard/idemguard/internal/dynamodbtest"
-	"github.com/idemguard/idemguard/internal/postgrestest"
-	"github.com/idemguard/idemguard/internal/redistest"
+	"github.com/idemguard/idemguard/internal/testing/dynamodbtest"
+	"github.com/idemguard/idemguard/internal/testing/postgrestest"
+	"github.com/idemguard/idemguard/internal/testing/redistest"
 )
 
 // previousRelease names the commit (or tag) of the release the rolling
@@ -351,11 +351,12 @@ func buildDrivers(t *testing.T, dir string) map[string]string {
 	if err := untar.Wait(); err != nil {
 		t.Fatalf("extracting %s: %v\n%s", ref, err, uerr.Bytes())
 	}
-	// A release from before the driver gets this one, which keeps to the
-	// API both share; a later one builds its own.
+	// A release from before the driver gets the driver as it was written
+	// for that release's API (testdata/driver-pre-format.go.txt, the same
+	// flags, effects and report); a later one builds its own.
 	const driverDir = "internal/compattest/driver"
 	if _, err := os.Stat(filepath.Join(old, driverDir, "main.go")); os.IsNotExist(err) {
-		src, err := os.ReadFile(filepath.Join(root, driverDir, "main.go"))
+		src, err := os.ReadFile(filepath.Join(root, "internal/compattest/testdata/driver-pre-format.go.txt"))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -402,7 +402,7 @@ var largeNote = strings.Repeat("the same line of a long receipt, again. ", 420)
 
 // serveHTTP sends the scenario's request through httpguard to handler.
 func serveHTTP(ctx context.Context, e *env, handler http.HandlerFunc) *httptest.ResponseRecorder {
-	h := httpguard.Middleware(e.g, httpguard.WithScope("golden-http"))(handler)
+	h := httpguard.MustMiddleware(e.g, httpguard.WithScope("golden-http"))(handler)
 	req := httptest.NewRequestWithContext(ctx, http.MethodPost, "/charges", strings.NewReader(`{"order":"o-7","amount":700}`))
 	req.Header.Set("Idempotency-Key", `"golden-http-7"`)
 	req.Header.Set("Content-Type", "application/json")
@@ -414,7 +414,7 @@ func serveHTTP(ctx context.Context, e *env, handler http.HandlerFunc) *httptest.
 // callGRPC sends a unary call for order id through grpcguard's
 // interceptor to handler.
 func callGRPC(ctx context.Context, e *env, id string, handler grpc.UnaryHandler) (any, error) {
-	in := grpcguard.UnaryServerInterceptor(e.g, grpcguard.WithScope("golden-grpc"),
+	in := grpcguard.MustUnaryServerInterceptor(e.g, grpcguard.WithScope("golden-grpc"),
 		grpcguard.WithCodePolicy(func(c codes.Code) bool { return c == codes.NotFound }))
 	ctx = metadata.NewIncomingContext(ctx, metadata.Pairs(grpcguard.DefaultKeyMetadata, "golden-grpc-"+id))
 	return in(ctx, wrapperspb.String(id), &grpc.UnaryServerInfo{FullMethod: "/golden.v1.Charges/Charge"}, handler)

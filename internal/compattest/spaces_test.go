@@ -23,13 +23,12 @@ import (
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/adapt"
 	"github.com/idemguard/idemguard/internal/compress"
-	"github.com/idemguard/idemguard/internal/dynamodbtest"
-	"github.com/idemguard/idemguard/internal/postgrestest"
-	"github.com/idemguard/idemguard/internal/redistest"
+	"github.com/idemguard/idemguard/internal/testing/dynamodbtest"
+	"github.com/idemguard/idemguard/internal/testing/postgrestest"
+	"github.com/idemguard/idemguard/internal/testing/redistest"
 	"github.com/idemguard/idemguard/store"
 	idemddb "github.com/idemguard/idemguard/store/dynamodb"
 	"github.com/idemguard/idemguard/store/postgres"
-	idemredis "github.com/idemguard/idemguard/store/redis"
 )
 
 // space is one store's fresh key space in a test: a store on it, and raw
@@ -81,7 +80,7 @@ func dynamoSpace(t *testing.T) *space {
 					t.Fatalf("scanning %s: %v", *table, err)
 				}
 				for _, item := range page.Items {
-					key := item[idemddb.DefaultAttributes.Key].(*types.AttributeValueMemberS).Value
+					key := item["id"].(*types.AttributeValueMemberS).Value
 					raw, err := itemJSON(item)
 					if err != nil {
 						t.Fatal(err)
@@ -105,8 +104,8 @@ func dynamoSpace(t *testing.T) *space {
 			if err := json.Unmarshal(raw, &item); err != nil {
 				return nil, err
 			}
-			if item[idemddb.DefaultAttributes.Encoding]["S"] == compress.Encoding {
-				data := item[idemddb.DefaultAttributes.Data]
+			if item["data_encoding"]["S"] == compress.Encoding {
+				data := item["data"]
 				b, err := base64.StdEncoding.DecodeString(data["B"])
 				if err != nil {
 					return nil, err
@@ -114,7 +113,7 @@ func dynamoSpace(t *testing.T) *space {
 				if b, err = compress.Gunzip(b, 64<<20); err != nil {
 					return nil, err
 				}
-				item[idemddb.DefaultAttributes.Data] = map[string]string{"B (gunzipped)": base64.StdEncoding.EncodeToString(b)}
+				item["data"] = map[string]string{"B (gunzipped)": base64.StdEncoding.EncodeToString(b)}
 			}
 			return json.Marshal(item)
 		},
@@ -236,13 +235,13 @@ func redisSpace(t *testing.T) *space {
 			if err := json.Unmarshal(raw, &it); err != nil {
 				return nil, err
 			}
-			if it.Hash[idemredis.FieldEncoding] == compress.Encoding {
-				b, err := compress.Gunzip([]byte(it.Hash[idemredis.FieldData]), 64<<20)
+			if it.Hash["data_encoding"] == compress.Encoding {
+				b, err := compress.Gunzip([]byte(it.Hash["data"]), 64<<20)
 				if err != nil {
 					return nil, err
 				}
-				delete(it.Hash, idemredis.FieldData)
-				it.Hash[idemredis.FieldData+" (gunzipped)"] = blob(b)
+				delete(it.Hash, "data")
+				it.Hash["data"+" (gunzipped)"] = blob(b)
 			}
 			return json.Marshal(it)
 		},

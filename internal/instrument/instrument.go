@@ -11,7 +11,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/idemguard/idemguard/telemetry"
+	"github.com/idemguard/idemguard/internal/telemetry"
 )
 
 // Buckets are the bucket boundaries, in seconds, that the guard's

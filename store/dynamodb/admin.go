@@ -16,27 +16,27 @@ import (
 	"github.com/idemguard/idemguard/store"
 )
 
-// ListAPI is the part of the DynamoDB client that [Store.List] uses: Scan
+// listAPI is the part of the DynamoDB client that [Store.List] uses: Scan
 // for a table in plain mode, Query for one in sort-key mode.
 // *dynamodb.Client satisfies it. It is separate from [API] so that clients
 // and test doubles written for API keep working: the store checks for it
 // with a type assertion, and a client without it makes List return
 // [store.ErrSkip].
-type ListAPI interface {
+type listAPI interface {
 	Scan(ctx context.Context, in *dynamodb.ScanInput, optFns ...func(*dynamodb.Options)) (*dynamodb.ScanOutput, error)
 	Query(ctx context.Context, in *dynamodb.QueryInput, optFns ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error)
 }
 
 var (
-	_ ListAPI     = (*dynamodb.Client)(nil)
+	_ listAPI     = (*dynamodb.Client)(nil)
 	_ store.Admin = (*Store)(nil)
 )
 
 const (
-	// DefaultListLimit is the page size of [Store.List] when the query
-	// gives none; MaxListLimit caps the size a query may ask for.
-	DefaultListLimit = 100
-	MaxListLimit     = 1000
+	// defaultListLimit is the page size of [Store.List] when the query
+	// gives none; maxListLimit caps the size a query may ask for.
+	defaultListLimit = 100
+	maxListLimit     = 1000
 	// maxRequestsPerPage bounds the Scan or Query requests of one List
 	// page, so that a filter that matches little returns a short page
 	// (with a cursor) rather than reading the whole table in one call.
@@ -51,8 +51,7 @@ const (
 // equality filter, both built with the expression builder; reads are
 // strongly consistent.
 //
-// A page holds at most q.Limit records (default [DefaultListLimit], at
-// most [MaxListLimit]). Each request asks DynamoDB to read no more items
+// A page holds at most q.Limit records (default 100, at most 1,000). Each request asks DynamoDB to read no more items
 // than the page still has room for, and a page sends at most 16 requests,
 // so memory stays bounded by the page size however large the table is;
 // with a filter that matches few items a page may hold fewer records, or
@@ -63,8 +62,8 @@ const (
 //
 // An item that cannot be read as a record is left out of the page and
 // reported in an error matching [store.ErrCorrupt], returned with the
-// page (whose cursor is valid). A client that lacks Scan and Query (see
-// [ListAPI]) makes List return [store.ErrSkip]. List needs the IAM action
+// page (whose cursor is valid). A client that lacks Scan and Query (the
+// SDK's has them) makes List return [store.ErrSkip]. List needs the IAM action
 // dynamodb:Scan (plain mode) or dynamodb:Query (sort-key mode).
 func (s *Store) List(ctx context.Context, q store.Query) (store.Page, error) {
 	const op = "List"
@@ -72,15 +71,15 @@ func (s *Store) List(ctx context.Context, q store.Query) (store.Page, error) {
 	if err := ctx.Err(); err != nil {
 		return page, s.opErr(op, q.Prefix, err)
 	}
-	lc, ok := s.client.(ListAPI)
+	lc, ok := s.client.(listAPI)
 	if !ok {
 		return page, store.ErrSkip
 	}
 	limit := q.Limit
 	if limit <= 0 {
-		limit = DefaultListLimit
+		limit = defaultListLimit
 	}
-	limit = min(limit, MaxListLimit)
+	limit = min(limit, maxListLimit)
 	start, err := s.decodeCursor(q.Cursor)
 	if err != nil {
 		return page, s.opErr(op, q.Prefix, err)
@@ -167,7 +166,7 @@ func (s *Store) listRequest(q store.Query) (*listRequest, error) {
 
 // send reads at most limit items starting after start, and returns them
 // with the LastEvaluatedKey (empty after the last item).
-func (r *listRequest) send(ctx context.Context, lc ListAPI, s *Store, start map[string]types.AttributeValue, limit int32) ([]map[string]types.AttributeValue, map[string]types.AttributeValue, error) {
+func (r *listRequest) send(ctx context.Context, lc listAPI, s *Store, start map[string]types.AttributeValue, limit int32) ([]map[string]types.AttributeValue, map[string]types.AttributeValue, error) {
 	if r.query {
 		out, err := lc.Query(ctx, &dynamodb.QueryInput{
 			TableName:                 s.tableName,

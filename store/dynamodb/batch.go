@@ -15,30 +15,30 @@ import (
 	"github.com/idemguard/idemguard/store"
 )
 
-// BatchAPI is the part of the DynamoDB client that [Store.GetMany] uses.
+// batchAPI is the part of the DynamoDB client that [Store.GetMany] uses.
 // *dynamodb.Client satisfies it. It is separate from [API] so that clients
 // and test doubles written for API keep working: the store checks for it
 // with a type assertion, and a client without it makes GetMany return
 // [store.ErrSkip], so batches fall back to one claim per item.
-type BatchAPI interface {
+type batchAPI interface {
 	BatchGetItem(ctx context.Context, in *dynamodb.BatchGetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.BatchGetItemOutput, error)
 }
 
 var (
-	_ BatchAPI          = (*dynamodb.Client)(nil)
+	_ batchAPI          = (*dynamodb.Client)(nil)
 	_ store.BatchGetter = (*Store)(nil)
 )
 
-// MaxBatchGetKeys is the number of keys DynamoDB accepts in one
+// maxBatchGetKeys is the number of keys DynamoDB accepts in one
 // BatchGetItem request; [Store.GetMany] sends larger sets in several.
-const MaxBatchGetKeys = 100
+const maxBatchGetKeys = 100
 
 // batchParallelism bounds the BatchGetItem requests one GetMany has in
 // flight.
 const batchParallelism = 4
 
 // GetMany implements [store.BatchGetter] with BatchGetItem: strongly
-// consistent reads of up to [MaxBatchGetKeys] keys per request, at most four
+// consistent reads of up to 100 keys per request, at most four
 // requests in flight, projected onto the attributes a record has. Duplicate
 // keys are read once. Keys DynamoDB returns as unprocessed (because the
 // table is throttled, or the response reached its 16 MB limit) are asked
@@ -50,8 +50,8 @@ const batchParallelism = 4
 //
 // An item that cannot be read as a record is left out of the map and
 // reported, after the other records are read, as an error matching
-// [store.ErrCorrupt]. A client that lacks BatchGetItem (see [BatchAPI])
-// makes GetMany return [store.ErrSkip].
+// [store.ErrCorrupt]. A client that lacks BatchGetItem (the SDK's
+// has it) makes GetMany return [store.ErrSkip].
 //
 // GetMany needs the IAM action dynamodb:BatchGetItem on the table.
 func (s *Store) GetMany(ctx context.Context, keys []string) (map[string]*store.Record, error) {
@@ -59,7 +59,7 @@ func (s *Store) GetMany(ctx context.Context, keys []string) (map[string]*store.R
 	if err := ctx.Err(); err != nil {
 		return nil, s.opErr(op, firstKey(keys), err)
 	}
-	bc, ok := s.client.(BatchAPI)
+	bc, ok := s.client.(batchAPI)
 	if !ok {
 		return nil, store.ErrSkip
 	}
@@ -88,8 +88,8 @@ func (s *Store) GetMany(ctx context.Context, keys []string) (map[string]*store.R
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	sem := make(chan struct{}, batchParallelism)
-	for start := 0; start < len(uniq); start += MaxBatchGetKeys {
-		chunk := uniq[start:min(start+MaxBatchGetKeys, len(uniq))]
+	for start := 0; start < len(uniq); start += maxBatchGetKeys {
+		chunk := uniq[start:min(start+maxBatchGetKeys, len(uniq))]
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
@@ -182,10 +182,10 @@ func (s *Store) projection() (batchProjection, error) {
 	return batchProjection{expr: x.Projection(), names: x.Names()}, nil
 }
 
-// getChunk reads up to MaxBatchGetKeys keys, going back for unprocessed
+// getChunk reads up to maxBatchGetKeys keys, going back for unprocessed
 // keys. It returns the records read, errors for items that could not be
 // decoded, and the error that stopped it, if any.
-func (s *Store) getChunk(ctx context.Context, bc BatchAPI, proj batchProjection, keys []string) (recs []*store.Record, bad []error, err error) {
+func (s *Store) getChunk(ctx context.Context, bc batchAPI, proj batchProjection, keys []string) (recs []*store.Record, bad []error, err error) {
 	const op = "GetMany"
 	pending := make([]map[string]types.AttributeValue, len(keys))
 	for i, k := range keys {
@@ -222,7 +222,7 @@ func (s *Store) getChunk(ctx context.Context, bc BatchAPI, proj batchProjection,
 		if len(got) > 0 || len(left) < len(pending) {
 			stalled = 0
 		} else if stalled++; stalled >= limit {
-			return recs, bad, s.opErr(op, keyOf(s.cfg, left[0]), &UnprocessedError{Keys: len(left), Rounds: round})
+			return recs, bad, s.opErr(op, keyOf(s.cfg, left[0]), &unprocessedError{Keys: len(left), Rounds: round})
 		}
 		pending = left
 		d, _ := bo.BackoffDelay(stalled, nil)
@@ -245,7 +245,7 @@ func (s *Store) unprocessedRounds() int {
 	case s.cfg.maxAttempts > 0:
 		return s.cfg.maxAttempts
 	}
-	return DefaultMaxAttempts
+	return defaultMaxAttempts
 }
 
 // keyOf returns the idempotency key of an item or primary key, for errors.
@@ -260,10 +260,10 @@ func keyOf(c *config, item map[string]types.AttributeValue) string {
 	return ""
 }
 
-// UnprocessedError is the cause of a [Store.GetMany] error when DynamoDB
+// unprocessedError is the cause of a [Store.GetMany] error when DynamoDB
 // kept returning keys unprocessed, which it does when the table's read
 // capacity is exhausted. It matches [store.ErrThrottled].
-type UnprocessedError struct {
+type unprocessedError struct {
 	// Keys is how many keys of the request were still unprocessed.
 	Keys int
 	// Rounds is how many BatchGetItem requests were sent for them.
@@ -271,9 +271,9 @@ type UnprocessedError struct {
 }
 
 // Error says how many keys were left and after how many requests.
-func (e *UnprocessedError) Error() string {
+func (e *unprocessedError) Error() string {
 	return fmt.Sprintf("dynamodb: BatchGetItem left %d keys unprocessed after %d requests", e.Keys, e.Rounds)
 }
 
 // Is reports whether target is [store.ErrThrottled].
-func (e *UnprocessedError) Is(target error) bool { return target == store.ErrThrottled }
+func (e *unprocessedError) Is(target error) bool { return target == store.ErrThrottled }

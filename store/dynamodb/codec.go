@@ -18,9 +18,9 @@ import (
 	"github.com/idemguard/idemguard/store"
 )
 
-// MaxItemSize is DynamoDB's limit on the size of one item: 400 KB, counted
+// maxItemSize is DynamoDB's limit on the size of one item: 400 KB, counted
 // as the UTF-8 lengths of the attribute names plus the sizes of the values.
-const MaxItemSize = 400 << 10
+const maxItemSize = 400 << 10
 
 const (
 	kindError       = "error"
@@ -101,7 +101,7 @@ func (c *config) item(key string, e *encoded) map[string]types.AttributeValue {
 	return m
 }
 
-// itemSize returns ItemSize(c.item(key, e)) without building the item: the
+// itemSize returns sizeOf(c.item(key, e)) without building the item: the
 // attribute names are distinct (New checks), so the item holds each of them
 // once.
 func (c *config) itemSize(key string, e *encoded) int {
@@ -120,7 +120,7 @@ func (c *config) itemSize(key string, e *encoded) int {
 }
 
 // encode turns rec into attributes. It refuses times it could not store and
-// items larger than [MaxItemSize], the latter with an error matching
+// items larger than 400 KB, the latter with an error matching
 // [store.ErrTooLarge].
 func (c *config) encode(rec *store.Record) (*encoded, error) {
 	if err := checkTime("ExpiresAt", rec.ExpiresAt); err != nil {
@@ -163,9 +163,9 @@ func (c *config) encode(rec *store.Record) (*encoded, error) {
 			e.encoding = strAttr(encodingGzip)
 		}
 	}
-	if n := c.itemSize(rec.Key, e); n > MaxItemSize {
+	if n := c.itemSize(rec.Key, e); n > maxItemSize {
 		return nil, fmt.Errorf("%w: the item would be %d bytes, over DynamoDB's limit of %d (result %d bytes, %d as stored)",
-			store.ErrTooLarge, n, MaxItemSize, len(rec.Result), attrSize(e.data))
+			store.ErrTooLarge, n, maxItemSize, len(rec.Result), attrSize(e.data))
 	}
 	return e, nil
 }
@@ -486,13 +486,13 @@ func typeName(v types.AttributeValue) string {
 	return fmt.Sprintf("%T", v)
 }
 
-// ItemSize returns the size DynamoDB counts for item against its 400 KB
-// limit ([MaxItemSize]): for each attribute, the UTF-8 length of its name
+// sizeOf returns the size DynamoDB counts for item against its 400 KB
+// limit (maxItemSize): for each attribute, the UTF-8 length of its name
 // plus the size of its value. Strings count their UTF-8 length, binaries
 // their length, numbers about one byte per two significant digits plus one,
 // booleans and nulls one byte, and maps and lists three bytes plus one per
 // element on top of their contents.
-func ItemSize(item map[string]types.AttributeValue) int {
+func sizeOf(item map[string]types.AttributeValue) int {
 	n := 0
 	for name, v := range item {
 		n += len(name) + attrSize(v)

@@ -42,10 +42,10 @@ func TestEncodeData(t *testing.T) {
 		t.Fatal(err)
 	}
 	var compressible bytes.Buffer
-	for compressible.Len() <= DefaultCompressAbove {
+	for compressible.Len() <= defaultCompressAbove {
 		compressible.WriteString(`{"k":"v"},`)
 	}
-	incompressible := make([]byte, DefaultCompressAbove+1)
+	incompressible := make([]byte, defaultCompressAbove+1)
 	for i := range incompressible {
 		incompressible[i] = byte(rand.Uint32())
 	}
@@ -144,7 +144,7 @@ func TestEncodeRefuses(t *testing.T) {
 			t.Errorf("encode(%+v) succeeded", rec)
 		}
 	}
-	big := make([]byte, MaxItemSize)
+	big := make([]byte, maxItemSize)
 	for i := range big {
 		big[i] = byte(rand.Uint32())
 	}
@@ -203,7 +203,7 @@ func TestOptionErrorsNameTheOption(t *testing.T) {
 		{WithAttributes(Attributes{Lease: "a[1]"}), "Attributes.Lease"},
 		{WithAttributes(Attributes{Encoding: strings.Repeat("x", 300)}), "Attributes.Encoding"},
 		{WithAttributes(Attributes{Validation: "\xff"}), "Attributes.Validation"},
-		{WithAttributes(Attributes{Data: DefaultAttributes.Status}), "Attributes.Data"},
+		{WithAttributes(Attributes{Data: defaultAttributes.Status}), "Attributes.Data"},
 		{WithMaxAttempts(-1), "WithMaxAttempts"},
 		{WithSortKey("sk", ""), "WithSortKey"},
 	} {

@@ -27,7 +27,7 @@
 // request fills in only its values.
 //
 // Requests are retried by the SDK's standard retryer with
-// [DefaultMaxAttempts] attempts and short jittered backoff (see
+// 8 attempts and short jittered backoff (see
 // [WithMaxAttempts] and [WithRetryer]). Errors are [*store.OpError] values naming
 // the operation, table and key; throttling that outlasts the retries
 // matches [store.ErrThrottled], and [errors.As] still reaches the SDK's
@@ -83,10 +83,10 @@
 // hex digits, so a scope may be at most 1,983 bytes (959 in sort-key
 // mode). The guard refuses a longer key before it sends a request.
 //
-// Results larger than [DefaultCompressAbove] bytes (see [WithCompressAbove])
+// Results larger than 16 KiB (see [WithCompressAbove])
 // are gzip-compressed when that makes them smaller. An item that would
-// still exceed DynamoDB's 400 KB limit ([MaxItemSize], counted as DynamoDB
-// counts it: see [ItemSize]) is refused before it is sent, with an error
+// still exceed DynamoDB's 400 KB limit (counted as DynamoDB counts it: the
+// UTF-8 lengths of the attributes' names and values) is refused before it is sent, with an error
 // matching [store.ErrTooLarge]; the guard then records the call as
 // completed without a result.
 //

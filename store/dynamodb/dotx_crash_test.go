@@ -15,7 +15,7 @@ import (
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/adapt"
-	"github.com/idemguard/idemguard/internal/dynamodbtest"
+	"github.com/idemguard/idemguard/internal/testing/dynamodbtest"
 	"github.com/idemguard/idemguard/store"
 	idemddb "github.com/idemguard/idemguard/store/dynamodb"
 )
@@ -71,11 +71,11 @@ func (h *completeHook) Begin(ctx context.Context) (store.Tx[*idemddb.TxWrites], 
 	if err != nil {
 		return nil, err
 	}
-	return &completeHookTx{Tx: tx.(*idemddb.Tx), after: h.after}, nil
+	return &completeHookTx{Tx: tx, after: h.after}, nil
 }
 
 type completeHookTx struct {
-	*idemddb.Tx
+	store.Tx[*idemddb.TxWrites]
 	after func()
 }
 

@@ -513,11 +513,11 @@ func (h *hookStore) Begin(ctx context.Context) (store.Tx[*idemddb.TxWrites], err
 	if err != nil {
 		return nil, err
 	}
-	return &hookTx{Tx: tx.(*idemddb.Tx), h: h}, nil
+	return &hookTx{Tx: tx, h: h}, nil
 }
 
 type hookTx struct {
-	*idemddb.Tx
+	store.Tx[*idemddb.TxWrites]
 	h *hookStore
 }
 

@@ -79,22 +79,22 @@ func (s *Store) Table() string { return s.table }
 // DynamoDB's limits on the values of an item's key attributes, in bytes of
 // UTF-8.
 const (
-	MaxPartitionKeyBytes = 2048
-	MaxSortKeyBytes      = 1024
+	maxPartitionKeyBytes = 2048
+	maxSortKeyBytes      = 1024
 )
 
 // MaxKeyBytes implements [store.KeyLimiter]: the longest idempotency key
-// DynamoDB can hold in the store's layout, [MaxPartitionKeyBytes] when the
-// key is the partition key (the default) and [MaxSortKeyBytes] when it is
+// DynamoDB can hold in the store's layout, [maxPartitionKeyBytes] when the
+// key is the partition key (the default) and [maxSortKeyBytes] when it is
 // the sort key ([WithSortKey]; New refuses a static partition value over
-// MaxPartitionKeyBytes). The guard refuses a longer key before it sends a
+// maxPartitionKeyBytes). The guard refuses a longer key before it sends a
 // request; a key is the call's scope, "#" and 64 hex digits, so a scope
 // may be at most 1,983 bytes (959 in the sort-key layout).
 func (s *Store) MaxKeyBytes() int {
 	if s.cfg.sortKeyAttr != "" {
-		return MaxSortKeyBytes
+		return maxSortKeyBytes
 	}
-	return MaxPartitionKeyBytes
+	return maxPartitionKeyBytes
 }
 
 // Name returns "dynamodb", the store's name in telemetry (idemguard.store).
@@ -184,7 +184,7 @@ func (c *config) lapsedClaim(item map[string]types.AttributeValue, now time.Time
 
 // Complete implements [store.Store] with one UpdateItem conditional on the
 // token. It refuses, before sending, a record whose item would exceed
-// [MaxItemSize] even with its result compressed.
+// 400 KB even with its result compressed.
 func (s *Store) Complete(ctx context.Context, rec *store.Record) error {
 	const op = "Complete"
 	if err := ctx.Err(); err != nil {

@@ -3,7 +3,7 @@ package dynamodb_test
 import (
 	"testing"
 
-	"github.com/idemguard/idemguard/internal/dynamodbtest"
+	"github.com/idemguard/idemguard/internal/testing/dynamodbtest"
 	"github.com/idemguard/idemguard/store"
 	idemddb "github.com/idemguard/idemguard/store/dynamodb"
 	"github.com/idemguard/idemguard/store/storetest"

@@ -31,3 +31,19 @@ func MarkFormat(t *testing.T, st store.Store, key string, format int) {
 }
 
 func ptr(s string) *string { return &s }
+
+// The limits and errors the external tests check against, unexported in
+// the package: users meet them as the numbers and messages the
+// documentation gives.
+const (
+	MaxBatchGetKeys = maxBatchGetKeys
+	MaxItemSize     = maxItemSize
+	MaxTxActions    = maxTxActions
+)
+
+var (
+	ErrTxEnded = errTxEnded
+	ItemSize   = sizeOf
+)
+
+type UnprocessedError = unprocessedError

@@ -302,8 +302,8 @@ func TestCompileMapsPlaceholders(t *testing.T) {
 	}
 }
 
-// TestItemSize checks that the size encode checks against MaxItemSize is
-// exactly ItemSize of the item the store writes.
+// TestItemSize checks that the size encode checks against maxItemSize is
+// exactly sizeOf of the item the store writes.
 func TestItemSize(t *testing.T) {
 	t0 := time.Unix(1_900_000_000, 5).UTC()
 	for _, opts := range [][]Option{nil, {WithAttributes(Attributes{Key: "pk"}), WithSortKey("sk", "idempotency#fn")}, {allAttrNames(t), WithCompressAbove(0)}} {
@@ -322,8 +322,8 @@ func TestItemSize(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got, want := c.itemSize(rec.Key, e), ItemSize(c.item(rec.Key, e)); got != want {
-				t.Errorf("itemSize(%+v) = %d, ItemSize of the item = %d", rec, got, want)
+			if got, want := c.itemSize(rec.Key, e), sizeOf(c.item(rec.Key, e)); got != want {
+				t.Errorf("itemSize(%+v) = %d, sizeOf of the item = %d", rec, got, want)
 			}
 		}
 	}

@@ -11,8 +11,8 @@ import (
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/guard/guardtest"
-	"github.com/idemguard/idemguard/internal/dynamodbtest"
-	"github.com/idemguard/idemguard/internal/reqcount"
+	"github.com/idemguard/idemguard/internal/testing/dynamodbtest"
+	"github.com/idemguard/idemguard/internal/testing/reqcount"
 	"github.com/idemguard/idemguard/store"
 )
 

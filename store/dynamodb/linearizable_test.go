@@ -6,8 +6,9 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
-	"github.com/idemguard/idemguard/internal/dynamodbtest"
-	"github.com/idemguard/idemguard/internal/faultproxy"
+	"github.com/idemguard/idemguard/internal/testing/dynamodbtest"
+	"github.com/idemguard/idemguard/internal/testing/faultproxy"
+	"github.com/idemguard/idemguard/internal/testing/linz"
 	"github.com/idemguard/idemguard/store"
 	idemddb "github.com/idemguard/idemguard/store/dynamodb"
 	"github.com/idemguard/idemguard/store/storetest"
@@ -15,7 +16,7 @@ import (
 
 // DynamoDB keeps expiration in epoch seconds (rounded up) and
 // in_progress_expiration in milliseconds.
-var precision = storetest.Precision{Expiry: time.Second, Lease: time.Millisecond}
+var precision = linz.Precision{Expiry: time.Second, Lease: time.Millisecond}
 
 // linzStore returns a store on a fresh table whose client reaches DynamoDB
 // Local through a fault proxy (delays, 5xx, throttling, answers lost after
@@ -44,10 +45,10 @@ var linzFaults = faultproxy.Config{Rate: 0.08, MaxLatency: 150 * time.Millisecon
 // Histories of concurrent claims on a few hot keys through the fault
 // proxy are linearizable.
 func TestLinearizable(t *testing.T) {
-	storetest.RunLinearizable(t, linzStore(t, linzFaults), precision, storetest.HistoryConfig{Ops: 1500})
+	storetest.RunLinearizable(t, linzStore(t, linzFaults), storetest.WithPrecision(precision.Expiry, precision.Lease), storetest.WithOps(1500))
 }
 
 // Each broken store is caught.
 func TestLinearizableMutants(t *testing.T) {
-	storetest.RunMutants(t, func(t *testing.T) store.Store { return linzStore(t, linzFaults) }, precision, storetest.HistoryConfig{Ops: 600})
+	linz.RunMutants(t, func(t *testing.T) store.Store { return linzStore(t, linzFaults) }, precision, linz.HistoryConfig{Ops: 600})
 }

@@ -15,30 +15,33 @@ import (
 )
 
 // Attributes names the attributes of a record's item. A field left empty
-// keeps its name in [DefaultAttributes].
+// keeps its default name, given with each field: AWS Powertools'
+// attribute names, plus the three Powertools does not write (token,
+// result_kind and data_encoding).
 type Attributes struct {
-	// Key is the partition key (type S): the idempotency key, or the
-	// static partition value in sort-key mode ([WithSortKey]).
+	// Key is the partition key (type S; default "id"): the idempotency
+	// key, or the static partition value in sort-key mode ([WithSortKey]).
 	Key string
-	// Expiry holds the record's expiry (type N, epoch seconds); it is the
-	// table's TTL attribute.
+	// Expiry holds the record's expiry (type N, epoch seconds; default
+	// "expiration"); it is the table's TTL attribute.
 	Expiry string
 	// Lease holds an in-progress record's lease end (type N, epoch
-	// milliseconds).
+	// milliseconds; default "in_progress_expiration").
 	Lease string
-	// Status holds "INPROGRESS" or "COMPLETED" (type S).
+	// Status holds "INPROGRESS" or "COMPLETED" (type S; default
+	// "status").
 	Status string
-	// Data holds the stored result (type S or B).
+	// Data holds the stored result (type S or B; default "data").
 	Data string
-	// Validation holds the payload hash (type S).
+	// Validation holds the payload hash (type S; default "validation").
 	Validation string
-	// Token holds the claim's fencing token (type S).
+	// Token holds the claim's fencing token (type S; default "token").
 	Token string
 	// ResultKind holds "error" or "unavailable" for a result that is not a
-	// value (type S; absent for a value).
+	// value (type S, absent for a value; default "result_kind").
 	ResultKind string
-	// Encoding holds "gzip" for a compressed result (type S; absent when
-	// the result is stored as is).
+	// Encoding holds "gzip" for a compressed result (type S, absent when
+	// the result is stored as is; default "data_encoding").
 	Encoding string
 	// Format holds the record's format, [store.FormatVersion] of the
 	// release that wrote it (type N; an item without it, as Powertools
@@ -46,10 +49,10 @@ type Attributes struct {
 	Format string
 }
 
-// DefaultAttributes are AWS Powertools' attribute names, plus the four
+// defaultAttributes are AWS Powertools' attribute names, plus the four
 // Powertools does not write (and ignores): token, result_kind,
 // data_encoding and format.
-var DefaultAttributes = Attributes{
+var defaultAttributes = Attributes{
 	Key:        "id",
 	Expiry:     "expiration",
 	Lease:      "in_progress_expiration",
@@ -63,12 +66,12 @@ var DefaultAttributes = Attributes{
 }
 
 const (
-	// DefaultCompressAbove is the result size above which results are
+	// defaultCompressAbove is the result size above which results are
 	// compressed, unless [WithCompressAbove] says otherwise.
-	DefaultCompressAbove = compress.DefaultAbove
-	// DefaultMaxAttempts is how many times the default retryer tries each
+	defaultCompressAbove = compress.DefaultAbove
+	// defaultMaxAttempts is how many times the default retryer tries each
 	// request.
-	DefaultMaxAttempts = 8
+	defaultMaxAttempts = 8
 )
 
 const (
@@ -106,9 +109,9 @@ type config struct {
 
 func newConfig(opts []Option) (*config, error) {
 	c := &config{
-		compressAbove: DefaultCompressAbove,
+		compressAbove: defaultCompressAbove,
 	}
-	c.setAttributes(DefaultAttributes)
+	c.setAttributes(defaultAttributes)
 	for _, o := range opts {
 		if o != nil {
 			o(c)
@@ -139,8 +142,8 @@ func (c *config) validate() error {
 		switch {
 		case c.partitionValue == "":
 			errs = append(errs, errors.New("WithSortKey: the static partition value is empty"))
-		case len(c.partitionValue) > MaxPartitionKeyBytes:
-			errs = append(errs, fmt.Errorf("WithSortKey: the static partition value is %d bytes; DynamoDB holds a partition key of at most %d", len(c.partitionValue), MaxPartitionKeyBytes))
+		case len(c.partitionValue) > maxPartitionKeyBytes:
+			errs = append(errs, fmt.Errorf("WithSortKey: the static partition value is %d bytes; DynamoDB holds a partition key of at most %d", len(c.partitionValue), maxPartitionKeyBytes))
 		}
 	}
 	seen := make(map[string]string)
@@ -180,7 +183,7 @@ func checkAttrName(name string) error {
 }
 
 // WithAttributes renames the attributes of a record's item; fields left
-// empty keep their default names ([DefaultAttributes]). Give the same
+// empty keep their default names (see [Attributes]). Give the same
 // names to [CreateTable].
 func WithAttributes(a Attributes) Option {
 	return func(c *config) { c.setAttributes(a) }
@@ -222,12 +225,12 @@ func WithSortKey(sortKeyAttr, partitionValue string) Option {
 // WithCompressAbove sets the size above which results are gzip-compressed
 // before they are stored. A compressed result is stored only if it is
 // smaller than the original. n < 0 turns compression off. Default
-// [DefaultCompressAbove] (16 KiB).
+// 16 KiB.
 func WithCompressAbove(n int) Option { return func(c *config) { c.compressAbove = n } }
 
 // WithMaxAttempts sets how many times the store's retryer tries each request
 // (1 = no retries). The default retryer is the SDK's standard retryer with
-// [DefaultMaxAttempts] attempts and exponential backoff with full jitter
+// 8 attempts and exponential backoff with full jitter
 // from 25 ms, capped at 1 s, so that throttling and transient failures
 // (5xx, connection resets) are retried a few times within about three
 // seconds. n must be at least 1; it cannot be combined with [WithRetryer].
@@ -257,14 +260,14 @@ func (c *config) newRetryer() aws.Retryer {
 }
 
 // NewRetryer returns the retryer a store uses by default: the SDK's standard
-// retryer with maxAttempts attempts (0: [DefaultMaxAttempts]) and
+// retryer with maxAttempts attempts (0: 8) and
 // exponential backoff with full jitter from 25 ms, capped at 1 s, which
 // also retries TransactionConflictException (a request that met a
 // transaction on its item). Code that sends its own requests next to the
 // store's can share it.
 func NewRetryer(maxAttempts int) aws.Retryer {
 	if maxAttempts == 0 {
-		maxAttempts = DefaultMaxAttempts
+		maxAttempts = defaultMaxAttempts
 	}
 	return retry.NewStandard(func(o *retry.StandardOptions) {
 		o.MaxAttempts = maxAttempts

@@ -15,9 +15,9 @@ import (
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/guard/guardtest"
 	"github.com/idemguard/idemguard/internal/adapt"
+	"github.com/idemguard/idemguard/internal/telemetry"
 	"github.com/idemguard/idemguard/store"
 	idemddb "github.com/idemguard/idemguard/store/dynamodb"
-	"github.com/idemguard/idemguard/telemetry"
 )
 
 // adapt.ExecuteTx reports the true outcome on every path on DynamoDB

@@ -22,46 +22,47 @@ import (
 // its steps), and Commit sends them all as one TransactWriteItems. The
 // function's writes and the completion commit together or not at all.
 
-// TxAPI is the part of the DynamoDB client that [Store.Begin] uses.
+// txAPI is the part of the DynamoDB client that [Store.Begin] uses.
 // *dynamodb.Client satisfies it. It is separate from [API] so that clients
 // and test doubles written for API keep working: the store checks for it
 // with a type assertion when a transaction begins, and a client without it
 // makes Begin fail (guard.DoTx then fails without running the function).
-type TxAPI interface {
+type txAPI interface {
 	TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, optFns ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error)
 }
 
 var (
-	_ TxAPI                       = (*dynamodb.Client)(nil)
+	_ txAPI                       = (*dynamodb.Client)(nil)
 	_ store.Transactor[*TxWrites] = (*Store)(nil)
-	_ store.Tx[*TxWrites]         = (*Tx)(nil)
+	_ store.Tx[*TxWrites]         = (*transaction)(nil)
 )
 
-// DynamoDB's limits on one TransactWriteItems request, which [Tx] checks
-// before sending.
+// DynamoDB's limits on one TransactWriteItems request, which a transaction
+// checks // before sending.
 const (
-	// MaxTxActions is the most actions one transaction holds, the guard's
-	// completions included: a guarded function may add MaxTxActions-1,
+	// maxTxActions is the most actions one transaction holds, the guard's
+	// completions included: a guarded function may add maxTxActions-1,
 	// less one for each guard.Step completed in the call.
-	MaxTxActions = 100
-	// MaxTxSize is the most bytes of items one transaction may write, as
-	// DynamoDB counts them (see [ItemSize]).
-	MaxTxSize = 4 << 20
+	maxTxActions = 100
+	// maxTxSize is the most bytes of items one transaction may write, as
+	// DynamoDB counts them (see sizeOf).
+	maxTxSize = 4 << 20
 )
 
 // errNoTxAPI is the cause of Begin's error for a client without
 // TransactWriteItems.
-var errNoTxAPI = errors.New("the store's client has no TransactWriteItems method (see TxAPI)")
+var errNoTxAPI = errors.New("the store's client has no TransactWriteItems method (see txAPI)")
 
 // Begin implements [store.Transactor]: it starts a transaction that sends
 // nothing until Commit. The guarded function adds its writes to
-// [Tx.Handle]; [Tx.Complete] adds the fenced completion of a record;
-// [Tx.Commit] sends everything as one TransactWriteItems request under a
+// its handle, the [TxWrites]; its Complete adds the fenced completion of
+// a record; its Commit sends everything as one TransactWriteItems request under a
 // ClientRequestToken chosen here, so that every resend of the transaction
 // is the same request and DynamoDB applies it at most once (for ten
 // minutes after the first).
 //
-// Begin needs a client that implements [TxAPI] (the SDK's does), and the
+// Begin needs a client with the TransactWriteItems method (the SDK's
+// has it), and the
 // IAM action dynamodb:PutItem, UpdateItem, DeleteItem or ConditionCheckItem
 // on every table the transaction writes or checks, as each action requires.
 func (s *Store) Begin(ctx context.Context) (store.Tx[*TxWrites], error) {
@@ -69,7 +70,7 @@ func (s *Store) Begin(ctx context.Context) (store.Tx[*TxWrites], error) {
 	if err := ctx.Err(); err != nil {
 		return nil, s.opErr(op, "", err)
 	}
-	api, ok := s.client.(TxAPI)
+	api, ok := s.client.(txAPI)
 	if !ok {
 		return nil, s.opErr(op, "", errNoTxAPI)
 	}
@@ -77,7 +78,7 @@ func (s *Store) Begin(ctx context.Context) (store.Tx[*TxWrites], error) {
 	if err != nil {
 		return nil, s.opErr(op, "", err)
 	}
-	return &Tx{s: s, api: api, x: x, token: newRequestToken(), w: newTxWrites(s)}, nil
+	return &transaction{s: s, api: api, x: x, token: newRequestToken(), w: newTxWrites(s)}, nil
 }
 
 // txExprs holds the transactional completion's expressions, one per
@@ -121,11 +122,11 @@ func newRequestToken() string {
 
 // Tx is the transaction [Store.Begin] returns: a [store.Tx] whose handle is
 // the [TxWrites] the guarded function adds its writes to. Nothing is sent
-// before [Tx.Commit], which sends the function's writes and the
+// before Commit, which sends the function's writes and the
 // completions as one TransactWriteItems request.
-type Tx struct {
+type transaction struct {
 	s     *Store
-	api   TxAPI
+	api   txAPI
 	x     *[numCompleteVariants]*compiled
 	token string // the ClientRequestToken of every send of this transaction
 	w     *TxWrites
@@ -133,21 +134,21 @@ type Tx struct {
 
 // Handle returns the writes of the transaction, to which the guarded
 // function adds its own.
-func (t *Tx) Handle() *TxWrites { return t.w }
+func (t *transaction) Handle() *TxWrites { return t.w }
 
 // Complete implements [store.Tx]: it adds to the transaction the
 // completion of rec, an Update of its item conditional on the record being
 // held under rec.Token and still in progress, and sends nothing. A record
-// whose item would exceed [MaxItemSize] is refused with an error matching
+// whose item would exceed 400 KB is refused with an error matching
 // [store.ErrTooLarge]; so is a completion that would take the transaction
-// over [MaxTxSize]. A transaction over [MaxTxActions], a record whose item
+// over 4 MB. A transaction over 100 actions, a record whose item
 // one of the function's actions also writes, or a transaction whose
 // function had an action refused, is refused with a [*TxLimitError]. A
 // refused completion is not added, and the transaction stays usable.
 //
-// If the condition fails when the transaction is sent, [Tx.Commit] returns
+// If the condition fails when the transaction is sent, Commit returns
 // an error matching [store.ErrTokenMismatch] and nothing is written.
-func (t *Tx) Complete(ctx context.Context, rec *store.Record) error {
+func (t *transaction) Complete(ctx context.Context, rec *store.Record) error {
 	const op = "Tx.Complete"
 	if err := ctx.Err(); err != nil {
 		return t.s.opErr(op, rec.Key, err)
@@ -195,7 +196,7 @@ func (t *Tx) Complete(ctx context.Context, rec *store.Record) error {
 // DynamoDB's limits, refused before sending; otherwise the request's error
 // — then the transaction may or may not have been applied, and the record
 // tells which.
-func (t *Tx) Commit(ctx context.Context) error {
+func (t *transaction) Commit(ctx context.Context) error {
 	const op = "Tx.Commit"
 	items, key, err := t.w.seal()
 	if err != nil {
@@ -230,7 +231,7 @@ func (t *Tx) Commit(ctx context.Context) error {
 
 // Rollback implements [store.Tx]: it discards the transaction, which sent
 // nothing. It is harmless after Commit or another Rollback.
-func (t *Tx) Rollback(context.Context) error {
+func (t *transaction) Rollback(context.Context) error {
 	t.w.discard()
 	return nil
 }
@@ -243,7 +244,7 @@ func (c *config) attempts() int {
 	case c.maxAttempts > 0:
 		return c.maxAttempts
 	}
-	return DefaultMaxAttempts
+	return defaultMaxAttempts
 }
 
 // sleepCtx waits d, or until ctx is done.

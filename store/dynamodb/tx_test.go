@@ -19,7 +19,7 @@ import (
 
 // The store's transactions on DynamoDB Local, below the guard.
 
-func (e *txEnv) begin(t *testing.T, s *idemddb.Store) *idemddb.Tx {
+func (e *txEnv) begin(t *testing.T, s *idemddb.Store) store.Tx[*idemddb.TxWrites] {
 	t.Helper()
 	if s == nil {
 		s = e.s
@@ -28,7 +28,7 @@ func (e *txEnv) begin(t *testing.T, s *idemddb.Store) *idemddb.Tx {
 	if err != nil {
 		t.Fatalf("Begin: %v", err)
 	}
-	return tx.(*idemddb.Tx)
+	return tx
 }
 
 // done is rec completed with result.

@@ -21,12 +21,12 @@ import (
 type TxLimit int
 
 const (
-	// TxTooManyActions: more than [MaxTxActions] actions, the guard's
+	// TxTooManyActions: more than 100 actions, the guard's
 	// completions included.
 	TxTooManyActions TxLimit = iota + 1
-	// TxTooLarge: more than [MaxTxSize] bytes written in all.
+	// TxTooLarge: more than 4 MB written in all.
 	TxTooLarge
-	// TxItemTooLarge: a Put of an item over [MaxItemSize].
+	// TxItemTooLarge: a Put of an item over 400 KB.
 	TxItemTooLarge
 	// TxSameItem: two actions on one item.
 	TxSameItem
@@ -60,7 +60,7 @@ func (l TxLimit) String() string {
 // TxLimitError reports a transaction that DynamoDB would refuse. It is
 // returned, before anything is sent, by the [TxWrites] method that added
 // the offending action (and then by every later call, Commit included: the
-// transaction is failed), or by [Tx.Complete] for the completion that
+// transaction is failed), or by the transaction's Complete for the completion that
 // would not fit. Nothing of the transaction is written; under guard.DoTx
 // the key is released, so a retry runs the function again, and fails the
 // same way until the function writes less.
@@ -120,12 +120,12 @@ func (e *TxLimitError) Is(target error) bool {
 
 // Cancellation reason codes of DynamoDB ([TxReason.Code]).
 const (
-	// ReasonNone: the action did not cause the cancellation.
-	ReasonNone = "None"
-	// ReasonConditionFailed: the action's condition did not hold.
-	ReasonConditionFailed = "ConditionalCheckFailed"
-	// ReasonConflict: another request was changing the item.
-	ReasonConflict = "TransactionConflict"
+	// reasonNone: the action did not cause the cancellation.
+	reasonNone = "None"
+	// reasonConditionFailed: the action's condition did not hold.
+	reasonConditionFailed = "ConditionalCheckFailed"
+	// reasonConflict: another request was changing the item.
+	reasonConflict = "TransactionConflict"
 )
 
 // TxCanceledError reports a transaction that DynamoDB cancelled: none of
@@ -134,7 +134,7 @@ const (
 // finds its claim still held and releases it), so the caller may fix what
 // failed and call again, and the function runs again.
 //
-// Reasons says, per action of the function, why: [ReasonConditionFailed]
+// Reasons says, per action of the function, why: ConditionalCheckFailed
 // for a condition of the function's that did not hold (with the item as it
 // was, when the action asked for it with [ReturnOldOnFailure]).
 //
@@ -149,7 +149,7 @@ const (
 // call's token: its lease lapsed and another caller took it over, or it
 // was released): guard.DoTx then returns guard.ErrLeaseLost. It matches
 // [store.ErrThrottled] when only conflicts with other requests
-// (TransactionConflict) or throttling cancelled it, once [Tx.Commit] has
+// (TransactionConflict) or throttling cancelled it, once the transaction's Commit has
 // resent it as many times as the store's retryer allows.
 type TxCanceledError struct {
 	// Reasons has one entry per action of the function, in the order they
@@ -174,8 +174,10 @@ type TxReason struct {
 	// Key is the item's primary key, when the store knows it (always but
 	// for a Put on a table whose key attributes no other action showed).
 	Key Item
-	// Code is DynamoDB's cancellation reason: [ReasonNone],
-	// [ReasonConditionFailed], [ReasonConflict], "ThrottlingError",
+	// Code is DynamoDB's cancellation reason: "None" (the action did
+	// not cause the cancellation), "ConditionalCheckFailed" (its
+	// condition did not hold), "TransactionConflict" (another request
+	// was changing the item), "ThrottlingError",
 	// "ProvisionedThroughputExceeded", "ItemCollectionSizeLimitExceeded",
 	// "ValidationError".
 	Code string
@@ -217,7 +219,7 @@ func (it Item) String() string {
 func (e *TxCanceledError) ConditionFailed() []TxReason {
 	var out []TxReason
 	for _, r := range e.Reasons {
-		if r.Code == ReasonConditionFailed {
+		if r.Code == reasonConditionFailed {
 			out = append(out, r)
 		}
 	}
@@ -233,11 +235,11 @@ func (e *TxCanceledError) Error() string {
 		causes = append(causes, fmt.Sprintf("the completion of idempotency record %q failed its condition (no longer held under this call's token)", e.Records[0]))
 	}
 	for _, r := range e.Reasons {
-		if r.Code == "" || r.Code == ReasonNone {
+		if r.Code == "" || r.Code == reasonNone {
 			continue
 		}
 		c := fmt.Sprintf("action %d (%s on %q): %s", r.Index, r.Kind, r.Table, r.Code)
-		if r.Message != "" && r.Code != ReasonConditionFailed {
+		if r.Message != "" && r.Code != reasonConditionFailed {
 			c += " (" + r.Message + ")"
 		}
 		causes = append(causes, c)
@@ -275,7 +277,7 @@ func (e *TxCanceledError) Is(target error) bool {
 
 // retryableReasons are the cancellation reasons a resend may not meet
 // again.
-var retryableReasons = map[string]bool{ReasonConflict: true, "ThrottlingError": true, "ProvisionedThroughputExceeded": true}
+var retryableReasons = map[string]bool{reasonConflict: true, "ThrottlingError": true, "ProvisionedThroughputExceeded": true}
 
 // retryable reports whether only conflicts or throttling cancelled the
 // transaction.
@@ -289,7 +291,7 @@ func (e *TxCanceledError) retryable() bool {
 		switch {
 		case retryableReasons[c]:
 			any = true
-		case c != "" && c != ReasonNone:
+		case c != "" && c != reasonNone:
 			return false
 		}
 	}
@@ -307,7 +309,7 @@ func (w *TxWrites) mapError(err error) error {
 			m, i := w.metaOf(j)
 			code := aws.ToString(r.Code)
 			if m.rec != "" {
-				if code == ReasonConditionFailed {
+				if code == reasonConditionFailed {
 					ce.Records = append(ce.Records, m.rec)
 				}
 				continue
@@ -316,7 +318,7 @@ func (w *TxWrites) mapError(err error) error {
 				continue // more reasons than actions: not ours to name
 			}
 			reason := TxReason{Index: i, Kind: m.kind, Table: m.table, Key: m.key, Code: code, Message: aws.ToString(r.Message)}
-			if code == ReasonConditionFailed && len(r.Item) > 0 {
+			if code == reasonConditionFailed && len(r.Item) > 0 {
 				reason.Old = r.Item
 			}
 			ce.Reasons = append(ce.Reasons, reason)

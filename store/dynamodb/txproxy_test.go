@@ -18,7 +18,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
-	"github.com/idemguard/idemguard/internal/dynamodbtest"
+	"github.com/idemguard/idemguard/internal/testing/dynamodbtest"
 )
 
 // txProxy forwards requests to DynamoDB Local and faults some of them:

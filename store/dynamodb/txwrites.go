@@ -37,11 +37,11 @@ import (
 // what an item holds when the transaction is applied.
 //
 // Each method checks its action against DynamoDB's limits before anything
-// is sent: at most [MaxTxActions]-1 actions (the guard's completion is the
+// is sent: at most 99 actions (the guard's completion is the
 // last; each guard.Step completed in the call takes one more), none on an
 // item another action of the transaction already
 // targets (the call's own record included), Put items of at most
-// [MaxItemSize], at most [MaxTxSize] in all. A refused action returns a
+// 400 KB, at most 4 MB in all. A refused action returns a
 // [*TxLimitError] and fails the whole transaction: the guard sends nothing
 // and releases the key, even if the function ignores the error. Two Puts
 // of the same item on a table that no other action of the transaction
@@ -270,22 +270,22 @@ func (w *TxWrites) fail(err error) error {
 		w.err = err
 	}
 	if w.ended {
-		return ErrTxEnded
+		return errTxEnded
 	}
 	return w.err
 }
 
-// ErrTxEnded is returned by the methods of a [TxWrites] whose transaction
+// errTxEnded is returned by the methods of a [TxWrites] whose transaction
 // has ended: the guard has sent or discarded it (the guarded function
 // returned), so a write added now could not be part of it. Nothing was
 // added.
-var ErrTxEnded = errors.New("dynamodb: the transaction has ended (the guard committed or discarded it); nothing was added")
+var errTxEnded = errors.New("dynamodb: the transaction has ended (the guard committed or discarded it); nothing was added")
 
 // add checks a and adds it to the function's actions. w.mu is held.
 func (w *TxWrites) add(a types.TransactWriteItem) error {
 	switch {
 	case w.ended:
-		return ErrTxEnded
+		return errTxEnded
 	case w.err != nil:
 		return w.err
 	}
@@ -296,19 +296,19 @@ func (w *TxWrites) add(a types.TransactWriteItem) error {
 	}
 	// One action stays free for the call's own completion, which comes
 	// after the function's writes and its steps' completions.
-	if room := MaxTxActions - len(w.done) - 1; len(w.fn)+1 > room {
+	if room := maxTxActions - len(w.done) - 1; len(w.fn)+1 > room {
 		return w.fail(&TxLimitError{Limit: TxTooManyActions, Index: i, Table: m.table,
-			Msg: fmt.Sprintf("a transaction holds at most %d actions, the guard's completions included: with %d step completion(s) and the call's, the function may add %d", MaxTxActions, len(w.done), room)})
+			Msg: fmt.Sprintf("a transaction holds at most %d actions, the guard's completions included: with %d step completion(s) and the call's, the function may add %d", maxTxActions, len(w.done), room)})
 	}
 	if m.kind == "Put" {
-		if n := ItemSize(a.Put.Item); n > MaxItemSize {
+		if n := sizeOf(a.Put.Item); n > maxItemSize {
 			return w.fail(&TxLimitError{Limit: TxItemTooLarge, Index: i, Table: m.table,
-				Msg: fmt.Sprintf("the item is %d bytes, over DynamoDB's limit of %d", n, MaxItemSize)})
+				Msg: fmt.Sprintf("the item is %d bytes, over DynamoDB's limit of %d", n, maxItemSize)})
 		}
 	}
-	if w.size+size > MaxTxSize {
+	if w.size+size > maxTxSize {
 		return w.fail(&TxLimitError{Limit: TxTooLarge, Index: i, Table: m.table,
-			Msg: fmt.Sprintf("the transaction would write %d bytes, over DynamoDB's limit of %d", w.size+size, MaxTxSize)})
+			Msg: fmt.Sprintf("the transaction would write %d bytes, over DynamoDB's limit of %d", w.size+size, maxTxSize)})
 	}
 	w.fn = append(w.fn, a)
 	w.fnMeta = append(w.fnMeta, m)
@@ -382,15 +382,15 @@ func (w *TxWrites) addCompletion(rec string, a types.TransactWriteItem, size int
 	defer w.mu.Unlock()
 	switch {
 	case w.ended:
-		return ErrTxEnded
+		return errTxEnded
 	case w.err != nil:
 		return w.err
-	case len(w.fn)+len(w.done)+1 > MaxTxActions:
+	case len(w.fn)+len(w.done)+1 > maxTxActions:
 		return &TxLimitError{Limit: TxTooManyActions, Index: -1, Table: w.s.table,
-			Msg: fmt.Sprintf("the completion of %q would be action %d; a transaction holds at most %d", rec, len(w.fn)+len(w.done)+1, MaxTxActions)}
-	case w.size+size > MaxTxSize:
+			Msg: fmt.Sprintf("the completion of %q would be action %d; a transaction holds at most %d", rec, len(w.fn)+len(w.done)+1, maxTxActions)}
+	case w.size+size > maxTxSize:
 		return &TxLimitError{Limit: TxTooLarge, Index: -1, Table: w.s.table,
-			Msg: fmt.Sprintf("with the completion of %q the transaction would write %d bytes, over DynamoDB's limit of %d", rec, w.size+size, MaxTxSize)}
+			Msg: fmt.Sprintf("with the completion of %q the transaction would write %d bytes, over DynamoDB's limit of %d", rec, w.size+size, maxTxSize)}
 	}
 	key := a.Update.Key
 	id := itemIDOf(w.s.table, key)
@@ -419,7 +419,7 @@ func (w *TxWrites) seal() ([]types.TransactWriteItem, string, error) {
 		key = w.doneMeta[len(w.doneMeta)-1].rec
 	}
 	if w.ended {
-		return nil, key, ErrTxEnded
+		return nil, key, errTxEnded
 	}
 	w.ended = true
 	if w.err != nil {
@@ -454,7 +454,7 @@ func (w *TxWrites) metaOf(j int) (actionMeta, int) {
 }
 
 // describe checks the shape of action a and returns what the store knows
-// of it and the bytes DynamoDB counts for it against [MaxTxSize]: a Put's
+// of it and the bytes DynamoDB counts for it against maxTxSize: a Put's
 // item, or the key and expression values of another action.
 func describe(a types.TransactWriteItem) (actionMeta, int, error) {
 	var m actionMeta
@@ -476,7 +476,7 @@ func describe(a types.TransactWriteItem) (actionMeta, int, error) {
 			return m, 0, errors.New("Put without an item")
 		}
 		m.table = tableName(table)
-		return m, ItemSize(a.Put.Item) + valuesSize(a.Put.ExpressionAttributeValues), checkTable(m)
+		return m, sizeOf(a.Put.Item) + valuesSize(a.Put.ExpressionAttributeValues), checkTable(m)
 	case a.Update != nil:
 		m.kind, table, m.key, values = "Update", a.Update.TableName, a.Update.Key, a.Update.ExpressionAttributeValues
 		if aws.ToString(a.Update.UpdateExpression) == "" {
@@ -504,7 +504,7 @@ func describe(a types.TransactWriteItem) (actionMeta, int, error) {
 			return m, 0, fmt.Errorf("%s: key attribute %q: %w", m.kind, name, err)
 		}
 	}
-	return m, ItemSize(m.key) + valuesSize(values), nil
+	return m, sizeOf(m.key) + valuesSize(values), nil
 }
 
 func checkTable(m actionMeta) error {

@@ -19,7 +19,7 @@ import (
 // statement. Pages are keyset-paginated on (expires_at, key), so a page
 // costs the same however deep it is, and records written or deleted
 // between pages neither repeat nor shift the others. A zero q.Limit means
-// [DefaultListLimit]; larger limits are capped at [MaxListLimit]. A row
+// 100; larger limits are capped at 1,000. A row
 // that cannot be read as a record is left out of the page and reported in
 // an error matching [store.ErrCorrupt], returned with the page.
 func (s *Store) List(ctx context.Context, q store.Query) (store.Page, error) {
@@ -27,9 +27,9 @@ func (s *Store) List(ctx context.Context, q store.Query) (store.Page, error) {
 	limit := q.Limit
 	switch {
 	case limit <= 0:
-		limit = DefaultListLimit
-	case limit > MaxListLimit:
-		limit = MaxListLimit
+		limit = defaultListLimit
+	case limit > maxListLimit:
+		limit = maxListLimit
 	}
 	var where []string
 	var args []any

@@ -8,7 +8,7 @@ import (
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/guard/guardtest"
-	"github.com/idemguard/idemguard/internal/postgrestest"
+	"github.com/idemguard/idemguard/internal/testing/postgrestest"
 	"github.com/idemguard/idemguard/store"
 )
 

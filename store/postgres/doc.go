@@ -1,7 +1,7 @@
 // Package postgres is a [store.Store] on PostgreSQL, through pgx v5 and a
 // [pgxpool.Pool], and the store of the transactional guard: guard.DoTx
-// and guard.WrapTx run a guarded function with a [pgx.Tx] ([Store.Begin],
-// [Tx]) in a transaction that also writes the call's completion, so that
+// and guard.WrapTx run a guarded function with a [pgx.Tx] ([Store.Begin])
+// in a transaction that also writes the call's completion, so that
 // the function's writes to this database and its record commit together or
 // not at all:
 //

@@ -18,7 +18,7 @@ import (
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/adapt"
-	"github.com/idemguard/idemguard/internal/postgrestest"
+	"github.com/idemguard/idemguard/internal/testing/postgrestest"
 	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/store/postgres"
 )
@@ -39,7 +39,7 @@ func (h *hookStore) Begin(ctx context.Context) (store.Tx[pgx.Tx], error) {
 	if err != nil {
 		return nil, err
 	}
-	return &hookTx{Tx: tx.(*postgres.Tx), h: h}, nil
+	return &hookTx{Tx: tx, h: h}, nil
 }
 
 func (h *hookStore) Release(ctx context.Context, key, token string) error {
@@ -50,7 +50,7 @@ func (h *hookStore) Release(ctx context.Context, key, token string) error {
 }
 
 type hookTx struct {
-	*postgres.Tx
+	store.Tx[pgx.Tx]
 	h *hookStore
 }
 

@@ -22,7 +22,7 @@ import (
 // shutting down or starting up (57P01, 57P02, 57P03), or a context that ran
 // out while waiting for a connection from the pool.
 //
-// An error of [Tx.Commit] matches [store.ErrRefused] when the server
+// An error of the transaction's Commit matches [store.ErrRefused] when the server
 // refused the commit because of what the guarded function wrote: a
 // constraint it checks at commit (a DEFERRABLE INITIALLY DEFERRED unique,
 // foreign-key or exclusion constraint, or a deferred constraint trigger)

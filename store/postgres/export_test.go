@@ -61,3 +61,12 @@ func (s NaiveStore) Acquire(ctx context.Context, rec *store.Record, now time.Tim
 	}
 	return old, store.ErrConflict
 }
+
+// The limits and defaults the external tests check against, unexported in
+// the package: users meet them as the numbers the documentation gives.
+const (
+	MaxKeyBytes          = maxKeyBytes
+	MaxPurgeBatch        = maxPurgeBatch
+	DefaultTable         = defaultTable
+	DefaultMaxResultSize = defaultMaxResultSize
+)

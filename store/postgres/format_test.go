@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/idemguard/idemguard/internal/postgrestest"
+	"github.com/idemguard/idemguard/internal/testing/postgrestest"
 	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/store/postgres"
 )

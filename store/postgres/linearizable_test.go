@@ -7,15 +7,16 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/idemguard/idemguard/internal/faultproxy"
-	"github.com/idemguard/idemguard/internal/postgrestest"
+	"github.com/idemguard/idemguard/internal/testing/faultproxy"
+	"github.com/idemguard/idemguard/internal/testing/linz"
+	"github.com/idemguard/idemguard/internal/testing/postgrestest"
 	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/store/postgres"
 	"github.com/idemguard/idemguard/store/storetest"
 )
 
 // PostgreSQL keeps timestamps in microseconds; the store rounds up.
-var precision = storetest.Precision{Expiry: time.Microsecond, Lease: time.Microsecond}
+var precision = linz.Precision{Expiry: time.Microsecond, Lease: time.Microsecond}
 
 var linzFaults = faultproxy.Config{Rate: 0.08, MaxLatency: 150 * time.Millisecond}
 
@@ -54,10 +55,10 @@ func linzStore(t *testing.T, faults faultproxy.Config) store.Store {
 // Histories of concurrent claims on a few hot keys through the fault
 // proxy are linearizable.
 func TestLinearizable(t *testing.T) {
-	storetest.RunLinearizable(t, linzStore(t, linzFaults), precision, storetest.HistoryConfig{Ops: 1500})
+	storetest.RunLinearizable(t, linzStore(t, linzFaults), storetest.WithPrecision(precision.Expiry, precision.Lease), storetest.WithOps(1500))
 }
 
 // Each broken store is caught.
 func TestLinearizableMutants(t *testing.T) {
-	storetest.RunMutants(t, func(t *testing.T) store.Store { return linzStore(t, linzFaults) }, precision, storetest.HistoryConfig{Ops: 600})
+	linz.RunMutants(t, func(t *testing.T) store.Store { return linzStore(t, linzFaults) }, precision, linz.HistoryConfig{Ops: 600})
 }

@@ -10,20 +10,20 @@ import (
 )
 
 const (
-	// DefaultTable is the table a [Store] uses unless [WithTable] names
+	// defaultTable is the table a [Store] uses unless [WithTable] names
 	// another.
-	DefaultTable = "idempotency"
-	// DefaultMaxResultSize is the largest Result, in bytes, that Complete
+	defaultTable = "idempotency"
+	// defaultMaxResultSize is the largest Result, in bytes, that Complete
 	// stores unless [WithMaxResultSize] says otherwise.
-	DefaultMaxResultSize = 1 << 20
-	// MaxPurgeBatch is the most rows one statement of [Store.Purge]
+	defaultMaxResultSize = 1 << 20
+	// maxPurgeBatch is the most rows one statement of [Store.Purge]
 	// deletes, and the default batch size.
-	MaxPurgeBatch = 10_000
-	// DefaultListLimit is the page size of [Store.List] when the query
-	// gives none; MaxListLimit caps the size a query may ask for.
-	DefaultListLimit = 100
-	// MaxListLimit is the largest page [Store.List] returns.
-	MaxListLimit = 1_000
+	maxPurgeBatch = 10_000
+	// defaultListLimit is the page size of [Store.List] when the query
+	// gives none; maxListLimit caps the size a query may ask for.
+	defaultListLimit = 100
+	// maxListLimit is the largest page [Store.List] returns.
+	maxListLimit = 1_000
 )
 
 // Option configures a [Store].
@@ -40,7 +40,7 @@ type config struct {
 // WithTable sets the table the store keeps its records in, "name" or
 // "schema.name". Each part is taken literally and quoted: "Idem" is a
 // different table from "idem", and any character is allowed. The table
-// must have the columns [CreateTable] makes.
+// must have the columns [CreateTable] makes. Default "idempotency".
 func WithTable(name string) Option {
 	return func(c *config) { c.table = name }
 }
@@ -48,7 +48,8 @@ func WithTable(name string) Option {
 // WithMaxResultSize sets the largest Result, in bytes, that Complete
 // stores; a larger one is refused with an error matching
 // [store.ErrTooLarge] before anything is sent, and the guard then records
-// the call without its result. n must be positive. PostgreSQL itself takes
+// the call without its result. n must be positive; default 1 MiB.
+// PostgreSQL itself takes
 // up to 1 GB in a bytea, but every replay carries the whole result over the
 // network: keep results small and the limit near them.
 func WithMaxResultSize(n int) Option {
@@ -62,12 +63,12 @@ func WithMaxResultSize(n int) Option {
 }
 
 // WithPurgeBatchSize sets how many rows one statement of [Store.Purge]
-// deletes at most, from 1 to [MaxPurgeBatch] (the default). Smaller
+// deletes at most, from 1 to 10,000 (the default). Smaller
 // batches hold fewer row locks for a shorter time.
 func WithPurgeBatchSize(n int) Option {
 	return func(c *config) {
-		if n <= 0 || n > MaxPurgeBatch {
-			c.errs = append(c.errs, fmt.Errorf("WithPurgeBatchSize(%d): want 1 to %d", n, MaxPurgeBatch))
+		if n <= 0 || n > maxPurgeBatch {
+			c.errs = append(c.errs, fmt.Errorf("WithPurgeBatchSize(%d): want 1 to %d", n, maxPurgeBatch))
 			return
 		}
 		c.purgeBatch = n
@@ -75,7 +76,7 @@ func WithPurgeBatchSize(n int) Option {
 }
 
 func newConfig(opts []Option) (*config, error) {
-	c := &config{table: DefaultTable, maxResult: DefaultMaxResultSize, purgeBatch: MaxPurgeBatch}
+	c := &config{table: defaultTable, maxResult: defaultMaxResultSize, purgeBatch: maxPurgeBatch}
 	for _, o := range opts {
 		o(c)
 	}

@@ -36,7 +36,7 @@ var (
 )
 
 // New returns a store that keeps its records in the table [WithTable]
-// names ([DefaultTable] by default), reached through pool. The table must
+// names ("idempotency" by default), reached through pool. The table must
 // exist: [CreateTable] makes it. New checks the options, not the table; it
 // returns an error if pool is nil or an option is invalid.
 func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
@@ -58,7 +58,7 @@ const rollbackTimeout = 5 * time.Second
 // Name returns "postgres", the store's name in telemetry.
 func (s *Store) Name() string { return "postgres" }
 
-// MaxKeyBytes is the longest idempotency key, in bytes of UTF-8, that the
+// maxKeyBytes is the longest idempotency key, in bytes of UTF-8, that the
 // store holds: 2,600. The key column is indexed twice (the primary key,
 // and the (expires_at, key) index of [DDL]), and PostgreSQL refuses an
 // index row over 2,704 bytes on its default 8 kB pages: measured on
@@ -66,13 +66,13 @@ func (s *Store) Name() string { return "postgres" }
 // printable characters) that the (expires_at, key) index takes is 2,684
 // bytes. A key that compresses well may be longer, but the store does not
 // count on it.
-const MaxKeyBytes = 2600
+const maxKeyBytes = 2600
 
-// MaxKeyBytes implements [store.KeyLimiter]: it returns [MaxKeyBytes]. The
-// guard refuses a longer key before it sends a statement; a key is the
+// MaxKeyBytes implements [store.KeyLimiter]: it returns 2,600 (see
+// maxKeyBytes). The guard refuses a longer key before it sends a statement; a key is the
 // call's scope, "#" and 64 hex digits, so a scope may be at most 2,535
 // bytes.
-func (s *Store) MaxKeyBytes() int { return MaxKeyBytes }
+func (s *Store) MaxKeyBytes() int { return maxKeyBytes }
 
 // conn takes a connection from the pool. A context that runs out while it
 // waits means the pool is exhausted: the error then matches

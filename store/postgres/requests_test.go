@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemguard/idemguard/guard/guardtest"
-	"github.com/idemguard/idemguard/internal/postgrestest"
+	"github.com/idemguard/idemguard/internal/testing/postgrestest"
 	"github.com/idemguard/idemguard/store"
 )
 

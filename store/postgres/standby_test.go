@@ -19,12 +19,12 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/idemguard/idemguard/internal/failovertest"
-	"github.com/idemguard/idemguard/internal/faultproxy"
-	"github.com/idemguard/idemguard/internal/testenv"
+	"github.com/idemguard/idemguard/internal/testing/failovertest"
+	"github.com/idemguard/idemguard/internal/testing/faultproxy"
+	"github.com/idemguard/idemguard/internal/testing/linz"
+	"github.com/idemguard/idemguard/internal/testing/testenv"
 	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/store/postgres"
-	"github.com/idemguard/idemguard/store/storetest"
 )
 
 var failoverFlag = flag.Bool("failover", false, "run TestStandbyFailover: a primary and a streaming standby of the test's own, the standby promoted under load")
@@ -370,7 +370,7 @@ func runStandbyFailover(t *testing.T, r *standbyRig, before, after time.Duration
 			}
 			return promoted
 		},
-		Precision: storetest.Precision{Expiry: time.Microsecond, Lease: time.Microsecond},
+		Precision: linz.Precision{Expiry: time.Microsecond, Lease: time.Microsecond},
 	})
 }
 

@@ -14,7 +14,7 @@ import (
 // pool and begins a transaction at READ COMMITTED, whatever the server's
 // default_transaction_isolation. The guard's transactional entry point
 // hands it to the guarded function, completes the claim inside it with
-// [Tx.Complete] and commits.
+// the transaction's Complete and commits.
 //
 // READ COMMITTED is what makes the fenced completion work with a lease
 // keeper: the keeper extends the claim's lease from another connection
@@ -35,23 +35,23 @@ func (s *Store) Begin(ctx context.Context) (store.Tx[pgx.Tx], error) {
 		c.Release()
 		return nil, s.wrap("Begin", "", err)
 	}
-	return &Tx{s: s, conn: c, tx: tx}, nil
+	return &transaction{s: s, conn: c, tx: tx}, nil
 }
 
-// Tx is the transaction [Store.Begin] returns: a [store.Tx] whose Complete
+// transaction is the transaction [Store.Begin] returns: a [store.Tx] whose Complete
 // is the store's fenced UPDATE, run inside the transaction. The guarded
-// function writes through [Tx.Handle]; its writes and the completion commit
+// function writes through its Handle; its writes and the completion commit
 // together or not at all.
 //
 // The function must leave the transaction's end to the guard: it must not
 // commit or roll it back itself.
-type Tx struct {
+type transaction struct {
 	s    *Store
 	conn *pgxpool.Conn // released when the transaction ends
 	tx   pgx.Tx
 }
 
-var _ store.Tx[pgx.Tx] = (*Tx)(nil)
+var _ store.Tx[pgx.Tx] = (*transaction)(nil)
 
 // ErrTxOwned is returned by Commit and Rollback of the transaction that
 // guard.DoTx hands the guarded function: the guard ends that transaction
@@ -63,7 +63,7 @@ var ErrTxOwned = errors.New("postgres: the guarded function's transaction is end
 // Handle returns the pgx transaction for the guarded function's own
 // statements. Its Commit and Rollback return [ErrTxOwned]: the guard ends
 // the transaction.
-func (t *Tx) Handle() pgx.Tx { return ownedTx{t.tx} }
+func (t *transaction) Handle() pgx.Tx { return ownedTx{t.tx} }
 
 // ownedTx is the transaction as the guarded function sees it: every
 // method but Commit and Rollback goes to pgx.
@@ -81,7 +81,7 @@ func (ownedTx) Rollback(context.Context) error { return ErrTxOwned }
 // the caller decides what to do with it (the guard rolls back). If the
 // transaction was ended by SQL sent through it (COMMIT, ROLLBACK), Complete
 // refuses without sending anything.
-func (t *Tx) Complete(ctx context.Context, rec *store.Record) error {
+func (t *transaction) Complete(ctx context.Context, rec *store.Record) error {
 	if t.tx.Conn().PgConn().TxStatus() == 'I' {
 		// A COMMIT or ROLLBACK sent as SQL ended the transaction: the
 		// completion would commit on its own, apart from the writes.
@@ -100,7 +100,7 @@ var errTxEnded = errors.New("the transaction was ended by a COMMIT or ROLLBACK s
 // or that the answer was lost; read the record to tell. The server's
 // refusal of the function's writes, a constraint checked at commit,
 // matches [store.ErrRefused] (see the package's errors).
-func (t *Tx) Commit(ctx context.Context) error {
+func (t *transaction) Commit(ctx context.Context) error {
 	defer t.release()
 	if err := t.tx.Commit(ctx); err != nil {
 		werr := t.s.wrap("Tx.Commit", "", err)
@@ -115,7 +115,7 @@ func (t *Tx) Commit(ctx context.Context) error {
 
 // Rollback implements [store.Tx]. It is harmless after Commit or a
 // previous Rollback.
-func (t *Tx) Rollback(ctx context.Context) error {
+func (t *transaction) Rollback(ctx context.Context) error {
 	defer t.release()
 	if err := t.tx.Rollback(ctx); err != nil && !errors.Is(err, pgx.ErrTxClosed) {
 		return t.s.wrap("Tx.Rollback", "", err)
@@ -125,7 +125,7 @@ func (t *Tx) Rollback(ctx context.Context) error {
 
 // release returns the connection to the pool, once. The pool drops it if
 // the transaction did not end cleanly.
-func (t *Tx) release() {
+func (t *transaction) release() {
 	if t.conn != nil {
 		t.conn.Release()
 		t.conn = nil

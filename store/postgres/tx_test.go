@@ -33,17 +33,17 @@ func newTxFixture(t *testing.T, adjust func(*pgxpool.Config)) *txFixture {
 	return f
 }
 
-func (f *txFixture) begin(t *testing.T) *postgres.Tx {
+func (f *txFixture) begin(t *testing.T) store.Tx[pgx.Tx] {
 	t.Helper()
 	tx, err := f.s.Begin(f.ctx)
 	if err != nil {
 		t.Fatalf("Begin: %v", err)
 	}
-	return tx.(*postgres.Tx)
+	return tx
 }
 
 // write is the business write of a guarded function: one ledger row.
-func (f *txFixture) write(t *testing.T, tx *postgres.Tx, id string) {
+func (f *txFixture) write(t *testing.T, tx store.Tx[pgx.Tx], id string) {
 	t.Helper()
 	if _, err := tx.Handle().Exec(f.ctx, `INSERT INTO "`+f.ledger+`" (id) VALUES ($1)`, id); err != nil {
 		t.Fatalf("business write: %v", err)

@@ -17,10 +17,10 @@ import (
 )
 
 const (
-	// DefaultListLimit is the page size of [Store.List] when the query
-	// gives none; MaxListLimit caps the size a query may ask for.
-	DefaultListLimit = 100
-	MaxListLimit     = 1000
+	// defaultListLimit is the page size of [Store.List] when the query
+	// gives none; maxListLimit caps the size a query may ask for.
+	defaultListLimit = 100
+	maxListLimit     = 1000
 	// maxScansPerPage bounds the SCAN calls of one List page, so that a
 	// filter that matches little returns a short page (with a cursor)
 	// rather than scanning the whole keyspace in one call.
@@ -60,7 +60,7 @@ func decodeCursor(s string) (*listCursor, error) {
 // List implements [store.Admin] with SCAN MATCH <prefix><q.Prefix>* TYPE
 // hash on each master in turn (one for a standalone server), reading the
 // keys it finds with pipelined HGETALLs. A page holds at most q.Limit
-// records (default [DefaultListLimit], at most [MaxListLimit]); it may hold
+// records (default 100, at most 1,000); it may hold
 // fewer while more remain when a status filter matches few records, since a
 // page makes a bounded number of SCAN calls. Keys SCAN returns beyond the
 // limit travel in the cursor, so none is skipped. As SCAN guarantees, a
@@ -77,9 +77,9 @@ func (s *Store) List(ctx context.Context, q store.Query) (store.Page, error) {
 	}
 	limit := q.Limit
 	if limit <= 0 {
-		limit = DefaultListLimit
+		limit = defaultListLimit
 	}
-	limit = min(limit, MaxListLimit)
+	limit = min(limit, maxListLimit)
 	cur, err := decodeCursor(q.Cursor)
 	if err != nil {
 		return page, s.opErr(op, q.Prefix, err)

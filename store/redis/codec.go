@@ -16,30 +16,30 @@ import (
 // default attribute names, with the same meanings and units; the last four
 // are idemguard's own. See the package documentation.
 const (
-	// FieldStatus holds "INPROGRESS" or "COMPLETED".
-	FieldStatus = "status"
-	// FieldExpiry holds the record's expiry, epoch seconds, rounded up.
-	FieldExpiry = "expiration"
-	// FieldLease holds an in-progress lease's end, epoch milliseconds,
+	// fieldStatus holds "INPROGRESS" or "COMPLETED".
+	fieldStatus = "status"
+	// fieldExpiry holds the record's expiry, epoch seconds, rounded up.
+	fieldExpiry = "expiration"
+	// fieldLease holds an in-progress lease's end, epoch milliseconds,
 	// rounded up; absent when the claim holds until the expiry.
-	FieldLease = "in_progress_expiration"
-	// FieldData holds the stored result's bytes, gzip-compressed when
-	// FieldEncoding says so; absent when there is no result.
-	FieldData = "data"
-	// FieldValidation holds the payload hash; absent when validation is off.
-	FieldValidation = "validation"
-	// FieldToken holds the fencing token of the claim.
-	FieldToken = "token"
-	// FieldResultKind holds "error" or "unavailable" for results that are
+	fieldLease = "in_progress_expiration"
+	// fieldData holds the stored result's bytes, gzip-compressed when
+	// fieldEncoding says so; absent when there is no result.
+	fieldData = "data"
+	// fieldValidation holds the payload hash; absent when validation is off.
+	fieldValidation = "validation"
+	// fieldToken holds the fencing token of the claim.
+	fieldToken = "token"
+	// fieldResultKind holds "error" or "unavailable" for results that are
 	// not values; absent for a value.
-	FieldResultKind = "result_kind"
-	// FieldEncoding holds "gzip" when FieldData is compressed; absent
+	fieldResultKind = "result_kind"
+	// fieldEncoding holds "gzip" when fieldData is compressed; absent
 	// otherwise.
-	FieldEncoding = "data_encoding"
-	// FieldFormat holds the record's format, [store.FormatVersion] of the
+	fieldEncoding = "data_encoding"
+	// fieldFormat holds the record's format, [store.FormatVersion] of the
 	// release that wrote it, in decimal; a hash without it (written before
 	// formats were recorded) is format 1.
-	FieldFormat = "format"
+	fieldFormat = "format"
 )
 
 const (
@@ -53,13 +53,13 @@ var (
 	argError   any = kindError
 	argUnavail any = kindUnavailable
 	argGzip    any = compress.Encoding
-	argFormat  any = FieldFormat
+	argFormat  any = fieldFormat
 	argVersion any = int64(store.FormatVersion)
 )
 
 // encode returns the argument list of script sc on rec's record (see
 // scriptArgs), allocated once at its final length: header (the script's own
-// arguments), rec's expiration (FieldExpiry, epoch seconds, which it also
+// arguments), rec's expiration (fieldExpiry, epoch seconds, which it also
 // returns), for a claim its token and its lease end (epoch ms, or "" for
 // none), and then, as field, value pairs for HSET, the record's format and
 // the fields a record has only sometimes: the lease end of a completed
@@ -121,20 +121,20 @@ func (s *Store) encode(sc *script, rec *store.Record, claim bool, header ...any)
 	case claim:
 		args = append(args, rec.Token, "")
 	case hasLease:
-		args = append(args, FieldLease, epoch.CeilMillis(rec.LeaseExpiresAt))
+		args = append(args, fieldLease, epoch.CeilMillis(rec.LeaseExpiresAt))
 	}
 	args = append(args, argFormat, argVersion)
 	if rec.PayloadHash != "" {
-		args = append(args, FieldValidation, rec.PayloadHash)
+		args = append(args, fieldValidation, rec.PayloadHash)
 	}
 	if kind != nil {
-		args = append(args, FieldResultKind, kind)
+		args = append(args, fieldResultKind, kind)
 	}
 	if zipped {
-		args = append(args, FieldEncoding, argGzip)
+		args = append(args, fieldEncoding, argGzip)
 	}
 	if data != nil {
-		args = append(args, FieldData, data)
+		args = append(args, fieldData, data)
 	}
 	return args, expiry, nil
 }
@@ -174,23 +174,23 @@ const (
 // set notes the hash field name's value.
 func (f *fields) set(name, value string) {
 	switch name {
-	case FieldStatus:
+	case fieldStatus:
 		f.status, f.has = value, f.has|hasStatus
-	case FieldExpiry:
+	case fieldExpiry:
 		f.expiry, f.has = value, f.has|hasExpiry
-	case FieldLease:
+	case fieldLease:
 		f.lease, f.has = value, f.has|hasLease
-	case FieldToken:
+	case fieldToken:
 		f.token = value
-	case FieldValidation:
+	case fieldValidation:
 		f.validation = value
-	case FieldResultKind:
+	case fieldResultKind:
 		f.kind = value
-	case FieldEncoding:
+	case fieldEncoding:
 		f.encoding, f.has = value, f.has|hasEncoding
-	case FieldData:
+	case fieldData:
 		f.data, f.has = value, f.has|hasData
-	case FieldFormat:
+	case fieldFormat:
 		f.format, f.has = value, f.has|hasFormat
 	}
 }
@@ -263,30 +263,30 @@ func (s *Store) decode(key string, f *fields) (*store.Record, error) {
 	if f.has&hasFormat != 0 {
 		n, err := strconv.ParseInt(f.format, 10, 64)
 		if err != nil {
-			return nil, corrupt(FieldFormat, "holds %.40q, not a record format", f.format)
+			return nil, corrupt(fieldFormat, "holds %.40q, not a record format", f.format)
 		}
-		if err := store.CheckFormat(FieldFormat, n); err != nil {
+		if err := store.CheckFormat(fieldFormat, n); err != nil {
 			return nil, err
 		}
 	}
 	rec := &store.Record{Key: key}
 	if f.has&hasStatus == 0 {
-		return nil, corrupt(FieldStatus, "is missing")
+		return nil, corrupt(fieldStatus, "is missing")
 	}
 	var ok bool
 	if rec.Status, ok = store.ParseStatus(f.status); !ok {
-		return nil, corrupt(FieldStatus, "has the unknown status %.40q", f.status)
+		return nil, corrupt(fieldStatus, "has the unknown status %.40q", f.status)
 	}
 	if f.has&hasExpiry == 0 {
-		return nil, corrupt(FieldExpiry, "is missing")
+		return nil, corrupt(fieldExpiry, "is missing")
 	}
-	exp, err := intField(FieldExpiry, f.expiry, epoch.MinSeconds, epoch.MaxSeconds)
+	exp, err := intField(fieldExpiry, f.expiry, epoch.MinSeconds, epoch.MaxSeconds)
 	if err != nil {
 		return nil, err
 	}
 	rec.ExpiresAt = time.Unix(exp, 0).UTC()
 	if f.has&hasLease != 0 {
-		lease, err := intField(FieldLease, f.lease, epoch.MinSeconds*1000, epoch.MaxSeconds*1000)
+		lease, err := intField(fieldLease, f.lease, epoch.MinSeconds*1000, epoch.MaxSeconds*1000)
 		if err != nil {
 			return nil, err
 		}
@@ -302,21 +302,21 @@ func (s *Store) decode(key string, f *fields) (*store.Record, error) {
 	case kindUnavailable:
 		rec.ResultKind = store.ResultUnavailable
 	default:
-		return nil, corrupt(FieldResultKind, "has the unknown result kind %.40q", f.kind)
+		return nil, corrupt(fieldResultKind, "has the unknown result kind %.40q", f.kind)
 	}
 	hasEnc, hasData := f.has&hasEncoding != 0, f.has&hasData != 0
 	switch {
 	case hasEnc && f.encoding != compress.Encoding:
-		return nil, corrupt(FieldEncoding, "has the unknown encoding %.40q", f.encoding)
+		return nil, corrupt(fieldEncoding, "has the unknown encoding %.40q", f.encoding)
 	case hasEnc && !hasData:
-		return nil, corrupt(FieldEncoding, "marks a result as compressed, but there is none")
+		return nil, corrupt(fieldEncoding, "marks a result as compressed, but there is none")
 	case hasEnc:
 		out, err := compress.Gunzip([]byte(f.data), s.maxResult)
 		if errors.Is(err, compress.ErrLimit) {
-			return nil, corrupt(FieldData, "decompresses to more than the store's limit of %d bytes", s.maxResult)
+			return nil, corrupt(fieldData, "decompresses to more than the store's limit of %d bytes", s.maxResult)
 		}
 		if err != nil {
-			return nil, &store.DecodeError{Attr: FieldData, Reason: "is not valid gzip", Err: err}
+			return nil, &store.DecodeError{Attr: fieldData, Reason: "is not valid gzip", Err: err}
 		}
 		rec.Result = out
 	case hasData:

@@ -8,7 +8,7 @@
 //
 // # Layout
 //
-// Each record is one hash, at the key [DefaultPrefix] (see [WithPrefix])
+// Each record is one hash, at the key prefix "idemguard:" (see [WithPrefix])
 // followed by the idempotency key, "idemguard:<scope>#<hash>":
 //
 //	field                   value

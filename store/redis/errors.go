@@ -12,8 +12,9 @@ import (
 
 // The store's errors are [*store.OpError] values (Store "redis", Resource
 // the key prefix) wrapping the cause: a go-redis error (reach it with
-// errors.As), a [*store.DecodeError], a [*ReplicationError], or an error
-// matching [store.ErrTooLarge].
+// errors.As), a [*store.DecodeError], an error matching [ErrNotReplicated]
+// (saying how many replicas acknowledged the write), or an error matching
+// [store.ErrTooLarge].
 //
 // One whose cause means "the server cannot take this now, try again later"
 // matches [store.ErrThrottled]: OOM (maxmemory reached under noeviction),
@@ -46,10 +47,10 @@ func isWrongType(err error) bool { return goredis.HasErrorPrefix(err, "WRONGTYPE
 // in time.
 var ErrNotReplicated = errors.New("redis: write not acknowledged by enough replicas")
 
-// ReplicationError is the cause of a [*store.OpError] when [WithReplicas] is set
+// replicationError is the cause of a [*store.OpError] when [WithReplicas] is set
 // and WAIT reported fewer replicas than asked for, or failed. The write
 // itself reached the primary. It matches [ErrNotReplicated].
-type ReplicationError struct {
+type replicationError struct {
 	// Want is the number of replicas asked for, Acked the number that
 	// acknowledged within Timeout.
 	Want, Acked int
@@ -60,7 +61,7 @@ type ReplicationError struct {
 }
 
 // Error says how many replicas acknowledged the write.
-func (e *ReplicationError) Error() string {
+func (e *replicationError) Error() string {
 	if e.Err != nil {
 		return fmt.Sprintf("the write reached the primary, but WAIT %d failed: %v", e.Want, e.Err)
 	}
@@ -69,7 +70,7 @@ func (e *ReplicationError) Error() string {
 }
 
 // Is reports whether target is [ErrNotReplicated].
-func (e *ReplicationError) Is(target error) bool { return target == ErrNotReplicated }
+func (e *replicationError) Is(target error) bool { return target == ErrNotReplicated }
 
 // Unwrap returns WAIT's own error, if any.
-func (e *ReplicationError) Unwrap() error { return e.Err }
+func (e *replicationError) Unwrap() error { return e.Err }

@@ -21,3 +21,8 @@ func MarkFormat(t *testing.T, st store.Store, key string, format int) {
 		t.Fatalf("marking %q as format %d: %v", key, format, err)
 	}
 }
+
+// What the external tests check against, unexported in the package.
+const DefaultCompressAbove = defaultCompressAbove
+
+type ReplicationError = replicationError

@@ -8,11 +8,11 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/idemguard/idemguard/internal/failovertest"
-	"github.com/idemguard/idemguard/internal/faultproxy"
+	"github.com/idemguard/idemguard/internal/testing/failovertest"
+	"github.com/idemguard/idemguard/internal/testing/faultproxy"
+	"github.com/idemguard/idemguard/internal/testing/linz"
 	"github.com/idemguard/idemguard/store"
 	idemredis "github.com/idemguard/idemguard/store/redis"
-	"github.com/idemguard/idemguard/store/storetest"
 )
 
 var failoverFlag = flag.Bool("failover", false, "run TestFailover: a primary and a replica of the test's own, the replica promoted under load")
@@ -77,7 +77,7 @@ func runFailover(t *testing.T, r *failoverRig, s *idemredis.Store, replicated bo
 			return promoted
 		},
 		AcquireMayRelease: replicated,
-		Precision:         storetest.Precision{Expiry: time.Second, Lease: time.Millisecond},
+		Precision:         linz.Precision{Expiry: time.Second, Lease: time.Millisecond},
 	})
 }
 

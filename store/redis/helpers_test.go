@@ -9,8 +9,8 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/idemguard/idemguard/internal/redistest"
-	"github.com/idemguard/idemguard/internal/reqcount"
+	"github.com/idemguard/idemguard/internal/testing/redistest"
+	"github.com/idemguard/idemguard/internal/testing/reqcount"
 	"github.com/idemguard/idemguard/store"
 	idemredis "github.com/idemguard/idemguard/store/redis"
 )

@@ -10,21 +10,21 @@ import (
 )
 
 const (
-	// DefaultPrefix starts the key of every record unless [WithPrefix] says
+	// defaultPrefix starts the key of every record unless [WithPrefix] says
 	// otherwise: a record's key is the prefix followed by the idempotency
 	// key ("<scope>#<hash>").
-	DefaultPrefix = "idemguard:"
-	// DefaultCompressAbove is the result size above which results are
+	defaultPrefix = "idemguard:"
+	// defaultCompressAbove is the result size above which results are
 	// gzip-compressed, unless [WithCompressAbove] says otherwise: 16 KiB, as
 	// in the DynamoDB store.
-	DefaultCompressAbove = compress.DefaultAbove
-	// DefaultMaxResultSize is the largest result stored when neither
+	defaultCompressAbove = compress.DefaultAbove
+	// defaultMaxResultSize is the largest result stored when neither
 	// [WithMaxResultSize] nor the server's proto-max-bulk-len (read at
 	// [New]) says otherwise: 512 MiB, Redis's default proto-max-bulk-len.
-	DefaultMaxResultSize = 512 << 20
-	// DefaultExpiryGrace is how long after a record's expiry the server
+	defaultMaxResultSize = 512 << 20
+	// defaultExpiryGrace is how long after a record's expiry the server
 	// deletes its key, unless [WithExpiryGrace] says otherwise.
-	DefaultExpiryGrace = time.Minute
+	defaultExpiryGrace = time.Minute
 )
 
 // Option configures a [Store].
@@ -44,9 +44,9 @@ type config struct {
 
 func newConfig(opts []Option) (*config, error) {
 	c := &config{
-		prefix:        DefaultPrefix,
-		compressAbove: DefaultCompressAbove,
-		expiryGrace:   DefaultExpiryGrace,
+		prefix:        defaultPrefix,
+		compressAbove: defaultCompressAbove,
+		expiryGrace:   defaultExpiryGrace,
 	}
 	for _, o := range opts {
 		if o != nil {
@@ -67,7 +67,7 @@ func newConfig(opts []Option) (*config, error) {
 // [Store.List] scans for (SCAN MATCH prefix*), so a prefix that no other
 // key of the server starts with keeps listing cheap. An empty prefix is
 // allowed: records then use the idempotency keys themselves. Default
-// [DefaultPrefix].
+// "idemguard:".
 func WithPrefix(prefix string) Option { return func(c *config) { c.prefix = prefix } }
 
 // WithLogger sets where [New] logs its warnings (a maxmemory-policy that can
@@ -109,7 +109,7 @@ func WithReplicas(n int, timeout time.Duration) Option {
 // without its result (replays get guard.ErrResultUnavailable; the function
 // does not run again). The store never stores more than the server's
 // proto-max-bulk-len, read at [New], allows. Default: that limit, or
-// [DefaultMaxResultSize] when it cannot be read.
+// 512 MiB when it cannot be read.
 func WithMaxResultSize(n int) Option {
 	return func(c *config) {
 		if n < 1 {
@@ -123,7 +123,7 @@ func WithMaxResultSize(n int) Option {
 // WithCompressAbove sets the size above which results are gzip-compressed
 // before they are stored. A compressed result is stored only if it is
 // smaller than the original. n < 0 turns compression off. Default
-// [DefaultCompressAbove] (16 KiB).
+// 16 KiB.
 func WithCompressAbove(n int) Option { return func(c *config) { c.compressAbove = n } }
 
 // WithExpiryGrace sets how long after a record's expiry the server deletes
@@ -132,7 +132,7 @@ func WithCompressAbove(n int) Option { return func(c *config) { c.compressAbove 
 // keeps a server clock that runs ahead of the guards' from deleting a
 // record the guards still treat as live. Set it to at least the clock
 // skew you allow between guards and server. d must not be negative.
-// Default [DefaultExpiryGrace].
+// Default a minute.
 func WithExpiryGrace(d time.Duration) Option {
 	return func(c *config) {
 		if d < 0 {

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemguard/idemguard/internal/redistest"
+	"github.com/idemguard/idemguard/internal/testing/redistest"
 	"github.com/idemguard/idemguard/store"
 	idemredis "github.com/idemguard/idemguard/store/redis"
 )

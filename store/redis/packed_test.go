@@ -12,7 +12,7 @@ import (
 // short, with a bad length or with bytes left over is an error, not a
 // panic or a record read wrong.
 func TestDecodePacked(t *testing.T) {
-	s := &Store{maxResult: DefaultMaxResultSize}
+	s := &Store{maxResult: defaultMaxResultSize}
 	rec, err := s.decodePacked("k", "R9:COMPLETED10:1700000000-3:tok4:hash--7:{"+"\"a\":1}1:1")
 	if err != nil {
 		t.Fatal(err)
@@ -61,7 +61,7 @@ func TestDecodePacked(t *testing.T) {
 func FuzzDecodePacked(f *testing.F) {
 	f.Add("R9:COMPLETED10:1700000000-3:tok4:hash--7:{\"a\":1}1:1")
 	f.Add("R10:INPROGRESS10:170000000013:1700000000000------")
-	s := &Store{maxResult: DefaultMaxResultSize}
+	s := &Store{maxResult: defaultMaxResultSize}
 	f.Fuzz(func(t *testing.T, v string) {
 		if !strings.HasPrefix(v, "R") {
 			return

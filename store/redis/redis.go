@@ -104,7 +104,7 @@ func resultLimit(option, server int) int {
 		limit = server
 	}
 	if limit == 0 {
-		limit = DefaultMaxResultSize
+		limit = defaultMaxResultSize
 	}
 	if server > 0 && server < limit {
 		limit = server
@@ -278,12 +278,12 @@ type waitResult struct {
 }
 
 // replicated returns nil when the write that w follows reached enough
-// replicas (or no replicas were asked for), else a [*ReplicationError].
+// replicas (or no replicas were asked for), else a *replicationError.
 func (s *Store) replicated(w *waitResult) error {
 	if w == nil || (w.err == nil && w.acked >= int64(s.replicas)) {
 		return nil
 	}
-	return &ReplicationError{Want: s.replicas, Acked: int(w.acked), Timeout: s.replicaWait, Err: w.err}
+	return &replicationError{Want: s.replicas, Acked: int(w.acked), Timeout: s.replicaWait, Err: w.err}
 }
 
 // wrote reports whether a fenced script's reply, 1 or 0, says it wrote.

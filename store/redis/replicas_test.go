@@ -12,8 +12,8 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/idemguard/idemguard/internal/redistest"
-	"github.com/idemguard/idemguard/internal/testenv"
+	"github.com/idemguard/idemguard/internal/testing/redistest"
+	"github.com/idemguard/idemguard/internal/testing/testenv"
 	"github.com/idemguard/idemguard/store"
 	idemredis "github.com/idemguard/idemguard/store/redis"
 )

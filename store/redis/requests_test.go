@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/idemguard/idemguard/guard/guardtest"
-	"github.com/idemguard/idemguard/internal/redistest"
+	"github.com/idemguard/idemguard/internal/testing/redistest"
 	"github.com/idemguard/idemguard/store"
 )
 

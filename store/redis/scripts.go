@@ -94,7 +94,7 @@ return 1
 
 // packedFields are the fields of a record as the claim script returns it,
 // in order.
-var packedFields = [...]string{FieldStatus, FieldExpiry, FieldLease, FieldToken, FieldValidation, FieldResultKind, FieldEncoding, FieldData, FieldFormat}
+var packedFields = [...]string{fieldStatus, fieldExpiry, fieldLease, fieldToken, fieldValidation, fieldResultKind, fieldEncoding, fieldData, fieldFormat}
 
 // heldPrelude ends a fenced script with 0 unless KEYS[1] is a hash held
 // under the token ARGV[1].

@@ -30,15 +30,14 @@
 // [RunLinearizable] checks a store's histories instead of chosen cases: it
 // drives the store with concurrent clients on a few hot keys, at times of
 // a logical clock it moves on so that leases lapse and records expire
-// within the run, records every operation with its call and return times
-// ([RecordHistory]), and checks the history with Porcupine against a
-// sequential model of the contract for one key ([History.Check]), where an
-// operation whose answer was lost counts as possibly applied. Put the store
-// behind a fault proxy to check it under delays, lost answers and cut
-// connections. A history that is not linearizable is reported with
-// Porcupine's visualisation, written to a file the failure names, and its
-// minimal failing operations. [RunMutants] checks the checker on four
-// broken stores built over the real one.
+// within the run, records every operation with its call and return times,
+// and checks the history with Porcupine against a sequential model of the
+// contract for one key, where an operation whose answer was lost counts as
+// possibly applied. Put the store behind a fault proxy to check it under
+// delays, lost answers and cut connections. A history that is not
+// linearizable is reported with Porcupine's visualisation, written to a
+// file the failure names (in the directory IDEMGUARD_LINZ_DIR names, or
+// the system's temporary directory), and its minimal failing operations.
 package storetest
 
 import (
@@ -51,6 +50,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemguard/idemguard/internal/testing/linz"
 	"github.com/idemguard/idemguard/store"
 )
 
@@ -58,20 +58,55 @@ import (
 // cleanup with t.Cleanup.
 type MakeStore func(t *testing.T) store.Store
 
-// Option adjusts the suite to what a store can do.
+// Option adjusts the suites to what a store can do.
 type Option func(*config)
 
 type config struct {
 	tooLarge   int
+	precision  linz.Precision
+	ops        int
+	faults     float64
 	watchProbe *WatchProbe
 	markFormat MarkFormat
 }
 
-// WithTooLarge tells the suite that the store refuses a record whose Result
+func newConfig(opts []Option) config {
+	var c config
+	for _, o := range opts {
+		if o != nil {
+			o(&c)
+		}
+	}
+	return c
+}
+
+// WithTooLarge tells [Run] that the store refuses a record whose Result
 // is n incompressible bytes with [store.ErrTooLarge]; the suite then checks
 // that refusal and that nothing was written. Stores without a size limit
 // leave it out.
 func WithTooLarge(n int) Option { return func(c *config) { c.tooLarge = n } }
+
+// WithPrecision tells [RunLinearizable] how finely the store keeps a
+// record's times, as the store contract allows: ExpiresAt rounded up,
+// never down, to a multiple of expiry, and LeaseExpiresAt to within lease
+// (a second and a millisecond for DynamoDB and Redis, a microsecond each
+// for PostgreSQL). The checker then accepts either answer inside those
+// windows. Both must divide a second. Without it the store must keep times
+// exactly, as the memory store does.
+func WithPrecision(expiry, lease time.Duration) Option {
+	return func(c *config) { c.precision = linz.Precision{Expiry: expiry, Lease: lease} }
+}
+
+// WithOps sets about how many operations [RunLinearizable] records
+// (default 1,500), within a minute at most.
+func WithOps(n int) Option { return func(c *config) { c.ops = n } }
+
+// WithFaults makes [RunLinearizable] fault a share of the operations
+// itself, on top of whatever the store's connection does: a third fail
+// before reaching the store, a third lose their answer after it ran, a
+// third are delayed. For a store with no connection to put a fault proxy
+// in front of, such as one kept in memory.
+func WithFaults(rate float64) Option { return func(c *config) { c.faults = rate } }
 
 // opTimeout bounds every store call, so a hung store fails its test instead
 // of hanging the run.
@@ -79,10 +114,7 @@ const opTimeout = 30 * time.Second
 
 // Run runs the conformance suite against the stores newStore makes.
 func Run(t *testing.T, newStore MakeStore, opts ...Option) {
-	var cfg config
-	for _, o := range opts {
-		o(&cfg)
-	}
+	cfg := newConfig(opts)
 	tests := []struct {
 		name string
 		fn   func(t *testing.T, h *harness)

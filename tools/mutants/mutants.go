@@ -71,10 +71,10 @@ func chaosNet(s string) Net {
 }
 
 // checkerNet runs the linearizability checker's own mutants (package
-// storetest: stores wrapped to forge the writes a broken condition lets
+// internal/testing/linz: stores wrapped to forge the writes a broken condition lets
 // through) on every store. It must pass: the test fails if the checker
 // misses one.
-var checkerNet = Net{Name: "checker", Test: true, Build: "./store/storetest/",
+var checkerNet = Net{Name: "checker", Test: true, Build: "./internal/testing/linz/",
 	Args: []string{"test", "-count=1", "-run", "^TestLinearizableMutants$", "./store/memory/", "./store/dynamodb/", "./store/redis/", "./store/postgres/"}}
 
 // stores are the stores every store mutant is made for.

@@ -186,8 +186,8 @@ func TestTables(t *testing.T) {
 		}
 	}
 
-	// The checker's own mutants, as package storetest defines them.
-	src, err := os.ReadFile(filepath.Join(root(t), "store", "storetest", "mutants.go"))
+	// The checker's own mutants, as package linz defines them.
+	src, err := os.ReadFile(filepath.Join(root(t), "internal", "testing", "linz", "mutants.go"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,14 +196,14 @@ func TestTables(t *testing.T) {
 		want = append(want, m[1])
 	}
 	if len(want) == 0 {
-		t.Fatal("no mutant found in store/storetest/mutants.go")
+		t.Fatal("no mutant found in internal/testing/linz/mutants.go")
 	}
 	var got []string
 	for _, r := range table(t, doc, section, "| checker mutant |") {
 		got = append(got, code(r[0])...)
 	}
 	if !slices.Equal(got, want) {
-		t.Errorf("the checker's mutants in docs/chaos.md are %v, in store/storetest/mutants.go %v", got, want)
+		t.Errorf("the checker's mutants in docs/chaos.md are %v, in internal/testing/linz/mutants.go %v", got, want)
 	}
 }
 

@@ -5,10 +5,11 @@
 // current one, and runs the two builds alternately and side by side on
 // the same keys.
 //
-// It uses only the public API the releases share (guard.New, guard.Do
-// and DoTx, guard.Step, guard.Definite, httpguard.Middleware,
-// grpcguard.UnaryServerInterceptor, the stores' New), so that it builds
-// against either tree. Its flags, its effects file and its report are a
+// It uses only the public API (guard.New, guard.Do and DoTx, guard.Step,
+// guard.Definite, httpguard.MustMiddleware,
+// grpcguard.MustUnaryServerInterceptor, the stores' New). A release from
+// before the driver existed is built with the copy written for its API,
+// testdata/driver-pre-format.go.txt. Its flags, its effects file and its report are a
 // protocol between builds of different releases: keep them as they are,
 // and keep the values each kind of call returns, since each build replays
 // what the other's calls stored.
@@ -327,7 +328,7 @@ func (d *driver) once(ctx context.Context, kind, id string, in order, ran *bool)
 		v.Step = ""
 		return v.By, check(v, mine)
 	case "http":
-		h := httpguard.Middleware(d.g, httpguard.WithScope("roll-http"))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := httpguard.MustMiddleware(d.g, httpguard.WithScope("roll-http"))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			*ran = true
 			d.effect(kind, id)
 			w.Header().Set("Content-Type", "application/json")
@@ -352,7 +353,7 @@ func (d *driver) once(ctx context.Context, kind, id string, in order, ran *bool)
 		}
 		return v.By, check(v, mine)
 	case "grpc":
-		in2 := grpcguard.UnaryServerInterceptor(d.g, grpcguard.WithScope("roll-grpc"))
+		in2 := grpcguard.MustUnaryServerInterceptor(d.g, grpcguard.WithScope("roll-grpc"))
 		gctx := metadata.NewIncomingContext(ctx, metadata.Pairs(grpcguard.DefaultKeyMetadata, id))
 		resp, err := in2(gctx, wrapperspb.String(id), &grpc.UnaryServerInfo{FullMethod: "/roll.v1.Charges/Charge"},
 			func(context.Context, any) (any, error) {
