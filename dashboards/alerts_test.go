@@ -59,7 +59,7 @@ func newRig(t *testing.T, e *expo.Endpoint) *rig {
 	}
 	live, lapsing := memory.New(), memory.New()
 	r.plain = mk(live)
-	r.rejecting = mk(live, guard.WithReject())
+	r.rejecting = mk(live, guard.WithWait(0))
 	r.waiting = mk(live, guard.WithWait(5*time.Second), adapt.WithWaitBackoff(time.Millisecond, 4*time.Millisecond))
 	lease := guard.WithLease(30 * time.Second)
 	r.dead = mk(lapsing, adapt.WithClock(r.clock), lease)

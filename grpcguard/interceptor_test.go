@@ -83,7 +83,7 @@ func TestConcurrentDuplicatesReject(t *testing.T) {
 				t.Error("the duplicates were not all turned away within 30 s")
 			}
 		}}
-		conn := start(t, newGuard(t, s), p, grpcguard.WithGuardOptions(guard.WithReject(), guard.WithLease(5*time.Second)))
+		conn := start(t, newGuard(t, s), p, grpcguard.WithGuardOptions(guard.WithWait(0), guard.WithLease(5*time.Second)))
 		var aborted atomic.Int64
 		replies := make([]reply, clients)
 		var wg sync.WaitGroup

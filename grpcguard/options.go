@@ -83,7 +83,7 @@ func (c *config) stores(code codes.Code) bool { return !retryLater(code) && c.po
 
 // WithGuardOptions passes guard call options to every guarded call, such
 // as guard.WithTTL (default 24 hours), guard.WithWait (default: wait up to
-// 30 s for an in-flight duplicate), guard.WithReject (fail a duplicate
+// 30 s for an in-flight duplicate), guard.WithWait(0) (fail a duplicate
 // with Aborted at once) or guard.WithLease. They win over the defaults
 // given to guard.New, which win over the interceptor's own. The
 // interceptor sets the key (path and requirement), the payload validation

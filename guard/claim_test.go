@@ -150,7 +150,7 @@ func TestWithDefaults(t *testing.T) {
 	}{
 		{"plain guard", nil, []guard.CallOption{adapter},
 			adapt.CallSettings{TTL: 24 * time.Hour, Lease: 3 * time.Second, Mode: adapt.Wait, WaitBudget: 30 * time.Second}},
-		{"guard with its own TTL and mode", []guard.Option{guard.WithTTL(time.Hour), guard.WithReject()}, []guard.CallOption{adapter},
+		{"guard with its own TTL and mode", []guard.Option{guard.WithTTL(time.Hour), guard.WithWait(0)}, []guard.CallOption{adapter},
 			adapt.CallSettings{TTL: time.Hour, Lease: 3 * time.Second, Mode: adapt.Reject, WaitBudget: adapt.DefaultWaitBudget}},
 		{"guard waiting 10 s", []guard.Option{guard.WithWait(10 * time.Second)}, []guard.CallOption{adapter},
 			adapt.CallSettings{TTL: 24 * time.Hour, Lease: 3 * time.Second, Mode: adapt.Wait, WaitBudget: 10 * time.Second}},

@@ -630,7 +630,7 @@ func TestPayloadMismatchOnEveryPath(t *testing.T) {
 		}
 	})
 	t.Run("conflict with in progress", func(t *testing.T) {
-		for _, mode := range []guard.Option{guard.WithReject(), guard.WithWait(time.Second)} {
+		for _, mode := range []guard.Option{guard.WithWait(0), guard.WithWait(time.Second)} {
 			m, _ := newMemory()
 			g := mustGuard(t, m, opts...)
 			other := mustGuard(t, m, append(opts, mode)...)
@@ -875,7 +875,7 @@ func TestBadInputNeverRuns(t *testing.T) {
 	if _, err := guard.Do(ctx, g, "", 1, fn); !errors.Is(err, guard.ErrInvalidOption) {
 		t.Errorf("empty scope = %v, want ErrInvalidOption", err)
 	}
-	for _, o := range []guard.Option{guard.WithTTL(0), guard.WithLease(-1), guard.WithWait(0), guard.WithCache(-1, 0), guard.WithCodec(nil), adapt.WithClock(nil), adapt.WithWaitBackoff(time.Second, time.Millisecond)} {
+	for _, o := range []guard.Option{guard.WithTTL(0), guard.WithLease(-1), guard.WithWait(-1), guard.WithCache(-1, 0), guard.WithCodec(nil), adapt.WithClock(nil), adapt.WithWaitBackoff(time.Second, time.Millisecond)} {
 		if _, err := guard.New(m, o); !errors.Is(err, guard.ErrInvalidOption) {
 			t.Errorf("New with an invalid option = %v, want ErrInvalidOption", err)
 		}

@@ -496,7 +496,7 @@ func TestPanicInReplayLandsTheFlight(t *testing.T) {
 	if r := recoverPanic(func() { guard.Do(ctx, g, "charge", "order-1", fn, hook) }); r == nil {
 		t.Fatal("the caller did not see the hook's panic")
 	}
-	for _, mode := range []guard.CallOption{guard.WithReject(), guard.WithWait(time.Second)} {
+	for _, mode := range []guard.CallOption{guard.WithWait(0), guard.WithWait(time.Second)} {
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		v, err := guard.Do(cctx, g, "charge", "order-1", fn, mode)
 		cancel()
@@ -524,13 +524,13 @@ func TestPanicInAcquireReleasesAndLands(t *testing.T) {
 		t.Fatal("the caller did not see the store's panic")
 	}
 	// The claim is released: another process runs at once.
-	if v, err := guard.Do(ctx, other, "charge", "order-1", fn, guard.WithReject()); err != nil || v != 7 {
+	if v, err := guard.Do(ctx, other, "charge", "order-1", fn, guard.WithWait(0)); err != nil || v != 7 {
 		t.Errorf("call in another process = %d, %v; want it to run (the claim released)", v, err)
 	}
 	// The flight landed: this process replays.
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if v, err := guard.Do(cctx, g, "charge", "order-1", fn, guard.WithReject()); err != nil || v != 7 {
+	if v, err := guard.Do(cctx, g, "charge", "order-1", fn, guard.WithWait(0)); err != nil || v != 7 {
 		t.Errorf("later call in this process = %d, %v; want the replayed 7", v, err)
 	}
 	if runs != 1 {
@@ -567,7 +567,7 @@ func TestPanicInOutcomeHookKeepsTheRecord(t *testing.T) {
 	}
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if v, err := guard.Do(cctx, g, "charge", "order-1", fn, guard.WithReject()); err != nil || v != 7 {
+	if v, err := guard.Do(cctx, g, "charge", "order-1", fn, guard.WithWait(0)); err != nil || v != 7 {
 		t.Errorf("later call = %d, %v; want the replayed 7", v, err)
 	}
 	if runs != 1 {

@@ -113,7 +113,7 @@ func callOnly(set setting, f func(*config)) CallOption { return oneCall{callOpti
 // settingNames name the options behind each setting, for messages.
 var settingNames = [...]string{
 	"WithKeyPath", "WithPayloadValidation", "WithKey", "WithRequireKey", "WithTTL",
-	"WithLease", "WithReject or WithWait", "WithWaitBackoff", "WithCodec", "WithErrorCodec",
+	"WithLease", "WithWait", "WithWaitBackoff", "WithCodec", "WithErrorCodec",
 	"WithDefiniteErrors", "WithResultFilter", "WithOutcomeHook", "WithClaimToken",
 	"WithKeySelectionAttribute", "WithSpanAttributes",
 }
@@ -450,25 +450,28 @@ func WithLease(lease time.Duration) SharedOption {
 	})
 }
 
-// WithReject makes a call that finds the key in progress return
-// [ErrInProgress] at once. It is the default, as in AWS Powertools; it
-// suits callers that retry with backoff themselves, such as Temporal
-// activities, and overrides a guard's default [WithWait] for one call.
-func WithReject() SharedOption {
-	return opt(setMode, func(c *config) { c.mode = guardhook.Reject })
-}
-
-// WithWait makes a call that finds the key in progress wait for up to
-// budget before it returns [ErrInProgress]: it polls the store with
-// backoff and jitter until the other call completes (and replays its
-// result), fails or lapses (and runs the function), or the budget ends. A
-// duplicate in the same process waits for the running call the same way,
-// without polling.
+// WithWait sets how long a call that finds the key in progress waits
+// for the other call before it returns [ErrInProgress]: until the other
+// call completes (and its result is replayed), fails or lapses (and the
+// function runs), or budget ends. Duplicates of a key in one process share
+// one wait, told of the completion by a store that pushes it
+// ([store.Watcher]) and reading the record otherwise.
+//
+// WithWait(0), the default, does not wait: the call returns
+// [ErrInProgress] at once, as in AWS Powertools, which suits callers that
+// retry with backoff themselves, such as Temporal activities; given to a
+// call, it overrides a guard's default wait (as an HTTP request's
+// Prefer: wait=0 does).
 func WithWait(budget time.Duration) SharedOption {
 	return opt(setMode, func(c *config) {
-		if c.check(budget > 0, "wait budget must be positive, got %v", budget) {
-			c.mode, c.waitBudget = guardhook.Wait, budget
+		if !c.check(budget >= 0, "wait budget must not be negative, got %v", budget) {
+			return
 		}
+		if budget == 0 {
+			c.mode = guardhook.Reject
+			return
+		}
+		c.mode, c.waitBudget = guardhook.Wait, budget
 	})
 }
 

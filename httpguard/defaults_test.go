@@ -379,13 +379,13 @@ func TestGuardOptionsPrecedence(t *testing.T) {
 		t.Errorf("WithGuardOptions(WithTTL(2h)) over guard.New(WithTTL(1h)): TTL %v", got)
 	}
 	// A guard in reject mode answers duplicates 409 at once.
-	statuses, runs := burst(t, httpguard.MustMiddleware(newGuard(t, memoryStore(), guard.WithReject())), 5)
+	statuses, runs := burst(t, httpguard.MustMiddleware(newGuard(t, memoryStore(), guard.WithWait(0))), 5)
 	if statuses[http.StatusCreated] != 1 || statuses[http.StatusConflict] != 4 || runs != 1 {
-		t.Errorf("guard.New(WithReject()): statuses %v after %d runs; want one 201 and four 409s", statuses, runs)
+		t.Errorf("guard.New(WithWait(0)): statuses %v after %d runs; want one 201 and four 409s", statuses, runs)
 	}
-	statuses, _ = burst(t, httpguard.MustMiddleware(newGuard(t, memoryStore(), guard.WithReject()), httpguard.WithGuardOptions(guard.WithWait(10*time.Second))), 5)
+	statuses, _ = burst(t, httpguard.MustMiddleware(newGuard(t, memoryStore(), guard.WithWait(0)), httpguard.WithGuardOptions(guard.WithWait(10*time.Second))), 5)
 	if statuses[http.StatusCreated] != 5 {
-		t.Errorf("WithGuardOptions(WithWait) over guard.New(WithReject()): statuses %v; want five 201s", statuses)
+		t.Errorf("WithGuardOptions(WithWait) over guard.New(WithWait(0)): statuses %v; want five 201s", statuses)
 	}
 }
 

@@ -53,7 +53,7 @@
 //
 //	g, _ := guard.New(store, guard.WithTTL(time.Hour))         // 1 h for every call of g
 //	httpguard.MustMiddleware(g, httpguard.WithGuardOptions(
-//		guard.WithReject(),              // 409 at once instead of waiting
+//		guard.WithWait(0),              // 409 at once instead of waiting
 //		guard.WithLease(5*time.Second))) // and so a Retry-After of about 6 s
 //
 // # Keys, callers and principals
@@ -87,7 +87,7 @@
 // response (30 s by default, guard.WithWait to change it) and is answered
 // with it; concurrent duplicates in one process share one execution and
 // one store round trip. One still waiting when the budget ends, or any
-// duplicate with guard.WithReject, gets 409 with a Retry-After header: the
+// duplicate with guard.WithWait(0), gets 409 with a Retry-After header: the
 // seconds until the holder's lease ends plus the guard's clock-skew
 // tolerance (at least 1), after which the key is either completed or free.
 // A client may shorten its own wait with "Prefer: wait=N" (RFC 7240, N

@@ -109,7 +109,7 @@ func TestDifferentBodySameKey(t *testing.T) {
 	})
 }
 
-// 100 concurrent duplicates in reject mode (guard.WithReject): one runs,
+// 100 concurrent duplicates in reject mode (guard.WithWait(0)): one runs,
 // the 99 others get 409 with Retry-After while it holds the key.
 func TestConcurrentDuplicatesReject(t *testing.T) {
 	const clients = 100
@@ -126,7 +126,7 @@ func TestConcurrentDuplicatesReject(t *testing.T) {
 			w.WriteHeader(http.StatusCreated)
 			io.WriteString(w, "paid")
 		})
-		srv := serve(t, newGuard(t, s), h, httpguard.WithGuardOptions(guard.WithReject(), guard.WithLease(5*time.Second)))
+		srv := serve(t, newGuard(t, s), h, httpguard.WithGuardOptions(guard.WithWait(0), guard.WithLease(5*time.Second)))
 		c := srv.Client()
 		c.Transport.(*http.Transport).MaxIdleConnsPerHost = clients
 
@@ -484,7 +484,7 @@ func TestInvalidOptions(t *testing.T) {
 	for name, opt := range map[string]httpguard.Option{
 		"ttl":        httpguard.WithGuardOptions(guard.WithTTL(0)),
 		"lease":      httpguard.WithGuardOptions(guard.WithLease(-time.Second)),
-		"wait":       httpguard.WithGuardOptions(guard.WithWait(0)),
+		"wait":       httpguard.WithGuardOptions(guard.WithWait(-1)),
 		"one key":    httpguard.WithGuardOptions(guard.WithKey("k")),
 		"one token":  httpguard.WithGuardOptions(adapt.WithClaimToken("t")),
 		"key path":   httpguard.WithGuardOptions(guard.WithKeyPath("id")),

@@ -86,7 +86,7 @@ func (c *config) stores(status int) bool { return !retryLater(status) && c.polic
 
 // WithGuardOptions passes guard call options to every guarded request,
 // such as guard.WithTTL (default 24 hours), guard.WithWait (default: wait
-// up to 30 s for an in-flight duplicate), guard.WithReject (answer a
+// up to 30 s for an in-flight duplicate), guard.WithWait(0) (answer a
 // duplicate 409 at once), guard.WithLease or adapt.WithWaitBackoff. They
 // win over the defaults given to guard.New, which win over the
 // middleware's own. The middleware sets the key (path and requirement),

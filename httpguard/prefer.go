@@ -38,14 +38,14 @@ func preferWait(h http.Header) (time.Duration, bool) {
 // wait shortened to d: a duplicate
 // that finds the request in progress waits at most d (d = 0: answers 409
 // at once) and never longer than the API's own wait budget. An API that
-// does not wait (guard.WithReject) keeps answering at once.
+// does not wait (guard.WithWait(0)) keeps answering at once.
 func (m *middleware) preferredWait(extra []guard.CallOption, d time.Duration) []guard.CallOption {
 	s, err := m.t.Settings(extra...)
 	if err != nil || s.Mode != adapt.Wait || d >= s.WaitBudget {
 		return extra
 	}
 	if d == 0 {
-		return append(extra, guard.WithReject())
+		return append(extra, guard.WithWait(0))
 	}
 	return append(extra, guard.WithWait(d))
 }

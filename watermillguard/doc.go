@@ -42,7 +42,7 @@
 // A message's claim has a lease of 15 s unless the guard
 // or [WithGuardOptions] give guard.WithLease; the guard extends it every
 // third of a lease while the handler runs, so a consumer that dies holding
-// a message stalls it for about 16 s. guard.WithReject, given to the guard
+// a message stalls it for about 16 s. guard.WithWait(0), given to the guard
 // or with [WithGuardOptions], returns *adapt.InProgressError at once
 // instead of waiting (for a broker whose nack delays the redelivery
 // without holding back other messages); guard.WithWait(budget) waits for
@@ -89,7 +89,7 @@
 //	                                           replayed (or shared) or
 //	                                           first delivery
 //	  still in progress after a lease          *adapt.InProgressError  nacks: redelivered later
-//	  (with guard.WithReject: at once)
+//	  (with guard.WithWait(0): at once)
 //	the handler failed (error released)        the handler's error     nacks: redelivered, runs again
 //	the handler failed with a definite error   *PermanentError         poison queue: acks
 //	  (recorded; redeliveries replay it)

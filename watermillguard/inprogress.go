@@ -44,7 +44,7 @@ const logLimit = 4096
 // inProgress is what a middleware does with a message in progress
 // elsewhere.
 type inProgress struct {
-	wait  bool          // wait for the holder (neither guard.WithReject nor guard.WithWait given)
+	wait  bool          // wait for the holder (neither guard.WithWait(0) nor guard.WithWait given)
 	limit time.Duration // the longest wait: a lease, the clock skew and waitMargin
 	lease time.Duration // the lease of the middleware's claims, to rate-limit logs
 
@@ -73,7 +73,7 @@ func (m *middleware) initWait(s adapt.CallSettings, check []guard.CallOption) er
 // as the holder's lease can take to lapse.
 func (m *middleware) execute(ctx context.Context, scope string, msg *message.Message, fn func(context.Context) ([]*message.Message, error), call []guard.CallOption) ([]*message.Message, guard.Outcome, error) {
 	if m.wait {
-		call = append(call, guard.WithReject())
+		call = append(call, guard.WithWait(0))
 	}
 	produced, out, err := adapt.Execute(ctx, m.g, scope, payload(msg.Payload), fn, call...)
 	busy := heldElsewhere(out, err)

@@ -68,7 +68,7 @@ func TestInProgressLoggedOncePerLease(t *testing.T) {
 	s := memory.New()
 	var logs teststores.Logs
 	mw := newMiddleware(t, newGuard(t, s), watermillguard.WithLogger(logs.Logger()),
-		watermillguard.WithGuardOptions(guard.WithReject()))
+		watermillguard.WithGuardOptions(guard.WithWait(0)))
 	held := func(key string) {
 		t.Helper()
 		if _, _, err := adapt.Obtain(t.Context(), newGuard(t, s), watermillguard.DefaultScope, nil, guard.WithKey(key), guard.WithLease(time.Minute)); err != nil {
@@ -85,7 +85,7 @@ func TestInProgressLoggedOncePerLease(t *testing.T) {
 	for range 5 {
 		for _, key := range []string{a, b} {
 			if _, err := through(t.Context(), mw, key, nil, never); !errors.Is(err, guard.ErrInProgress) {
-				t.Fatalf("duplicate of %s under guard.WithReject: %v; want guard.ErrInProgress", key, err)
+				t.Fatalf("duplicate of %s under guard.WithWait(0): %v; want guard.ErrInProgress", key, err)
 			}
 		}
 	}

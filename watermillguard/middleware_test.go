@@ -189,7 +189,7 @@ func TestStepsInsideTheHandler(t *testing.T) {
 
 // A duplicate delivered while another consumer handles the message waits
 // for it, by default or for guard.WithWait's budget, and gets the same
-// messages; under guard.WithReject it gets *adapt.InProgressError at once
+// messages; under guard.WithWait(0) it gets *adapt.InProgressError at once
 // (nacked, not permanent).
 func TestDuplicateInProgress(t *testing.T) {
 	s := memory.New()
@@ -214,9 +214,9 @@ func TestDuplicateInProgress(t *testing.T) {
 		t.Error("the duplicate ran the handler")
 		return nil, nil
 	}
-	_, err := through(t.Context(), newMiddleware(t, other, watermillguard.WithGuardOptions(guard.WithReject())), key, nil, never)
+	_, err := through(t.Context(), newMiddleware(t, other, watermillguard.WithGuardOptions(guard.WithWait(0))), key, nil, never)
 	if !errors.Is(err, guard.ErrInProgress) || watermillguard.IsPermanent(err) {
-		t.Fatalf("duplicate in progress under guard.WithReject: %v; want guard.ErrInProgress, not permanent", err)
+		t.Fatalf("duplicate in progress under guard.WithWait(0): %v; want guard.ErrInProgress, not permanent", err)
 	}
 	waiting := map[string]message.HandlerMiddleware{
 		"by default":     newMiddleware(t, other),
@@ -474,15 +474,15 @@ func TestDisabled(t *testing.T) {
 func TestInvalidOptions(t *testing.T) {
 	g := newGuard(t, memory.New())
 	for name, opts := range map[string][]watermillguard.Option{
-		"empty scope":         {watermillguard.WithScope("")},
-		"empty field":         {watermillguard.WithKeyFromMetadata("")},
-		"bad key path":        {watermillguard.WithKeyFromPayload(), watermillguard.WithGuardOptions(guard.WithKeyPath("order_id["))},
-		"bad validation":      {watermillguard.WithGuardOptions(guard.WithPayloadValidation("a[?"))},
-		"negative lease":      {watermillguard.WithGuardOptions(guard.WithLease(-time.Second))},
-		"zero wait budget":    {watermillguard.WithGuardOptions(guard.WithWait(0))},
-		"nil codec (guard's)": {watermillguard.WithGuardOptions(guard.WithCodec(nil))},
-		"a codec":             {watermillguard.WithGuardOptions(guard.WithCodec(adapt.JSON))},
-		"an explicit key":     {watermillguard.WithGuardOptions(guard.WithKey("k"))},
+		"empty scope":          {watermillguard.WithScope("")},
+		"empty field":          {watermillguard.WithKeyFromMetadata("")},
+		"bad key path":         {watermillguard.WithKeyFromPayload(), watermillguard.WithGuardOptions(guard.WithKeyPath("order_id["))},
+		"bad validation":       {watermillguard.WithGuardOptions(guard.WithPayloadValidation("a[?"))},
+		"negative lease":       {watermillguard.WithGuardOptions(guard.WithLease(-time.Second))},
+		"negative wait budget": {watermillguard.WithGuardOptions(guard.WithWait(-1))},
+		"nil codec (guard's)":  {watermillguard.WithGuardOptions(guard.WithCodec(nil))},
+		"a codec":              {watermillguard.WithGuardOptions(guard.WithCodec(adapt.JSON))},
+		"an explicit key":      {watermillguard.WithGuardOptions(guard.WithKey("k"))},
 		"an explicit key, the key from the payload": {watermillguard.WithKeyFromPayload(), watermillguard.WithGuardOptions(guard.WithKey("k"))},
 		"a claim token": {watermillguard.WithGuardOptions(adapt.WithClaimToken("t"))},
 	} {

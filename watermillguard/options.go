@@ -115,7 +115,7 @@ func WithKeyFromPayload() Option {
 }
 
 // WithGuardOptions passes options to every guarded call, as they are:
-// guard.WithTTL, guard.WithLease, guard.WithReject (return
+// guard.WithTTL, guard.WithLease, guard.WithWait(0) (return
 // [guard.ErrInProgress] at once for a message in progress elsewhere, to be
 // nacked, instead of waiting for it), guard.WithWait (wait for it for a
 // budget of one's own), guard.WithPayloadValidation (over the payload read

@@ -114,7 +114,7 @@ func TestGuardedWorkflowReplaysStoredResult(t *testing.T) {
 
 // A workflow whose key is held by a running workflow waits for it and
 // returns its result; the holder's lease, shorter than its run, is kept
-// alive by extensions; with WithRejectInProgress a duplicate fails at once.
+// alive by extensions; with WithWait(0) a duplicate fails at once.
 // The histories, with their timers and extensions, replay.
 func TestGuardedWorkflowWaitsForHolder(t *testing.T) {
 	c := temporaltest.Client(t, client.Options{})
@@ -122,7 +122,7 @@ func TestGuardedWorkflowWaitsForHolder(t *testing.T) {
 	var ships ledger
 	const lease = 2 * time.Second
 	tq := shipWorker(t, c, g, &ships, workflow.WithGuardOptions(guard.WithLease(lease)), workflow.WithGuardOptions(adapt.WithWaitBackoff(time.Second, time.Second)))
-	rejectTQ := shipWorker(t, c, g, &ships, workflow.WithGuardOptions(guard.WithReject()))
+	rejectTQ := shipWorker(t, c, g, &ships, workflow.WithGuardOptions(guard.WithWait(0)))
 
 	idA, idB := temporaltest.Name(t, "holder"), temporaltest.Name(t, "waiter")
 	runA := temporaltest.Start(t, c, client.StartWorkflowOptions{ID: idA, TaskQueue: tq}, "shipOrder", Order{OrderID: "o-w", Amount: 1, Note: "hold"})
@@ -137,7 +137,7 @@ func TestGuardedWorkflowWaitsForHolder(t *testing.T) {
 	err := temporaltest.Run(t, c, rejectTQ, temporaltest.Name(t, "rejected"), time.Minute, nil, "shipOrder", Order{OrderID: "o-w", Amount: 1})
 	var ae *temporal.ApplicationError
 	if !errors.As(err, &ae) || ae.Type() != activity.ErrorTypeInProgress || ae.NonRetryable() {
-		t.Errorf("duplicate with WithRejectInProgress: %v, want a retryable %s", err, activity.ErrorTypeInProgress)
+		t.Errorf("duplicate with WithWait(0): %v, want a retryable %s", err, activity.ErrorTypeInProgress)
 	}
 
 	// Hold past two leases: without extensions the waiter would take over.

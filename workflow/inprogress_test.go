@@ -21,7 +21,7 @@ import (
 // lapsed on the guard's clock (its end plus the guard's clock skew, here
 // 3 s) and then claims once more, and takes the key over: two claims, not
 // a claim that meets the lease again and a sleep of a whole backoff step.
-// A duplicate under guard.WithReject fails with a next-retry delay that
+// A duplicate under guard.WithWait(0) fails with a next-retry delay that
 // runs past the same point.
 func TestInProgressWaitsForTheLapse(t *testing.T) {
 	c := temporaltest.Client(t, client.Options{})
@@ -35,7 +35,7 @@ func TestInProgressWaitsForTheLapse(t *testing.T) {
 	// Backoff steps longer than the test: only the wake-up aimed at the
 	// lapse can take the key over in time.
 	tq := shipWorker(t, c, g, &ships, workflow.WithGuardOptions(adapt.WithWaitBackoff(time.Minute, time.Minute)))
-	rejectTQ := shipWorker(t, c, g, &ships, workflow.WithGuardOptions(guard.WithReject()))
+	rejectTQ := shipWorker(t, c, g, &ships, workflow.WithGuardOptions(guard.WithWait(0)))
 	hold := func(o Order) time.Time {
 		t.Helper()
 		cl, _, err := adapt.Obtain(t.Context(), g, "shipOrder", o, guard.WithKeyPath("order_id"), guard.WithLease(2*time.Second))
@@ -66,7 +66,7 @@ func TestInProgressWaitsForTheLapse(t *testing.T) {
 	err = temporaltest.Run(t, c, rejectTQ, temporaltest.Name(t, "rejected"), 30*time.Second, nil, "shipOrder", rejected)
 	var ae *temporal.ApplicationError
 	if !errors.As(err, &ae) || ae.Type() != activity.ErrorTypeInProgress {
-		t.Fatalf("duplicate under guard.WithReject: %v; want %s", err, activity.ErrorTypeInProgress)
+		t.Fatalf("duplicate under guard.WithWait(0): %v; want %s", err, activity.ErrorTypeInProgress)
 	}
 	// The delay was computed before now: it must reach past the lapse
 	// from now on.

@@ -60,7 +60,7 @@ func newConfig(opts []Option) *config {
 
 // WithGuardOptions gives this workflow guard options, as they are:
 // guard.WithKeyPath, guard.WithPayloadValidation, guard.WithTTL,
-// guard.WithLease, guard.WithReject or guard.WithWait, adapt.WithWaitBackoff,
+// guard.WithLease, guard.WithWait(0) or guard.WithWait, adapt.WithWaitBackoff,
 // guard.WithRequireKey, guard.WithResultFilter, guard.WithDefiniteErrors,
 // guard.WithOutcomeHook, guard.WithCodec, … They override the defaults
 // given to guard.New, which override the workflow guard's own

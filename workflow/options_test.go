@@ -34,7 +34,7 @@ import (
 // 1.5 s after which a duplicate fails with IdempotencyInProgress (rather
 // than wait for as long as the holder holds the key), a TTL of 48 h on the
 // extended and the completed record (not the guard's hour); and
-// guard.WithReject, given to guard.New, makes a duplicate fail at once.
+// guard.WithWait(0), given to guard.New, makes a duplicate fail at once.
 // WithGuardOptions wins over guard.New: a lease of 3 s.
 func TestGuardDefaultsReachWorkflow(t *testing.T) {
 	c := temporaltest.Client(t, client.Options{})
@@ -44,7 +44,7 @@ func TestGuardDefaultsReachWorkflow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rejecting, err := guard.New(s, guard.WithReject())
+	rejecting, err := guard.New(s, guard.WithWait(0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +90,7 @@ func TestGuardDefaultsReachWorkflow(t *testing.T) {
 	idC := temporaltest.Name(t, "rejected")
 	err = temporaltest.Run(t, c, rejectTQ, idC, time.Minute, nil, "shipOrder", Order{OrderID: "o-defaults", Amount: 1})
 	if !errors.As(err, &ae) || ae.Type() != activity.ErrorTypeInProgress || ae.NonRetryable() {
-		t.Errorf("duplicate under guard.WithReject: %v, want a retryable %s", err, activity.ErrorTypeInProgress)
+		t.Errorf("duplicate under guard.WithWait(0): %v, want a retryable %s", err, activity.ErrorTypeInProgress)
 	}
 	if n := temporaltest.Count(temporaltest.History(t, c, idC, ""), enumspb.EVENT_TYPE_TIMER_STARTED); n != 0 {
 		t.Errorf("the rejected duplicate slept %d times, want 0", n)

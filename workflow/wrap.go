@@ -37,7 +37,7 @@ import (
 //     (guard.WithWait, adapt.WithWaitBackoff; by default for as long as the
 //     holder holds the key, from a second to a minute apart), and returns
 //     its result, or runs the body if that workflow failed or its lease
-//     lapsed; in guard.WithReject mode, or once the wait budget is spent,
+//     lapsed; in guard.WithWait(0) mode, or once the wait budget is spent,
 //     it fails with activity.ErrorTypeInProgress instead.
 //   - Body. While it runs, the claim's lease (guard.WithLease, default
 //     1 h) is extended by a local activity every third of a
@@ -383,7 +383,7 @@ func (la localActivities) IdempotencyClaim(ctx context.Context, req claimRequest
 		// The handed claim lapsed and was taken: claim as any run would.
 	}
 	cl, rec, err := adapt.Obtain(ctx, la.g, req.Scope, req.Input,
-		append(opts, guard.WithLease(la.s.Lease), guard.WithReject(), adapt.WithClaimToken(req.Token))...)
+		append(opts, guard.WithLease(la.s.Lease), guard.WithWait(0), adapt.WithClaimToken(req.Token))...)
 	var busy *adapt.InProgressError
 	switch {
 	case errors.As(err, &busy):

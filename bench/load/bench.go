@@ -339,7 +339,7 @@ func newBench(ctx context.Context, cfg Config) (*bench, error) {
 	if b.hotWait, err = guard.Wrap(g, scopeHot, b.hotBody, guard.WithWait(time.Minute)); err != nil {
 		return nil, err
 	}
-	if b.hotRejct, err = guard.Wrap(g, scopeHot, b.hotBody, guard.WithReject()); err != nil {
+	if b.hotRejct, err = guard.Wrap(g, scopeHot, b.hotBody, guard.WithWait(0)); err != nil {
 		return nil, err
 	}
 	if err := b.setUpTx(ctx, g, s, body); err != nil {

@@ -26,7 +26,7 @@
 //	replay_guarded        a guarded call whose key is completed: one failed claim, replay
 //	replay_cached_guarded the same with guard.WithCache: no request
 //	hotkey_wait           -hot-calls concurrent calls with one key, guard.WithWait
-//	hotkey_reject         the same with guard.WithReject
+//	hotkey_reject         the same with guard.WithWait(0)
 //	tx_raw                TransactWriteItems of one business Put, under a ClientRequestToken
 //	tx_protocol_raw       the claim's PutItem, then TransactWriteItems of the Put and the completion, built by hand
 //	tx_guarded            the same Put through guard.WrapTx: the claim, then TransactWriteItems of the Put and the completion

@@ -75,7 +75,7 @@ func composeLiveHolder(t *testing.T, h *composeHarness) {
 	held := h.start(t, h.guard(t, guard.WithLease(composeWait)), "order 1", h.body(how{by: "holder", pause: p.pause}))
 	h.reach(t, p, held, "holder")
 
-	v, err := h.call(t, h.guard(t, guard.WithReject()), "order 1", h.body(how{by: "rejected"}))
+	v, err := h.call(t, h.guard(t, guard.WithWait(0)), "order 1", h.body(how{by: "rejected"}))
 	if !errors.Is(err, guard.ErrInProgress) {
 		t.Errorf("a call that rejects, while the holder runs = %q, %v; want guard.ErrInProgress (or the transport's answer for it)", v, err)
 	}

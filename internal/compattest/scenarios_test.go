@@ -138,7 +138,7 @@ var scenarios = []scenario{
 			_, _, err := adapt.Execute(ctx, e.g, "golden-claim", order{ID: "o-1", Amount: 100}, func(context.Context) (receipt, error) {
 				e.run("claim")
 				return receipt{}, nil
-			}, opts(guard.WithReject())...)
+			}, opts(guard.WithWait(0))...)
 			var busy *adapt.InProgressError
 			switch {
 			case e.runs("claim") != 0:

@@ -128,7 +128,7 @@ func (w *Workload) serve(mp metric.MeterProvider, s store.Store, opts ...guard.O
 	// A duplicate of a running request is answered at once (409, Aborted)
 	// rather than after the adapters' default wait, so that the problem
 	// panels have their series.
-	w.httpSrv = httptest.NewServer(otelhttp.NewHandler(httpguard.MustMiddleware(g, httpguard.WithGuardOptions(guard.WithReject()))(payments), "payments", otelhttp.WithMeterProvider(mp)))
+	w.httpSrv = httptest.NewServer(otelhttp.NewHandler(httpguard.MustMiddleware(g, httpguard.WithGuardOptions(guard.WithWait(0)))(payments), "payments", otelhttp.WithMeterProvider(mp)))
 
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -136,7 +136,7 @@ func (w *Workload) serve(mp metric.MeterProvider, s store.Store, opts ...guard.O
 	}
 	w.grpcSrv = grpc.NewServer(
 		grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithMeterProvider(mp))),
-		grpc.UnaryInterceptor(grpcguard.MustUnaryServerInterceptor(g, grpcguard.WithGuardOptions(guard.WithReject()))),
+		grpc.UnaryInterceptor(grpcguard.MustUnaryServerInterceptor(g, grpcguard.WithGuardOptions(guard.WithWait(0)))),
 	)
 	w.grpcSrv.RegisterService(&paymentsDesc, &grpcPayments{gate: w.gate})
 	go w.grpcSrv.Serve(lis)
