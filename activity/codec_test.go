@@ -70,14 +70,14 @@ func TestPayloadCodecAppliesToStoredResults(t *testing.T) {
 			var wopts worker.Options
 			tq := temporaltest.Name(t, "tq")
 			if tc.interceptor {
-				wopts.Interceptors = []interceptor.WorkerInterceptor{activity.MustInterceptor(g, activity.Policy{Activity: "Charge", Options: opts})}
+				wopts.Interceptors = []interceptor.WorkerInterceptor{activity.Must(activity.Interceptor(g, activity.Policy{Activity: "Charge", Options: opts}))}
 			}
 			temporaltest.Worker(t, c, tq, wopts, func(r worker.Registry) {
 				r.RegisterWorkflow(chargeWorkflow)
 				if tc.interceptor {
 					r.RegisterActivityWithOptions(charge, tactivity.RegisterOptions{Name: "Charge"})
 				} else {
-					r.RegisterActivityWithOptions(activity.MustWrap(g, charge, opts...), tactivity.RegisterOptions{Name: "Charge"})
+					r.RegisterActivityWithOptions(activity.Must(activity.Wrap(g, charge, opts...)), tactivity.RegisterOptions{Name: "Charge"})
 				}
 			})
 
@@ -181,7 +181,7 @@ func TestInterceptorKeepsClientCodecInHistory(t *testing.T) {
 	}
 	tq := temporaltest.Name(t, "tq")
 	temporaltest.Worker(t, c, tq, worker.Options{Interceptors: []interceptor.WorkerInterceptor{
-		activity.MustInterceptor(g, activity.Policy{Activity: "Charge", Options: []activity.Option{activity.WithGuardOptions(guard.WithKeyPath("order_id"))}}),
+		activity.Must(activity.Interceptor(g, activity.Policy{Activity: "Charge", Options: []activity.Option{activity.WithGuardOptions(guard.WithKeyPath("order_id"))}})),
 	}}, func(r worker.Registry) {
 		r.RegisterWorkflow(chargeWorkflow)
 		r.RegisterActivityWithOptions(charge, tactivity.RegisterOptions{Name: "Charge"})

@@ -71,10 +71,10 @@ func TestCompositionActivity(t *testing.T) {
 					in := composeRequest{call.Key, call.Payload}
 					if tc.interceptor {
 						return runComposeActivity(t, fn, []interceptor.WorkerInterceptor{
-							activity.MustInterceptor(g, activity.Policy{Activity: "Compose"}),
+							activity.Must(activity.Interceptor(g, activity.Policy{Activity: "Compose"})),
 						}, in)
 					}
-					return runComposeActivity(t, activity.MustWrap(g, fn), nil, in)
+					return runComposeActivity(t, activity.Must(activity.Wrap(g, fn)), nil, in)
 				},
 			}, guardtest.Stores(teststores.All()))
 		})

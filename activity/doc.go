@@ -24,14 +24,14 @@
 // registers it under the original function's activity type name:
 //
 //	g, _ := guard.New(dynamoStore, guard.WithKeyPath("order_id"))
-//	activity.Register(w, ChargeCard, activity.MustWrap(g, ChargeCard))
+//	activity.Register(w, ChargeCard, activity.Must(activity.Wrap(g, ChargeCard)))
 //
 // [Interceptor], idemguard's one worker interceptor, guards activities by
 // type name, leaving their code and registration untouched; it also carries
 // keys set by workflows (workflow.ContextWithKey) to their activities:
 //
 //	w := worker.New(c, "orders", worker.Options{Interceptors: []interceptor.WorkerInterceptor{
-//		activity.MustInterceptor(g, activity.Policy{Activity: "ChargeCard"}),
+//		activity.Must(activity.Interceptor(g, activity.Policy{Activity: "ChargeCard"})),
 //	}})
 //
 // An activity that processes a slice (send 1,000 emails, pay 300
@@ -76,15 +76,15 @@
 // The activity package's own default, a lease of the heartbeat timeout,
 // gives way to both:
 //
-//	activity.MustWrap(g, ChargeCard, activity.WithGuardOptions(
+//	activity.Must(activity.Wrap(g, ChargeCard, activity.WithGuardOptions(
 //		guard.WithKeyPath("order_id"),
 //		guard.WithPayloadValidation("amount"),
-//		guard.WithRequireKey(true)))
+//		guard.WithRequireKey(true))))
 //
 // [Wrap], its siblings and [Interceptor] check every option when they
 // are called, and return an invalid one (an expression that does not
-// compile, a batch option outside DoBatch) as an error; their Must… forms
-// ([MustWrap], [MustInterceptor]) panic instead. Either way the mistake
+// compile, a batch option outside DoBatch) as an error; wrapped in [Must]
+// they panic instead. Either way the mistake
 // shows when the worker starts, never in a workflow.
 //
 // # Keys

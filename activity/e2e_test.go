@@ -37,10 +37,10 @@ func TestRetryAfterSideEffectReplays(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			g := newGuard(t)
 			var effects ledger
-			guarded := activity.MustWrap(g, func(ctx context.Context, o Order) (Receipt, error) {
+			guarded := activity.Must(activity.Wrap(g, func(ctx context.Context, o Order) (Receipt, error) {
 				effects.add(o.OrderID)
 				return newReceipt(ctx, o), nil
-			}, tc.opts...)
+			}, tc.opts...))
 			var mu sync.Mutex
 			var first Receipt // protected by mu
 			lossy := func(ctx context.Context, o Order) (Receipt, error) {
@@ -110,7 +110,7 @@ func TestBusinessKeyAcrossWorkflows(t *testing.T) {
 			tq := temporaltest.Name(t, "tq")
 			temporaltest.Worker(t, c, tq, worker.Options{}, func(r worker.Registry) {
 				r.RegisterWorkflow(chargeWorkflow)
-				r.RegisterActivityWithOptions(activity.MustWrap(g, charge, opts...), tactivity.RegisterOptions{Name: "Charge"})
+				r.RegisterActivityWithOptions(activity.Must(activity.Wrap(g, charge, opts...)), tactivity.RegisterOptions{Name: "Charge"})
 			})
 
 			// The notes differ, so the whole inputs differ; the order ID is
@@ -164,7 +164,7 @@ func TestInterceptorGuardsUnmodifiedActivity(t *testing.T) {
 	p := &payments{}
 	tq := temporaltest.Name(t, "tq")
 	temporaltest.Worker(t, c, tq, worker.Options{Interceptors: []interceptor.WorkerInterceptor{
-		activity.MustInterceptor(g, activity.Policy{Activity: "Charge", Options: []activity.Option{activity.WithGuardOptions(guard.WithKeyPath("order_id"))}}),
+		activity.Must(activity.Interceptor(g, activity.Policy{Activity: "Charge", Options: []activity.Option{activity.WithGuardOptions(guard.WithKeyPath("order_id"))}})),
 	}}, func(r worker.Registry) {
 		r.RegisterWorkflow(chargeWorkflow)
 		r.RegisterActivity(p)
@@ -205,9 +205,9 @@ func TestPayloadMismatchStopsRetries(t *testing.T) {
 	tq := temporaltest.Name(t, "tq")
 	temporaltest.Worker(t, c, tq, worker.Options{}, func(r worker.Registry) {
 		r.RegisterWorkflow(chargeWorkflow)
-		r.RegisterActivityWithOptions(activity.MustWrap(g, charge,
+		r.RegisterActivityWithOptions(activity.Must(activity.Wrap(g, charge,
 			activity.WithGuardOptions(guard.WithKeyPath("order_id")),
-			activity.WithGuardOptions(guard.WithPayloadValidation("amount"))),
+			activity.WithGuardOptions(guard.WithPayloadValidation("amount")))),
 			tactivity.RegisterOptions{Name: "Charge"})
 	})
 
@@ -259,7 +259,7 @@ func TestLongHeartbeatingActivityKeepsItsKey(t *testing.T) {
 	tq := temporaltest.Name(t, "tq")
 	temporaltest.Worker(t, c, tq, worker.Options{}, func(r worker.Registry) {
 		r.RegisterWorkflow(chargeWorkflow)
-		r.RegisterActivityWithOptions(activity.MustWrap(g, charge, activity.WithGuardOptions(guard.WithKeyPath("order_id"))), tactivity.RegisterOptions{Name: "Charge"})
+		r.RegisterActivityWithOptions(activity.Must(activity.Wrap(g, charge, activity.WithGuardOptions(guard.WithKeyPath("order_id")))), tactivity.RegisterOptions{Name: "Charge"})
 	})
 	p := chargeParams{Order: Order{OrderID: "o-long", Amount: 1}, HeartbeatTimeout: time.Second, StartToClose: time.Minute}
 	first := temporaltest.Start(t, c, client.StartWorkflowOptions{ID: temporaltest.Name(t, "wf"), TaskQueue: tq}, chargeWorkflow, p)
@@ -297,11 +297,11 @@ func TestStepsResumeAfterTemporalRetry(t *testing.T) {
 			g := newGuard(t)
 			v := &invoice{plain: tc.plain, failFirst: true}
 			var opts worker.Options
-			fn := any(activity.MustWrap(g, v.Send, activity.WithGuardOptions(guard.WithKeyPath("order_id"))))
+			fn := any(activity.Must(activity.Wrap(g, v.Send, activity.WithGuardOptions(guard.WithKeyPath("order_id")))))
 			if tc.interceptor {
 				fn = v.Send
-				opts.Interceptors = []interceptor.WorkerInterceptor{activity.MustInterceptor(g,
-					activity.Policy{Activity: "Charge", Options: []activity.Option{activity.WithGuardOptions(guard.WithKeyPath("order_id"))}})}
+				opts.Interceptors = []interceptor.WorkerInterceptor{activity.Must(activity.Interceptor(g,
+					activity.Policy{Activity: "Charge", Options: []activity.Option{activity.WithGuardOptions(guard.WithKeyPath("order_id"))}}))}
 			}
 			tq := temporaltest.Name(t, "tq")
 			temporaltest.Worker(t, c, tq, opts, func(r worker.Registry) {
@@ -352,7 +352,7 @@ func TestHungAttemptHoldsItsKeyUntilItsDeadline(t *testing.T) {
 	var ended time.Time            // protected by mu: when attempt 1 returned
 	var ran []int32                // protected by mu: attempts whose body ran
 	outcomes := map[int32]string{} // protected by mu: each attempt's error type
-	charge := activity.MustWrap(g, func(ctx context.Context, o Order) (Receipt, error) {
+	charge := activity.Must(activity.Wrap(g, func(ctx context.Context, o Order) (Receipt, error) {
 		a := tactivity.GetInfo(ctx).Attempt
 		mu.Lock()
 		ran = append(ran, a)
@@ -368,7 +368,7 @@ func TestHungAttemptHoldsItsKeyUntilItsDeadline(t *testing.T) {
 			return Receipt{}, ctx.Err()
 		}
 		return newReceipt(ctx, o), nil
-	}, activity.WithGuardOptions(guard.WithKeyPath("order_id")))
+	}, activity.WithGuardOptions(guard.WithKeyPath("order_id"))))
 	observed := func(ctx context.Context, o Order) (Receipt, error) {
 		r, err := charge(ctx, o)
 		var ae *temporal.ApplicationError

@@ -118,7 +118,7 @@ func TestGuardErrorsReachTemporal(t *testing.T) {
 			t.Fatal(err)
 		}
 		runs.Store(0)
-		_, err = runActivity(t, nil, activity.MustWrap(g, charge), order)
+		_, err = runActivity(t, nil, activity.Must(activity.Wrap(g, charge)), order)
 		ae := appError(t, err)
 		if ae.Type() != activity.ErrorTypeInProgress || ae.NonRetryable() {
 			t.Errorf("type %q non-retryable %v, want %q retryable", ae.Type(), ae.NonRetryable(), activity.ErrorTypeInProgress)
@@ -133,8 +133,8 @@ func TestGuardErrorsReachTemporal(t *testing.T) {
 	})
 
 	t.Run("key missing", func(t *testing.T) {
-		_, err := runActivity(t, nil, activity.MustWrap(newGuard(t), charge, activity.WithGuardOptions(guard.WithKeyPath("customer_id")),
-			activity.WithGuardOptions(guard.WithRequireKey(true))), order)
+		_, err := runActivity(t, nil, activity.Must(activity.Wrap(newGuard(t), charge, activity.WithGuardOptions(guard.WithKeyPath("customer_id")),
+			activity.WithGuardOptions(guard.WithRequireKey(true)))), order)
 		if ae := appError(t, err); ae.Type() != activity.ErrorTypeKeyMissing || !ae.NonRetryable() {
 			t.Errorf("type %q non-retryable %v, want %q non-retryable", ae.Type(), ae.NonRetryable(), activity.ErrorTypeKeyMissing)
 		}
@@ -150,7 +150,7 @@ func TestGuardErrorsReachTemporal(t *testing.T) {
 			t.Fatal(err)
 		}
 		runs.Store(0)
-		_, err = runActivity(t, nil, activity.MustWrap(g, charge), order)
+		_, err = runActivity(t, nil, activity.Must(activity.Wrap(g, charge)), order)
 		if ae := appError(t, err); ae.Type() != activity.ErrorTypeResultUnavailable || !ae.NonRetryable() {
 			t.Errorf("type %q non-retryable %v, want %q non-retryable", ae.Type(), ae.NonRetryable(), activity.ErrorTypeResultUnavailable)
 		}
@@ -165,7 +165,7 @@ func TestGuardErrorsReachTemporal(t *testing.T) {
 			t.Fatal(err)
 		}
 		runs.Store(0)
-		_, err = runActivity(t, nil, activity.MustWrap(g, charge), order)
+		_, err = runActivity(t, nil, activity.Must(activity.Wrap(g, charge)), order)
 		if ae := appError(t, err); ae.Type() != activity.ErrorTypeStoreThrottled || ae.NonRetryable() {
 			t.Errorf("type %q non-retryable %v, want %q retryable", ae.Type(), ae.NonRetryable(), activity.ErrorTypeStoreThrottled)
 		}
@@ -177,10 +177,10 @@ func TestGuardErrorsReachTemporal(t *testing.T) {
 	t.Run("own error releases", func(t *testing.T) {
 		g := newGuard(t)
 		var n atomic.Int32
-		failing := activity.MustWrap(g, func(ctx context.Context, o Order) (Receipt, error) {
+		failing := activity.Must(activity.Wrap(g, func(ctx context.Context, o Order) (Receipt, error) {
 			n.Add(1)
 			return Receipt{}, temporal.NewApplicationError("gateway timeout", "GatewayTimeout")
-		})
+		}))
 		for range 2 {
 			_, err := runActivity(t, nil, failing, order)
 			if ae := appError(t, err); ae.Type() != "GatewayTimeout" || ae.NonRetryable() {
@@ -218,7 +218,7 @@ func TestStoredFailures(t *testing.T) {
 			if stored {
 				opts = append(opts, activity.WithStoredFailures())
 			}
-			guarded := activity.MustWrap(newGuard(t), decline, opts...)
+			guarded := activity.Must(activity.Wrap(newGuard(t), decline, opts...))
 			for i := range 2 {
 				_, err := runActivity(t, nil, guarded, order)
 				ae := appError(t, err)
@@ -246,7 +246,7 @@ func TestHeaderKeyWins(t *testing.T) {
 	const stamped = `step "charge" of order-workflow-1`
 	var runs atomic.Int32
 	explicitKeys := make(chan string, 2) // each run's explicit key
-	guarded := activity.MustWrap(g, func(ctx context.Context, o Order) (Receipt, error) {
+	guarded := activity.Must(activity.Wrap(g, func(ctx context.Context, o Order) (Receipt, error) {
 		runs.Add(1)
 		explicit, _ := activity.ExplicitKey(ctx)
 		explicitKeys <- explicit
@@ -254,13 +254,13 @@ func TestHeaderKeyWins(t *testing.T) {
 			t.Errorf("idempotency key %q, want Charge#<hash>", key)
 		}
 		return newReceipt(ctx, o), nil
-	})
+	}))
 	p, err := activity.EncodeKeyHeader(stamped)
 	if err != nil {
 		t.Fatal(err)
 	}
 	setup := func(env *testsuite.TestActivityEnvironment) {
-		env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{activity.MustInterceptor(g)}})
+		env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{activity.Must(activity.Interceptor(g))}})
 		env.SetHeader(&commonpb.Header{Fields: map[string]*commonpb.Payload{activity.KeyHeader: p}})
 	}
 	first, err := runActivity(t, setup, guarded, Order{OrderID: "o-1", Amount: 10})
@@ -290,13 +290,13 @@ func TestHeaderKeyWins(t *testing.T) {
 func TestGuardedTwiceRunsOnce(t *testing.T) {
 	g := newGuard(t)
 	var runs atomic.Int32
-	guarded := activity.MustWrap(g, func(ctx context.Context, o Order) (Receipt, error) {
+	guarded := activity.Must(activity.Wrap(g, func(ctx context.Context, o Order) (Receipt, error) {
 		runs.Add(1)
 		return newReceipt(ctx, o), nil
-	})
+	}))
 	setup := func(env *testsuite.TestActivityEnvironment) {
 		env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{
-			activity.MustInterceptor(g, activity.Policy{Activity: "Charge"}),
+			activity.Must(activity.Interceptor(g, activity.Policy{Activity: "Charge"})),
 		}})
 	}
 	for range 2 {
@@ -315,16 +315,20 @@ func TestInvalidOptionsPanic(t *testing.T) {
 	g := newGuard(t)
 	charge := func(ctx context.Context, o Order) (Receipt, error) { return Receipt{}, nil }
 	for name, f := range map[string]func(){
-		"Guard": func() { activity.MustWrap(g, charge, activity.WithGuardOptions(guard.WithKeyPath("order_id["))) },
+		"Guard": func() {
+			activity.Must(activity.Wrap(g, charge, activity.WithGuardOptions(guard.WithKeyPath("order_id["))))
+		},
 		"Interceptor": func() {
-			activity.MustInterceptor(g, activity.Policy{Activity: "Charge", Options: []activity.Option{activity.WithGuardOptions(guard.WithKeyPath("["))}})
+			activity.Must(activity.Interceptor(g, activity.Policy{Activity: "Charge", Options: []activity.Option{activity.WithGuardOptions(guard.WithKeyPath("["))}}))
 		},
 		// Both name one call: every call of the activity would share one
 		// key, or take over each other's claims.
-		"Guard with an explicit key": func() { activity.MustWrap(g, charge, activity.WithGuardOptions(guard.WithKey("k"))) },
-		"Guard with a claim token":   func() { activity.MustWrap(g, charge, activity.WithGuardOptions(adapt.WithClaimToken("t"))) },
-		"Interceptor no name":        func() { activity.MustInterceptor(g, activity.Policy{}) },
-		"Interceptor same one":       func() { activity.MustInterceptor(g, activity.Policy{Activity: "A"}, activity.Policy{Activity: "A"}) },
+		"Guard with an explicit key": func() { activity.Must(activity.Wrap(g, charge, activity.WithGuardOptions(guard.WithKey("k")))) },
+		"Guard with a claim token":   func() { activity.Must(activity.Wrap(g, charge, activity.WithGuardOptions(adapt.WithClaimToken("t")))) },
+		"Interceptor no name":        func() { activity.Must(activity.Interceptor(g, activity.Policy{})) },
+		"Interceptor same one": func() {
+			activity.Must(activity.Interceptor(g, activity.Policy{Activity: "A"}, activity.Policy{Activity: "A"}))
+		},
 	} {
 		func() {
 			defer func() {
@@ -373,10 +377,10 @@ func TestShapesAndNames(t *testing.T) {
 			keys.Store(k, true)
 		}
 	}
-	withInput := activity.MustWrap(g, func(ctx context.Context, o Order) (Receipt, error) { count(ctx); return newReceipt(ctx, o), nil })
-	noInput := activity.MustWrapNoInput(g, func(ctx context.Context) (string, error) { count(ctx); return randomID(), nil })
-	noResult := activity.MustWrapNoResult(g, func(ctx context.Context, o Order) error { count(ctx); return nil })
-	neither := activity.MustWrapNoInputNoResult(g, func(ctx context.Context) error { count(ctx); return nil })
+	withInput := activity.Must(activity.Wrap(g, func(ctx context.Context, o Order) (Receipt, error) { count(ctx); return newReceipt(ctx, o), nil }))
+	noInput := activity.Must(activity.WrapNoInput(g, func(ctx context.Context) (string, error) { count(ctx); return randomID(), nil }))
+	noResult := activity.Must(activity.WrapNoResult(g, func(ctx context.Context, o Order) error { count(ctx); return nil }))
+	neither := activity.Must(activity.WrapNoInputNoResult(g, func(ctx context.Context) error { count(ctx); return nil }))
 
 	var s testsuite.WorkflowTestSuite
 	s.SetLogger(temporaltest.Logger())

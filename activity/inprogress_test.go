@@ -43,12 +43,12 @@ func TestRetryOfInProgressComesAfterTheLease(t *testing.T) {
 	var mu sync.Mutex
 	attempts := map[int32]attempt{} // protected by mu
 	ran := []int32{}                // protected by mu
-	charge := activity.MustWrap(g, func(ctx context.Context, o Order) (Receipt, error) {
+	charge := activity.Must(activity.Wrap(g, func(ctx context.Context, o Order) (Receipt, error) {
 		mu.Lock()
 		ran = append(ran, tactivity.GetInfo(ctx).Attempt)
 		mu.Unlock()
 		return newReceipt(ctx, o), nil
-	})
+	}))
 	observed := func(ctx context.Context, o Order) (Receipt, error) {
 		started := time.Now()
 		r, err := charge(ctx, o)

@@ -73,7 +73,7 @@ type NexusOperation interface {
 // Interceptor reports as an error invalid options, an empty activity
 // name, two policies for one activity type or Nexus operation, a policy
 // naming both an activity and a Nexus operation, or activity policies
-// without a guard; [MustInterceptor] panics instead.
+// without a guard; [Must] panics instead.
 func Interceptor(g *guard.Guard, policies ...Policy) (interceptor.WorkerInterceptor, error) {
 	wi := &workerInterceptor{policies: make(map[string]*runner, len(policies))}
 	for _, p := range policies {
@@ -96,12 +96,6 @@ func Interceptor(g *guard.Guard, policies ...Policy) (interceptor.WorkerIntercep
 		wi.policies[p.Activity] = r
 	}
 	return wi, nil
-}
-
-// MustInterceptor is [Interceptor] that panics where Interceptor returns
-// an error, so that the mistake shows when the worker starts.
-func MustInterceptor(g *guard.Guard, policies ...Policy) interceptor.WorkerInterceptor {
-	return must(Interceptor(g, policies...))
 }
 
 type workerInterceptor struct {

@@ -19,19 +19,19 @@ import (
 // keyedCharges returns a guarded charge activity that counts its runs and
 // sends the explicit key each run sees to keys.
 func keyedCharges(g *guard.Guard, runs *atomic.Int32, keys chan<- string) func(context.Context, Order) (Receipt, error) {
-	return activity.MustWrap(g, func(ctx context.Context, o Order) (Receipt, error) {
+	return activity.Must(activity.Wrap(g, func(ctx context.Context, o Order) (Receipt, error) {
 		runs.Add(1)
 		k, _ := activity.ExplicitKey(ctx)
 		keys <- k
 		return newReceipt(ctx, o), nil
-	})
+	}))
 }
 
 // withHeader returns a setup that runs the activity under the interceptor
 // (keys only) with p, if not nil, as its stamped key header.
 func withHeader(p *commonpb.Payload) func(*testsuite.TestActivityEnvironment) {
 	return func(env *testsuite.TestActivityEnvironment) {
-		env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{activity.MustInterceptor(nil)}})
+		env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{activity.Must(activity.Interceptor(nil))}})
 		if p != nil {
 			env.SetHeader(&commonpb.Header{Fields: map[string]*commonpb.Payload{activity.KeyHeader: p}})
 		}

@@ -60,7 +60,7 @@ func helperMain() int {
 	}
 	w := worker.New(c, os.Getenv(helperQueueEnv), worker.Options{})
 	w.RegisterWorkflow(chargeWorkflow)
-	w.RegisterActivityWithOptions(activity.MustWrap(g, fileCharge(os.Getenv(helperLedgerEnv), true)), tactivity.RegisterOptions{Name: "Charge"})
+	w.RegisterActivityWithOptions(activity.Must(activity.Wrap(g, fileCharge(os.Getenv(helperLedgerEnv), true))), tactivity.RegisterOptions{Name: "Charge"})
 	if err := w.Run(worker.InterruptCh()); err != nil {
 		return fail(err)
 	}
@@ -210,7 +210,7 @@ func TestWorkerKilledMidActivity(t *testing.T) {
 	}
 	temporaltest.Worker(t, c, tq, worker.Options{}, func(r worker.Registry) {
 		r.RegisterWorkflow(chargeWorkflow)
-		r.RegisterActivityWithOptions(activity.MustWrap(g, fileCharge(ledgerPath, false)), tactivity.RegisterOptions{Name: "Charge"})
+		r.RegisterActivityWithOptions(activity.Must(activity.Wrap(g, fileCharge(ledgerPath, false))), tactivity.RegisterOptions{Name: "Charge"})
 	})
 	var got Receipt
 	if err := run.Get(ctx, &got); err != nil {

@@ -25,7 +25,7 @@ func TestNestedGuardedCall(t *testing.T) {
 	g := newGuard(t)
 	var outer ledger
 	cards := &cardCharger{}
-	chargeCard := activity.MustWrap(g, cards.ChargeCard, activity.WithGuardOptions(guard.WithKeyPath("order_id")))
+	chargeCard := activity.Must(activity.Wrap(g, cards.ChargeCard, activity.WithGuardOptions(guard.WithKeyPath("order_id"))))
 	stamped, err := activity.EncodeKeyHeader("order-7/checkout")
 	if err != nil {
 		t.Fatal(err)
@@ -38,13 +38,13 @@ func TestNestedGuardedCall(t *testing.T) {
 		{"input key", []activity.Option{activity.WithGuardOptions(guard.WithKeyPath("order_id"))}, nil},
 		{"execution scope", []activity.Option{activity.WithExecutionScope()}, nil},
 		{"stamped key", nil, func(env *testsuite.TestActivityEnvironment) {
-			env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{activity.MustInterceptor(g)}})
+			env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{activity.Must(activity.Interceptor(g))}})
 			env.SetHeader(&commonpb.Header{Fields: map[string]*commonpb.Payload{activity.KeyHeader: stamped}})
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			id := "o-" + tc.name
-			checkout := activity.MustWrap(g, func(ctx context.Context, o Order) (Receipt, error) {
+			checkout := activity.Must(activity.Wrap(g, func(ctx context.Context, o Order) (Receipt, error) {
 				outer.add(id)
 				r, err := chargeCard(ctx, o)
 				if err != nil {
@@ -55,7 +55,7 @@ func TestNestedGuardedCall(t *testing.T) {
 					return Receipt{}, errors.Join(errors.New("the second inner call did not replay the first"), err)
 				}
 				return r, nil
-			}, tc.opts...)
+			}, tc.opts...))
 			o := Order{OrderID: id, Amount: 5}
 			got, err := runActivity(t, tc.setup, checkout, o)
 			if err != nil {
@@ -110,7 +110,7 @@ func runActivityAs(t *testing.T, name string, setup func(*testsuite.TestActivity
 func TestNestedGuardedCallInBatchItem(t *testing.T) {
 	g := newGuard(t)
 	var l sends
-	send := activity.MustWrap(g, sender(&l, ""), activity.WithGuardOptions(guard.WithKeyPath("id")))
+	send := activity.Must(activity.Wrap(g, sender(&l, ""), activity.WithGuardOptions(guard.WithKeyPath("id"))))
 	sendInvoices := func(ctx context.Context, invs []Invoice) ([]Sent, error) {
 		return activity.DoBatch(ctx, g, invs, send, activity.WithGuardOptions(guard.WithKeyPath("id")))
 	}

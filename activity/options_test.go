@@ -51,10 +51,10 @@ func TestGuardDefaultsReachActivity(t *testing.T) {
 	tq := temporaltest.Name(t, "tq")
 	temporaltest.Worker(t, c, tq, worker.Options{}, func(r worker.Registry) {
 		r.RegisterWorkflow(chargeWorkflow)
-		r.RegisterActivityWithOptions(activity.MustWrap(g, charge, activity.WithGuardOptions(byOrder)), tactivity.RegisterOptions{Name: "Charge"})
-		r.RegisterActivityWithOptions(activity.MustWrap(g, charge, activity.WithGuardOptions(byOrder, guard.WithLease(9*time.Second))),
+		r.RegisterActivityWithOptions(activity.Must(activity.Wrap(g, charge, activity.WithGuardOptions(byOrder))), tactivity.RegisterOptions{Name: "Charge"})
+		r.RegisterActivityWithOptions(activity.Must(activity.Wrap(g, charge, activity.WithGuardOptions(byOrder, guard.WithLease(9*time.Second)))),
 			tactivity.RegisterOptions{Name: "Override"})
-		r.RegisterActivityWithOptions(activity.MustWrap(plain, charge, activity.WithGuardOptions(byOrder)), tactivity.RegisterOptions{Name: "Plain"})
+		r.RegisterActivityWithOptions(activity.Must(activity.Wrap(plain, charge, activity.WithGuardOptions(byOrder))), tactivity.RegisterOptions{Name: "Plain"})
 	})
 	params := func(activityType, orderID string, attempts int32) chargeParams {
 		return chargeParams{Order: Order{OrderID: orderID, Amount: 1}, Activity: activityType, MaxAttempts: attempts,

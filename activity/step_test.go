@@ -103,12 +103,12 @@ func TestStepsResumeInActivity(t *testing.T) {
 			g := newGuard(t)
 			v := &invoice{plain: tc.plain}
 			var setup func(*testsuite.TestActivityEnvironment)
-			fn := any(activity.MustWrap(g, v.Send))
+			fn := any(activity.Must(activity.Wrap(g, v.Send)))
 			if tc.interceptor {
 				fn = v.Send
 				setup = func(env *testsuite.TestActivityEnvironment) {
 					env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{
-						activity.MustInterceptor(g, activity.Policy{Activity: "Charge"}),
+						activity.Must(activity.Interceptor(g, activity.Policy{Activity: "Charge"})),
 					}})
 				}
 			}
@@ -162,7 +162,7 @@ func TestInterceptedStepsKeepTheirResults(t *testing.T) {
 	for i := range 2 {
 		env := s.NewTestActivityEnvironment()
 		env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{
-			activity.MustInterceptor(g, activity.Policy{Activity: "Notify"}),
+			activity.Must(activity.Interceptor(g, activity.Policy{Activity: "Notify"})),
 		}})
 		env.RegisterActivityWithOptions(notify, tactivity.RegisterOptions{Name: "Notify"})
 		v, err := env.ExecuteActivity("Notify", Order{OrderID: "o-n"})
@@ -195,8 +195,8 @@ func TestStepOutsideGuardedActivity(t *testing.T) {
 		interceptors []interceptor.WorkerInterceptor
 	}{
 		{"no interceptor", nil},
-		{"activity.Interceptor", []interceptor.WorkerInterceptor{activity.MustInterceptor(g)}},
-		{"activity.Interceptor, keys only", []interceptor.WorkerInterceptor{activity.MustInterceptor(nil)}},
+		{"activity.Interceptor", []interceptor.WorkerInterceptor{activity.Must(activity.Interceptor(g))}},
+		{"activity.Interceptor, keys only", []interceptor.WorkerInterceptor{activity.Must(activity.Interceptor(nil))}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := runActivity(t, func(env *testsuite.TestActivityEnvironment) {

@@ -46,7 +46,7 @@ func TestExecuteSpanNestsUnderRunActivity(t *testing.T) {
 	env := suite.NewTestWorkflowEnvironment()
 	env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{tracing}})
 	env.RegisterWorkflow(TracedWorkflow)
-	activity.Register(env, TracedCharge, activity.MustWrap(g, TracedCharge))
+	activity.Register(env, TracedCharge, activity.Must(activity.Wrap(g, TracedCharge)))
 	env.ExecuteWorkflow(TracedWorkflow, Order{OrderID: "o-traced", Amount: 5})
 	if err := env.GetWorkflowError(); err != nil {
 		t.Fatal(err)

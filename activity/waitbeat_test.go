@@ -30,10 +30,10 @@ func TestWaitingActivityHeartbeats(t *testing.T) {
 	}
 	var ran atomic.Int64
 	started := make(chan struct{}, 1)
-	charge := activity.MustWrap(g, func(ctx context.Context, o Order) (Receipt, error) {
+	charge := activity.Must(activity.Wrap(g, func(ctx context.Context, o Order) (Receipt, error) {
 		ran.Add(1)
 		return newReceipt(ctx, o), nil
-	}, activity.WithGuardOptions(guard.WithWait(time.Minute)))
+	}, activity.WithGuardOptions(guard.WithWait(time.Minute))))
 	observed := func(ctx context.Context, o Order) (Receipt, error) {
 		select {
 		case started <- struct{}{}:

@@ -31,7 +31,7 @@ import (
 // scheduled on its own) runs once.
 //
 // Wrap reports an invalid option (a JMESPath expression that does not
-// compile, for example) or a nil guard as an error; [MustWrap] panics
+// compile, for example) or a nil guard as an error; [Must] panics
 // instead, as worker.RegisterActivity panics on an invalid function, so
 // that the mistake shows when the worker starts.
 func Wrap[In, Out any](g *guard.Guard, fn func(context.Context, In) (Out, error), opts ...Option) (func(context.Context, In) (Out, error), error) {
@@ -42,11 +42,6 @@ func Wrap[In, Out any](g *guard.Guard, fn func(context.Context, In) (Out, error)
 	return func(ctx context.Context, in In) (Out, error) {
 		return run(ctx, r, in, true, func(ctx context.Context) (Out, error) { return fn(ctx, in) })
 	}, nil
-}
-
-// MustWrap is [Wrap] that panics where Wrap returns an error.
-func MustWrap[In, Out any](g *guard.Guard, fn func(context.Context, In) (Out, error), opts ...Option) func(context.Context, In) (Out, error) {
-	return must(Wrap(g, fn, opts...))
 }
 
 // WrapNoInput is [Wrap] for an activity without input. Unless the workflow
@@ -61,11 +56,6 @@ func WrapNoInput[Out any](g *guard.Guard, fn func(context.Context) (Out, error),
 	}, nil
 }
 
-// MustWrapNoInput is [WrapNoInput] that panics where it returns an error.
-func MustWrapNoInput[Out any](g *guard.Guard, fn func(context.Context) (Out, error), opts ...Option) func(context.Context) (Out, error) {
-	return must(WrapNoInput(g, fn, opts...))
-}
-
 // WrapNoResult is [Wrap] for an activity that returns only an error.
 func WrapNoResult[In any](g *guard.Guard, fn func(context.Context, In) error, opts ...Option) (func(context.Context, In) error, error) {
 	r, err := newRunner(g, fn, opts)
@@ -76,11 +66,6 @@ func WrapNoResult[In any](g *guard.Guard, fn func(context.Context, In) error, op
 		_, err := run(ctx, r, in, true, func(ctx context.Context) (struct{}, error) { return struct{}{}, fn(ctx, in) })
 		return err
 	}, nil
-}
-
-// MustWrapNoResult is [WrapNoResult] that panics where it returns an error.
-func MustWrapNoResult[In any](g *guard.Guard, fn func(context.Context, In) error, opts ...Option) func(context.Context, In) error {
-	return must(WrapNoResult(g, fn, opts...))
 }
 
 // WrapNoInputNoResult is [Wrap] for an activity without input that returns
@@ -95,12 +80,6 @@ func WrapNoInputNoResult(g *guard.Guard, fn func(context.Context) error, opts ..
 		_, err := run(ctx, r, nil, false, func(ctx context.Context) (struct{}, error) { return struct{}{}, fn(ctx) })
 		return err
 	}, nil
-}
-
-// MustWrapNoInputNoResult is [WrapNoInputNoResult] that panics where it
-// returns an error.
-func MustWrapNoInputNoResult(g *guard.Guard, fn func(context.Context) error, opts ...Option) func(context.Context) error {
-	return must(WrapNoInputNoResult(g, fn, opts...))
 }
 
 // must returns v, and panics if err is not nil.
@@ -262,4 +241,19 @@ func spanAttributes(info tactivity.Info) []attribute.KeyValue {
 		attrs = append(attrs, telemetry.TemporalWorkflowTypeKey.String(info.WorkflowType.Name))
 	}
 	return attrs
+}
+
+// Must returns v, and panics if err is not nil: the panicking form of
+// every constructor of the package, for a worker's main, where an invalid
+// option should stop the worker when it starts.
+//
+//	w.RegisterActivity(activity.Must(activity.Wrap(g, ChargeCard)))
+//	worker.Options{Interceptors: []interceptor.WorkerInterceptor{
+//		activity.Must(activity.Interceptor(g, policies...)),
+//	}}
+func Must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
 }

@@ -38,7 +38,7 @@ func Pay(ctx context.Context, p Payment) (string, error) {
 func ExampleWrap() {
 	charges = 0
 	g, _ := guard.New(memory.New())
-	guarded := activity.MustWrap(g, Pay, activity.WithGuardOptions(guard.WithKeyPath("order_id")))
+	guarded := activity.Must(activity.Wrap(g, Pay, activity.WithGuardOptions(guard.WithKeyPath("order_id"))))
 
 	var s testsuite.WorkflowTestSuite
 	s.SetLogger(temporaltest.Logger())
@@ -81,7 +81,7 @@ func ExampleInterceptor() {
 	s.SetLogger(temporaltest.Logger())
 	env := s.NewTestActivityEnvironment()
 	env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{
-		activity.MustInterceptor(g, activity.Policy{Activity: "Refund", Options: []activity.Option{activity.WithGuardOptions(guard.WithKeyPath("order_id"))}}),
+		activity.Must(activity.Interceptor(g, activity.Policy{Activity: "Refund", Options: []activity.Option{activity.WithGuardOptions(guard.WithKeyPath("order_id"))}})),
 	}})
 	env.RegisterActivity(Refund)
 
@@ -130,7 +130,7 @@ func SendInvoice(ctx context.Context, p Payment) (string, error) {
 func Example_steps() {
 	mailUp = false
 	g, _ := guard.New(memory.New())
-	guarded := activity.MustWrap(g, SendInvoice, activity.WithGuardOptions(guard.WithKeyPath("order_id")))
+	guarded := activity.Must(activity.Wrap(g, SendInvoice, activity.WithGuardOptions(guard.WithKeyPath("order_id"))))
 
 	var s testsuite.WorkflowTestSuite
 	s.SetLogger(temporaltest.Logger())

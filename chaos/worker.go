@@ -227,10 +227,10 @@ func runWorker(cfg workerConfig) error {
 			register(TxExplicitActivity, wk.dynamoTxActivity(TxExplicitActivity, explicitOptions()))
 			register(TxStepsActivity, wk.dynamoTxActivity(TxStepsActivity, nil))
 		default:
-			register(KeyedActivity, activity.MustWrap(wk.g, wk.keyedBody))
-			register(PlainActivity, activity.MustWrap(wk.g, wk.plainBody))
-			register(ExplicitActivity, activity.MustWrap(wk.g, wk.explicitBody, explicit))
-			register(StepsActivity, activity.MustWrap(wk.g, wk.stepsBody))
+			register(KeyedActivity, activity.Must(activity.Wrap(wk.g, wk.keyedBody)))
+			register(PlainActivity, activity.Must(activity.Wrap(wk.g, wk.plainBody)))
+			register(ExplicitActivity, activity.Must(activity.Wrap(wk.g, wk.explicitBody, explicit)))
+			register(StepsActivity, activity.Must(activity.Wrap(wk.g, wk.stepsBody)))
 		}
 		if err = w.Start(); err == nil {
 			break

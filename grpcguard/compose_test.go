@@ -33,7 +33,7 @@ func TestCompositionGRPC(t *testing.T) {
 		Run: func(ctx context.Context, t *testing.T, g *guard.Guard, call guardtest.Call, effect guardtest.Effect, body guardtest.Body) (string, error) {
 			icpt := grpcguard.MustUnaryServerInterceptor(g)
 			stream := &metadataStream{method: method}
-			ctx = grpc.NewContextWithServerTransportStream(metadata.NewIncomingContext(ctx, metadata.Pairs(grpcguard.DefaultKeyMetadata, call.Key)), stream)
+			ctx = grpc.NewContextWithServerTransportStream(metadata.NewIncomingContext(ctx, metadata.Pairs("idempotency-key", call.Key)), stream)
 			resp, err := icpt(ctx, wrapperspb.String(call.Payload), &grpc.UnaryServerInfo{FullMethod: method},
 				func(ctx context.Context, _ any) (any, error) {
 					v, err := body(ctx, effect)

@@ -214,7 +214,7 @@ func TestMissingOrInvalidKey(t *testing.T) {
 		for _, key := range []string{strings.Repeat("k", 257), `"unclosed`, `"a", "b"`} {
 			wantRefusal(t, charge(t, conn, key, "x").err, codes.InvalidArgument, grpcguard.ReasonKeyInvalid)
 		}
-		twice := charge(t, conn, "a", "x", grpcguard.DefaultKeyMetadata, "b")
+		twice := charge(t, conn, "a", "x", "idempotency-key", "b")
 		wantRefusal(t, twice.err, codes.InvalidArgument, grpcguard.ReasonKeyInvalid)
 		if p.runs.Load() != 0 || (n != nil && n.Total() != 0) {
 			t.Errorf("refused calls ran (%d) or reached the store", p.runs.Load())

@@ -16,9 +16,9 @@ import (
 
 // Names of the metadata.
 const (
-	// DefaultKeyMetadata is the request metadata key that carries the
+	// defaultKeyMetadata is the request metadata key that carries the
 	// idempotency key (gRPC metadata keys are lowercase).
-	DefaultKeyMetadata = "idempotency-key"
+	defaultKeyMetadata = "idempotency-key"
 	// statusMetadata is the response header metadata that says whether the
 	// response ran fresh ("executed"), is a stored one ("replayed"), or was
 	// not kept ("released").
@@ -56,7 +56,7 @@ type config struct {
 func defaults() config {
 	return config{
 		Config:      transport.NewConfig("grpcguard", transport.GRPCScope, "Unavailable"),
-		keyMD:       DefaultKeyMetadata,
+		keyMD:       defaultKeyMetadata,
 		fingerprint: DefaultFingerprint,
 		policy:      func(codes.Code) bool { return false },
 		types:       protoregistry.GlobalTypes,
@@ -128,7 +128,7 @@ func WithSkip(skip func(ctx context.Context, fullMethod string) bool) Option {
 func WithKeyOptional() Option { return shared(transport.KeyOptional()) }
 
 // WithKeyMetadata sets the metadata key that carries the idempotency key
-// (default [DefaultKeyMetadata]).
+// (default "idempotency-key").
 func WithKeyMetadata(name string) Option {
 	return optionFunc(func(c *config) {
 		transport.Set(&c.Config, &c.keyMD, strings.ToLower(name), name != "", "empty key metadata name")

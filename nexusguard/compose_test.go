@@ -58,7 +58,7 @@ func TestCompositionNexus(t *testing.T) {
 						}
 						return v, nil
 					}
-					wi := activity.MustInterceptor(nil, nexusguard.MustPolicy(g, service, operation))
+					wi := activity.Must(activity.Interceptor(nil, nexusguard.MustPolicy(g, service, operation)))
 					res, err := wi.InterceptNexusOperation(ctx, &handlerInbound{start: func(ctx context.Context, in interceptor.NexusStartOperationInput) (nexus.HandlerStartOperationResult[any], error) {
 						v, err := handler(ctx, in.Input.(composeInput), in.Options)
 						if err != nil {

@@ -22,7 +22,7 @@
 // changing its code or registration:
 //
 //	w := worker.New(c, "payments", worker.Options{Interceptors: []interceptor.WorkerInterceptor{
-//		activity.MustInterceptor(g, nexusguard.MustPolicy(g, "payments", "charge")),
+//		activity.Must(activity.Interceptor(g, nexusguard.MustPolicy(g, "payments", "charge"))),
 //	}})
 //
 // Each returns an error for a nil guard or an invalid option; its Must

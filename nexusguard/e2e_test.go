@@ -45,7 +45,7 @@ func syncService(g *guard.Guard, h func(context.Context, Order, nexus.StartOpera
 	svc := nexus.NewService(service)
 	if viaInterceptor {
 		svc.MustRegister(nexus.NewSyncOperation(operation, h))
-		return svc, []interceptor.WorkerInterceptor{activity.MustInterceptor(nil, nexusguard.MustPolicy(g, service, operation, opts...))}
+		return svc, []interceptor.WorkerInterceptor{activity.Must(activity.Interceptor(nil, nexusguard.MustPolicy(g, service, operation, opts...)))}
 	}
 	svc.MustRegister(nexus.NewSyncOperation(operation, nexusguard.MustWrap(g, h, opts...)))
 	return svc, nil
@@ -291,7 +291,7 @@ func TestDevServerWorkflowRunStart(t *testing.T) {
 			var ics []interceptor.WorkerInterceptor
 			if p.interceptor {
 				svc.MustRegister(op)
-				ics = []interceptor.WorkerInterceptor{activity.MustInterceptor(nil, nexusguard.MustPolicy(g, service, fulfil))}
+				ics = []interceptor.WorkerInterceptor{activity.Must(activity.Interceptor(nil, nexusguard.MustPolicy(g, service, fulfil)))}
 			} else {
 				svc.MustRegister(nexusguard.MustWrapOperation(g, op))
 			}

@@ -77,7 +77,7 @@ func receiptOf(t *testing.T, res nexus.HandlerStartOperationResult[any]) Receipt
 func TestInterceptor(t *testing.T) {
 	var l ledger
 	g := newGuard(t)
-	wi := activity.MustInterceptor(nil, nexusguard.MustPolicy(g, service, operation))
+	wi := activity.Must(activity.Interceptor(nil, nexusguard.MustPolicy(g, service, operation)))
 	startOp := intercepted(wi, syncStart(charge(&l)))
 	ctx := handlerContext()
 
@@ -122,7 +122,7 @@ func TestInterceptor(t *testing.T) {
 // retry.
 func TestInterceptorUnguarded(t *testing.T) {
 	var l ledger
-	wi := activity.MustInterceptor(nil, nexusguard.MustPolicy(newGuard(t), service, "other"))
+	wi := activity.Must(activity.Interceptor(nil, nexusguard.MustPolicy(newGuard(t), service, "other")))
 	startOp := intercepted(wi, syncStart(charge(&l)))
 	for range 2 {
 		if _, err := startOp(handlerContext(), Order{OrderID: "o-1"}, "req-1"); err != nil {
@@ -174,7 +174,7 @@ func TestPolicy(t *testing.T) {
 					t.Error("Interceptor did not panic")
 				}
 			}()
-			activity.MustInterceptor(g, policies...)
+			activity.Must(activity.Interceptor(g, policies...))
 		})
 	}
 }
@@ -186,7 +186,7 @@ func TestPolicy(t *testing.T) {
 func TestGuardedBothWays(t *testing.T) {
 	var l ledger
 	g := newGuard(t)
-	wi := activity.MustInterceptor(nil, nexusguard.MustPolicy(g, service, operation))
+	wi := activity.Must(activity.Interceptor(nil, nexusguard.MustPolicy(g, service, operation)))
 	startOp := intercepted(wi, syncStart(nexusguard.MustWrap(g, func(ctx context.Context, o Order, opts nexus.StartOperationOptions) (Receipt, error) {
 		if _, err := guard.Step(ctx, "charge", func(ctx context.Context) (bool, error) {
 			l.add("step " + o.OrderID)

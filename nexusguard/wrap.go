@@ -107,7 +107,7 @@ func (w *guardedOperation[I, O]) Start(ctx context.Context, in I, options nexus.
 // operation's code or registration:
 //
 //	w := worker.New(c, "payments", worker.Options{Interceptors: []interceptor.WorkerInterceptor{
-//		activity.MustInterceptor(g, nexusguard.MustPolicy(g, "payments", "charge")),
+//		activity.Must(activity.Interceptor(g, nexusguard.MustPolicy(g, "payments", "charge"))),
 //	}})
 //
 // The interceptor does not know the operation's output type: a replayed

@@ -28,16 +28,19 @@ func (s Status) String() string {
 	return fmt.Sprintf("Status(%d)", uint8(s))
 }
 
-// ParseStatus is the inverse of [Status.String]. It reports false for any
-// other text.
-func ParseStatus(s string) (Status, bool) {
-	switch s {
+// UnmarshalText sets s from its text, the inverse of [Status.String]:
+// "INPROGRESS" or "COMPLETED". Any other text is an error, and leaves s as
+// it was.
+func (s *Status) UnmarshalText(text []byte) error {
+	switch string(text) {
 	case "INPROGRESS":
-		return StatusInProgress, true
+		*s = StatusInProgress
 	case "COMPLETED":
-		return StatusCompleted, true
+		*s = StatusCompleted
+	default:
+		return fmt.Errorf("not a record status: %.40q", text)
 	}
-	return 0, false
+	return nil
 }
 
 // ResultKind says what the Result of a completed [Record] holds.

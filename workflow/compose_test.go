@@ -56,9 +56,9 @@ func TestCompositionWorkflow(t *testing.T) {
 				return out, err
 			}
 			tq := temporaltest.Name(t, "compose")
-			temporaltest.Worker(t, c, tq, worker.Options{Interceptors: []interceptor.WorkerInterceptor{activity.MustInterceptor(nil)}}, func(r worker.Registry) {
+			temporaltest.Worker(t, c, tq, worker.Options{Interceptors: []interceptor.WorkerInterceptor{activity.Must(activity.Interceptor(nil))}}, func(r worker.Registry) {
 				r.RegisterWorkflowWithOptions(workflow.MustWrap(g, wf), tworkflow.RegisterOptions{Name: "Compose"})
-				r.RegisterActivityWithOptions(activity.MustWrap(g, step), tactivity.RegisterOptions{Name: "ComposeStep"})
+				r.RegisterActivityWithOptions(activity.Must(activity.Wrap(g, step)), tactivity.RegisterOptions{Name: "ComposeStep"})
 			})
 			var out string
 			err := temporaltest.Run(t, c, tq, temporaltest.Name(t, "wf"), 90*time.Second, &out, "Compose", composeRequest{call.Key, call.Payload})

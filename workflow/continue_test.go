@@ -62,7 +62,7 @@ func TestGuardedWorkflowKeepsKeyAcrossContinueAsNew(t *testing.T) {
 			tq := temporaltest.Name(t, "tq")
 			var wopts worker.Options
 			if tc.interceptor {
-				wopts.Interceptors = []interceptor.WorkerInterceptor{activity.MustInterceptor(nil)}
+				wopts.Interceptors = []interceptor.WorkerInterceptor{activity.Must(activity.Interceptor(nil))}
 			}
 			temporaltest.Worker(t, c, tq, wopts, func(r worker.Registry) {
 				workflow.Register(r, shipInTwoRuns, workflow.MustWrap(g, shipInTwoRuns, workflow.WithGuardOptions(tc.opts...)))

@@ -45,7 +45,7 @@ func shipWorker(t *testing.T, c client.Client, g *guard.Guard, ships *ledger, op
 	t.Helper()
 	tq := temporaltest.Name(t, "tq")
 	guarded := workflow.MustWrap(g, shipOrder, append([]workflow.Option{workflow.WithGuardOptions(guard.WithKeyPath("order_id"))}, opts...)...)
-	temporaltest.Worker(t, c, tq, worker.Options{Interceptors: []interceptor.WorkerInterceptor{activity.MustInterceptor(nil)}}, func(r worker.Registry) {
+	temporaltest.Worker(t, c, tq, worker.Options{Interceptors: []interceptor.WorkerInterceptor{activity.Must(activity.Interceptor(nil))}}, func(r worker.Registry) {
 		workflow.Register(r, shipOrder, guarded)
 		r.RegisterActivityWithOptions(sideEffect(ships, "ship"), tactivity.RegisterOptions{Name: "Ship"})
 	})
@@ -57,7 +57,7 @@ func shipWorker(t *testing.T, c client.Client, g *guard.Guard, ships *ledger, op
 func replay(t *testing.T, wf any, histories ...*historypb.History) error {
 	t.Helper()
 	r, err := worker.NewWorkflowReplayerWithOptions(worker.WorkflowReplayerOptions{
-		Interceptors: []interceptor.WorkerInterceptor{activity.MustInterceptor(nil)},
+		Interceptors: []interceptor.WorkerInterceptor{activity.Must(activity.Interceptor(nil))},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -108,7 +108,7 @@ func scheduledKeys(t *testing.T, h *historypb.History) [][2]string {
 
 // registerCharge registers a guarded Charge activity on r.
 func chargeActivity(g *guard.Guard, l *ledger, opts ...activity.Option) (any, tactivity.RegisterOptions) {
-	return activity.MustWrap(g, sideEffect(l, "charge"), opts...), tactivity.RegisterOptions{Name: "Charge"}
+	return activity.Must(activity.Wrap(g, sideEffect(l, "charge"), opts...)), tactivity.RegisterOptions{Name: "Charge"}
 }
 
 // localActivities returns, in order, the types of the local activities

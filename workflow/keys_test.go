@@ -76,7 +76,7 @@ func TestStepKeySurvivesInsertedActivity(t *testing.T) {
 			g := newGuard(t)
 			var effects ledger
 			tq := temporaltest.Name(t, "tq")
-			temporaltest.Worker(t, c, tq, worker.Options{Interceptors: []interceptor.WorkerInterceptor{activity.MustInterceptor(nil)}}, func(r worker.Registry) {
+			temporaltest.Worker(t, c, tq, worker.Options{Interceptors: []interceptor.WorkerInterceptor{activity.Must(activity.Interceptor(nil))}}, func(r worker.Registry) {
 				r.RegisterWorkflowWithOptions(tc.v1, tworkflow.RegisterOptions{Name: "OrderV1"})
 				r.RegisterWorkflowWithOptions(tc.v2, tworkflow.RegisterOptions{Name: "OrderV2"})
 				r.RegisterActivityWithOptions(chargeActivity(g, &effects, tc.opts...))
@@ -145,7 +145,7 @@ func TestWithKeyNeedsInterceptor(t *testing.T) {
 	}
 
 	env = s.NewTestWorkflowEnvironment()
-	env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{activity.MustInterceptor(nil)}})
+	env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{activity.Must(activity.Interceptor(nil))}})
 	env.ExecuteWorkflow(wf)
 	var k string
 	if err := env.GetWorkflowResult(&k); err != nil {

@@ -54,8 +54,8 @@ func ExampleStepKey() {
 	s.SetLogger(temporaltest.Logger())
 	for range 2 { // two runs of one workflow ID
 		env := s.NewTestWorkflowEnvironment()
-		env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{activity.MustInterceptor(nil)}})
-		activity.Register(env, SendInvoice, activity.MustWrap(g, SendInvoice))
+		env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{activity.Must(activity.Interceptor(nil))}})
+		activity.Register(env, SendInvoice, activity.Must(activity.Wrap(g, SendInvoice)))
 		env.ExecuteWorkflow(InvoiceWorkflow, Invoice{InvoiceID: "inv-1", Cents: 900})
 		var out string
 		if err := env.GetWorkflowResult(&out); err != nil {

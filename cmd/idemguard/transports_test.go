@@ -157,7 +157,7 @@ func TestGetShowsTransportResults(t *testing.T) {
 			icpt := grpcguard.MustUnaryServerInterceptor(g, grpcguard.WithCacheErrors())
 			var grpcKeys []string
 			call := func(key string, reply any, err error) {
-				ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs(grpcguard.DefaultKeyMetadata, key))
+				ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("idempotency-key", key))
 				icpt(ctx, wrapperspb.String("req"), &grpc.UnaryServerInfo{FullMethod: "/pay.v1.Payments/Charge"}, func(ctx context.Context, _ any) (any, error) {
 					k, _ := guard.KeyFromContext(ctx)
 					grpcKeys = append(grpcKeys, k)

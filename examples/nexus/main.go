@@ -249,7 +249,7 @@ func payments(g *guard.Guard, e *Effects) (*nexus.Service, interceptor.WorkerInt
 	})
 	svc := nexus.NewService(Service)
 	svc.MustRegister(chargeOp, fulfilOp)
-	return svc, activity.MustInterceptor(g, nexusguard.MustPolicy(g, Service, Fulfil))
+	return svc, activity.Must(activity.Interceptor(g, nexusguard.MustPolicy(g, Service, Fulfil)))
 }
 
 // run sets up both namespaces and the endpoint, starts both workers, checks

@@ -194,12 +194,12 @@ func run(ctx context.Context, cfg Config, exp sdktrace.SpanExporter, out io.Writ
 	provider := &payment.Provider{}
 	a := &payment.Activities{Provider: provider}
 	w.RegisterWorkflow(payment.Payment)
-	activity.Register(w, a.Charge, activity.MustWrap(g, a.Charge, activity.WithGuardOptions(
+	activity.Register(w, a.Charge, activity.Must(activity.Wrap(g, a.Charge, activity.WithGuardOptions(
 		guard.WithKeyPath("order_id"), // the business key: one charge per order
 		// A duplicate that finds the charge in progress waits for its receipt
 		// (for up to 10 s) rather than failing and being retried by Temporal
 		// at the end of the holder's lease.
-		guard.WithWait(10*time.Second))))
+		guard.WithWait(10*time.Second)))))
 	if err := w.Start(); err != nil {
 		return nil, fmt.Errorf("starting the worker: %w", err)
 	}

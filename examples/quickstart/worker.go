@@ -46,9 +46,9 @@ func newWorker(s store.Store, tp *sdktrace.TracerProvider, p *payment.Provider, 
 			r.RegisterWorkflow(Purchase)
 			// The guarded activities, each registered under its own name
 			// ("Charge", "Checkout", "CheckoutInSteps").
-			activity.Register(r, a.Charge, activity.MustWrap(g, a.Charge, byOrder))
-			activity.Register(r, c.Checkout, activity.MustWrap(g, c.Checkout, byOrder))
-			activity.Register(r, c.CheckoutInSteps, activity.MustWrap(g, c.CheckoutInSteps, byOrder))
+			activity.Register(r, a.Charge, activity.Must(activity.Wrap(g, a.Charge, byOrder)))
+			activity.Register(r, c.Checkout, activity.Must(activity.Wrap(g, c.Checkout, byOrder)))
+			activity.Register(r, c.CheckoutInSteps, activity.Must(activity.Wrap(g, c.CheckoutInSteps, byOrder)))
 		},
 	}, nil
 }

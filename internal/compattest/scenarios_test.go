@@ -416,7 +416,7 @@ func serveHTTP(ctx context.Context, e *env, handler http.HandlerFunc) *httptest.
 func callGRPC(ctx context.Context, e *env, id string, handler grpc.UnaryHandler) (any, error) {
 	in := grpcguard.MustUnaryServerInterceptor(e.g, grpcguard.WithScope("golden-grpc"),
 		grpcguard.WithCodePolicy(func(c codes.Code) bool { return c == codes.NotFound }))
-	ctx = metadata.NewIncomingContext(ctx, metadata.Pairs(grpcguard.DefaultKeyMetadata, "golden-grpc-"+id))
+	ctx = metadata.NewIncomingContext(ctx, metadata.Pairs("idempotency-key", "golden-grpc-"+id))
 	return in(ctx, wrapperspb.String(id), &grpc.UnaryServerInfo{FullMethod: "/golden.v1.Charges/Charge"}, handler)
 }
 

@@ -128,7 +128,7 @@ type listRequest struct {
 func (s *Store) listRequest(q store.Query) (*listRequest, error) {
 	c := s.cfg
 	if q.Status != 0 {
-		if _, ok := store.ParseStatus(q.Status.String()); !ok {
+		if q.Status != store.StatusInProgress && q.Status != store.StatusCompleted {
 			return nil, fmt.Errorf("dynamodb: unknown status %v", q.Status)
 		}
 	}

@@ -132,7 +132,7 @@ func (c *config) encode(rec *store.Record) (*encoded, error) {
 		token:  strAttr(rec.Token),
 		format: formatValue,
 	}
-	if _, ok := store.ParseStatus(rec.Status.String()); !ok {
+	if rec.Status != store.StatusInProgress && rec.Status != store.StatusCompleted {
 		return nil, fmt.Errorf("dynamodb: record %q has an invalid status %v", rec.Key, rec.Status)
 	}
 	if !rec.LeaseExpiresAt.IsZero() {
@@ -225,8 +225,7 @@ func (c *config) decode(item map[string]types.AttributeValue) (*store.Record, er
 	if err != nil {
 		return nil, err
 	}
-	var ok bool
-	if rec.Status, ok = store.ParseStatus(status); !ok {
+	if rec.Status.UnmarshalText([]byte(status)) != nil {
 		return nil, corrupt(c.statusAttr, "has the unknown status %.40q", status)
 	}
 	exp, ok, err := numberAttr(item, c.expiryAttr, epoch.MinSeconds, epoch.MaxSeconds)

@@ -41,7 +41,7 @@ func (s *Store) List(ctx context.Context, q store.Query) (store.Page, error) {
 		where = append(where, "starts_with(key, "+arg(q.Prefix)+")")
 	}
 	if q.Status != 0 {
-		if _, ok := store.ParseStatus(q.Status.String()); !ok {
+		if q.Status != store.StatusInProgress && q.Status != store.StatusCompleted {
 			return page, s.wrap("List", "", fmt.Errorf("unknown status %v", q.Status))
 		}
 		where = append(where, "status = "+arg(q.Status.String()))

@@ -12,7 +12,7 @@ import (
 	"github.com/idemguard/idemguard/store"
 )
 
-// MarkFormat is a storetest.MarkFormat for the store's rows: it sets the
+// MarkFormat is the mark of storetest.WithNewerFormat for the store's rows: it sets the
 // format column of the record key to format, as a later release would
 // write it.
 func MarkFormat(t *testing.T, st store.Store, key string, format int) {

@@ -501,8 +501,8 @@ func (r *row) record() (*store.Record, error) {
 	if err := store.CheckFormat("format", int64(r.format)); err != nil {
 		return nil, err
 	}
-	st, ok := store.ParseStatus(r.status)
-	if !ok {
+	var st store.Status
+	if st.UnmarshalText([]byte(r.status)) != nil {
 		return nil, corrupt("status", "is %q, not INPROGRESS or COMPLETED", r.status)
 	}
 	if r.kind < 0 || r.kind > int16(store.ResultUnavailable) {

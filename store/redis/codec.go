@@ -273,8 +273,7 @@ func (s *Store) decode(key string, f *fields) (*store.Record, error) {
 	if f.has&hasStatus == 0 {
 		return nil, corrupt(fieldStatus, "is missing")
 	}
-	var ok bool
-	if rec.Status, ok = store.ParseStatus(f.status); !ok {
+	if rec.Status.UnmarshalText([]byte(f.status)) != nil {
 		return nil, corrupt(fieldStatus, "has the unknown status %.40q", f.status)
 	}
 	if f.has&hasExpiry == 0 {

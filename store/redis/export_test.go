@@ -7,7 +7,7 @@ import (
 	"github.com/idemguard/idemguard/store"
 )
 
-// MarkFormat is a storetest.MarkFormat for the store's hashes: it sets the
+// MarkFormat is the mark of storetest.WithNewerFormat for the store's hashes: it sets the
 // format field of the record key to format, as a later release would write
 // it, and fails if the store wrote none.
 func MarkFormat(t *testing.T, st store.Store, key string, format int) {

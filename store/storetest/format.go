@@ -9,14 +9,6 @@ import (
 	"github.com/idemguard/idemguard/store"
 )
 
-// MarkFormat changes the record stored under key in s, which the suite has
-// just written through s, so that it reads as written in format, a format
-// newer than [store.FormatVersion], as a later release of the store would
-// write it: it sets the store's format attribute, hash field or column to
-// format through the store's own client, and leaves the rest of the record
-// as it is. It fails t if it cannot.
-type MarkFormat func(t *testing.T, s store.Store, key string, format int)
-
 // WithNewerFormat gives the suite a way to store records in a newer format
 // than the store reads. The suite then checks what the package
 // documentation of store asks of such records: Get, Acquire meeting one
@@ -25,7 +17,16 @@ type MarkFormat func(t *testing.T, s store.Store, key string, format int)
 // the record; Acquire writes nothing over a live one; an expired one, or
 // a claim whose lease lapsed, is replaced as in any format. Stores whose
 // records never leave the process (store/memory) leave it out.
-func WithNewerFormat(mark MarkFormat) Option { return func(c *config) { c.markFormat = mark } }
+//
+// mark changes the record stored under key in s, which the suite has just
+// written through s, so that it reads as written in format, a format newer
+// than [store.FormatVersion], as a later release of the store would write
+// it: it sets the store's format attribute, hash field or column to format
+// through the store's own client, and leaves the rest of the record as it
+// is. It fails t if it cannot.
+func WithNewerFormat(mark func(t *testing.T, s store.Store, key string, format int)) Option {
+	return func(c *config) { c.markFormat = mark }
+}
 
 // runNewerFormat runs the cases of records in a newer format, if the suite
 // was given a way to write them.

@@ -67,7 +67,7 @@ type config struct {
 	ops        int
 	faults     float64
 	watchProbe *WatchProbe
-	markFormat MarkFormat
+	markFormat func(t *testing.T, s store.Store, key string, format int)
 }
 
 func newConfig(opts []Option) config {

@@ -354,7 +354,7 @@ func (d *driver) once(ctx context.Context, kind, id string, in order, ran *bool)
 		return v.By, check(v, mine)
 	case "grpc":
 		in2 := grpcguard.MustUnaryServerInterceptor(d.g, grpcguard.WithScope("roll-grpc"))
-		gctx := metadata.NewIncomingContext(ctx, metadata.Pairs(grpcguard.DefaultKeyMetadata, id))
+		gctx := metadata.NewIncomingContext(ctx, metadata.Pairs("idempotency-key", id))
 		resp, err := in2(gctx, wrapperspb.String(id), &grpc.UnaryServerInfo{FullMethod: "/roll.v1.Charges/Charge"},
 			func(context.Context, any) (any, error) {
 				*ran = true
