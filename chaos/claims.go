@@ -16,6 +16,7 @@ const (
 	causeStop       = "stop"       // the driver stopped the workers at the end of the run, before its lease end
 	causeDeliberate = "deliberate" // the body failed on purpose (a stepped body's first attempt), and the call released its key
 	causeCancel     = "cancel"     // Temporal ended the attempt's context (it timed out on the server, or was cancelled), a store call failed, and the call released its key
+	causeStepHeld   = "stepheld"   // a step of the body found its key held by another live claim (an earlier attempt's, whose holder was killed, paused or cancelled and whose lease had not run out): the call failed with ErrInProgress and released its key
 )
 
 // Tolerances of the claim checks. Times are read from one machine clock

@@ -39,13 +39,13 @@ func (r *Report) Print(w io.Writer) {
 		r.Claims, r.ExtendedClaims, r.Extensions, r.ExtensionsFailed, r.LeasesLost, r.LeasesLostByKill, r.LeasesLostByPause, r.LeasesLostByFault, r.LeasesLostUnexplained)
 	fmt.Fprintf(w, "  zombies:           %d paused holders whose key was taken over before they resumed (%d also completed by the taker); %d of them refused by the fencing token\n",
 		r.Zombies, r.ZombiesOutrun, r.ZombiesFenced)
-	fmt.Fprintf(w, "  extra runs:        %d: %d explained (%d by a kill, %d by a pause, %d by a faulted or slow store call, %d by an attempt Temporal cancelled, %d deliberate failures), %d unexplained\n",
-		r.ExtraRuns, r.ExtraRunsExplained, r.ExtraRunsByKill, r.ExtraRunsByPause, r.ExtraRunsByFault, r.ExtraRunsByCancel, r.ExtraRunsDeliberate, r.ExtraRunsUnexplained)
+	fmt.Fprintf(w, "  extra runs:        %d: %d explained (%d by a kill, %d by a pause, %d by a faulted or slow store call, %d by an attempt Temporal cancelled, %d by a step held by an earlier attempt, %d deliberate failures), %d unexplained\n",
+		r.ExtraRuns, r.ExtraRunsExplained, r.ExtraRunsByKill, r.ExtraRunsByPause, r.ExtraRunsByFault, r.ExtraRunsByCancel, r.ExtraRunsByStepHeld, r.ExtraRunsDeliberate, r.ExtraRunsUnexplained)
 	fmt.Fprintf(w, "  lease lost:        %d reports (IdempotencyLeaseLost, IdempotencyNotRecorded): %d explained, %d unexplained\n",
 		r.LeaseLostReports, r.LeaseLostReportsExplained, r.LeaseLostReportsUnexplained)
 	if r.Store == StorePostgres || r.Store == StoreDynamoDBTx {
-		fmt.Fprintf(w, "  tx bodies:         %d committed rows; %d runs reached the window between a row and the commit, %d rolled back there: %d by a kill, %d by a pause, %d by a faulted or slow store call, %d by an attempt Temporal cancelled, %d deliberately; %d unexplained\n",
-			r.TxEffects, r.TxWindowRuns, r.TxRolledBack, r.TxRolledBackByKill, r.TxRolledBackByPause, r.TxRolledBackByFault, r.TxRolledBackByCancel, r.TxRolledBackDeliberate, r.TxRolledBackUnexplained)
+		fmt.Fprintf(w, "  tx bodies:         %d committed rows; %d runs reached the window between a row and the commit, %d rolled back there: %d by a kill, %d by a pause, %d by a faulted or slow store call, %d by an attempt Temporal cancelled, %d by a step held by an earlier attempt, %d deliberately; %d unexplained\n",
+			r.TxEffects, r.TxWindowRuns, r.TxRolledBack, r.TxRolledBackByKill, r.TxRolledBackByPause, r.TxRolledBackByFault, r.TxRolledBackByCancel, r.TxRolledBackByStepHeld, r.TxRolledBackDeliberate, r.TxRolledBackUnexplained)
 		fmt.Fprintf(w, "  lost transfers:    %d (must be 0: completed operations without their committed row)\n", r.LostTransfers)
 	} else {
 		fmt.Fprintf(w, "  keyed bodies:      %d effects, %d re-runs closed downstream by the key\n", r.KeyedEffects, r.KeyedRerunsDeduped)

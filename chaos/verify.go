@@ -125,6 +125,7 @@ type Report struct {
 	ExtraRunsByPause     int `json:"extra_runs_by_pause"`
 	ExtraRunsByFault     int `json:"extra_runs_by_fault"`
 	ExtraRunsByCancel    int `json:"extra_runs_by_cancel"`
+	ExtraRunsByStepHeld  int `json:"extra_runs_by_step_held"`
 	ExtraRunsDeliberate  int `json:"extra_runs_deliberate"`
 	ExtraRunsUnexplained int `json:"extra_runs_unexplained"`
 	// LeaseLostReports: the guard's IdempotencyLeaseLost and
@@ -180,6 +181,7 @@ type Report struct {
 	TxRolledBackByPause     int `json:"tx_rolled_back_by_pause"`
 	TxRolledBackByFault     int `json:"tx_rolled_back_by_fault"`
 	TxRolledBackByCancel    int `json:"tx_rolled_back_by_cancel"`
+	TxRolledBackByStepHeld  int `json:"tx_rolled_back_by_step_held"`
 	TxRolledBackDeliberate  int `json:"tx_rolled_back_deliberate"`
 	TxRolledBackUnexplained int `json:"tx_rolled_back_unexplained"`
 	LostTransfers           int `json:"lost_transfers"`
@@ -231,6 +233,7 @@ type verifier struct {
 	killsOf  map[int][]time.Time
 	failedAt map[procOp][]time.Time // deliberate failures, by process and op
 	cancelAt map[procOp][]time.Time // attempts that failed after Temporal ended their context, by process and op
+	heldAt   map[procOp][]time.Time // claims of an op's step key that met another live claim, by process and op
 }
 
 type procOp struct {
@@ -250,7 +253,7 @@ func (ev *evidence) verify() *Report {
 	if ev.control && (len(ev.kills) > 0 || len(ev.pauses) > 0) {
 		r.violate("control run: %d kills and %d pauses, want none", len(ev.kills), len(ev.pauses))
 	}
-	v := &verifier{ev: ev, r: r, killsOf: map[int][]time.Time{}, failedAt: map[procOp][]time.Time{}, cancelAt: map[procOp][]time.Time{}}
+	v := &verifier{ev: ev, r: r, killsOf: map[int][]time.Time{}, failedAt: map[procOp][]time.Time{}, cancelAt: map[procOp][]time.Time{}, heldAt: map[procOp][]time.Time{}}
 	for _, k := range ev.kills {
 		v.killsOf[k.PID] = append(v.killsOf[k.PID], k.At)
 		if k.InWindow {
@@ -363,6 +366,21 @@ func (ev *evidence) verify() *Report {
 		}
 	}
 	r.StepKeys = len(stepKeys)
+	// A step's key belongs to its op (its window lines say which: a key of
+	// the op's other than its own); a claim of it that met another live
+	// claim refused the step.
+	opOfStep := map[string]string{}
+	for _, d := range ev.done {
+		if p, ok := ev.plan[d.op]; ok && d.kind == "window" && d.key != "" && d.key != p.key {
+			opOfStep[d.key] = d.op
+		}
+	}
+	for _, c := range ev.calls {
+		if op, ok := opOfStep[c.key]; ok && c.call == callAcquire && c.result == resConflict {
+			po := procOp{c.pid, op}
+			v.heldAt[po] = append(v.heldAt[po], c.end)
+		}
+	}
 
 	ops := make([]string, 0, len(ev.plan))
 	for id := range ev.plan {
@@ -644,6 +662,15 @@ func (v *verifier) extraRun(op string, pid int, key string, at time.Time) (strin
 				cause = causeCancel
 			}
 		}
+		// A step of the body met its key held by another live claim (an
+		// earlier attempt's, cut short by a kill, a pause or Temporal,
+		// whose lease had not run out): the call failed with
+		// ErrInProgress between its run and its release.
+		for _, t := range v.heldAt[procOp{pid, op}] {
+			if cause == "" && !t.Before(at.Add(-time.Millisecond)) && !t.After(cl.released.Add(time.Millisecond)) {
+				cause = causeStepHeld
+			}
+		}
 	}
 	switch cause {
 	case causeKill, causeStop:
@@ -654,6 +681,8 @@ func (v *verifier) extraRun(op string, pid int, key string, at time.Time) (strin
 		r.ExtraRunsByFault++
 	case causeCancel:
 		r.ExtraRunsByCancel++
+	case causeStepHeld:
+		r.ExtraRunsByStepHeld++
 	case causeDeliberate:
 		r.ExtraRunsDeliberate++
 	default:
@@ -869,6 +898,8 @@ func (v *verifier) tx(p *opPlan, key string, rs []Entry, windows []doneLine, eff
 			r.TxRolledBackByFault++
 		case causeCancel:
 			r.TxRolledBackByCancel++
+		case causeStepHeld:
+			r.TxRolledBackByStepHeld++
 		case causeDeliberate:
 			r.TxRolledBackDeliberate++
 		default:

@@ -656,3 +656,37 @@ func TestReadDoneCancel(t *testing.T) {
 		t.Fatalf("readDone = %+v, %v", got, err)
 	}
 }
+
+// A transactional run rolled back because a step of its body met the
+// step's key held by another live claim (an earlier attempt's, whose
+// holder was cut short with its lease still running) is explained; the
+// same rollback without that refused claim of the step is not.
+func TestVerifyTxRolledBackByHeldStep(t *testing.T) {
+	rolledBack := func(heldAt time.Duration) *Report {
+		s, op := txScenario(t)
+		step := s.key(op) + "/b"
+		// The step's key is the op's: a window of it says so.
+		s.ev.done = append(s.ev.done, doneLine{kind: "window", op: op.ID, effect: "s1", pid: 2, at: s.at(20 * time.Millisecond), key: step})
+		s.claim(1, s.key(op), -5*time.Second).release(-5*time.Second + 400*time.Millisecond)
+		s.window(op, "e0", 1, -5*time.Second+20*time.Millisecond)
+		if heldAt != 0 {
+			s.ev.calls = append(s.ev.calls, storeCall{pid: 1, call: callAcquire, key: step, token: "t-step",
+				start: s.at(heldAt - time.Millisecond), end: s.at(heldAt), result: resConflict})
+		}
+		c := s.claim(2, s.key(op), 0)
+		c.add(callTxComplete, 100*time.Millisecond, time.Millisecond, resOK, time.Time{})
+		c.add(callCommit, 101*time.Millisecond, time.Millisecond, resOK, time.Time{})
+		s.row(op, "e1", 2)
+		return verify(t, s)
+	}
+	if r := rolledBack(-5*time.Second + 390*time.Millisecond); r.TxRolledBackByStepHeld != 1 || r.ExtraRunsByStepHeld != 1 || r.TxRolledBackUnexplained != 0 {
+		t.Errorf("a run rolled back after its step met a live claim: %+v", r)
+	}
+	// No refused step, or one before the run or after the release (another
+	// attempt's), explains nothing.
+	for _, at := range []time.Duration{0, -6 * time.Second, -5*time.Second + 2*time.Second} {
+		if r := rolledBack(at); r.TxRolledBackUnexplained != 1 {
+			t.Errorf("a refused step at %v explained a rollback: %+v", at, r)
+		}
+	}
+}
