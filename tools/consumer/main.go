@@ -15,8 +15,8 @@ import (
 	"os"
 
 	"github.com/idemguard/idemguard/guard"
-	"github.com/idemguard/idemguard/internal/adapt"
 	"github.com/idemguard/idemguard/lambdaguard"
+	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/store/dynamodb"
 	"github.com/idemguard/idemguard/store/memory"
 	"github.com/idemguard/idemguard/watermillguard"
@@ -48,14 +48,18 @@ func run() error {
 		return fmt.Sprintf("receipt-%d", charges), nil
 	}
 	order := map[string]any{"order_id": "o-1", "cents": 4200}
-	first, o1, err := adapt.Execute(ctx, g, "charge", order, charge, guard.WithKeyPath("order_id"))
+	var out guard.Outcome
+	hook := guard.WithOutcomeHook(func(_ context.Context, _ string, _ *store.Record, o guard.Outcome) { out = o })
+	first, err := guard.Do(ctx, g, "charge", order, charge, guard.WithKeyPath("order_id"), hook)
 	if err != nil {
 		return err
 	}
-	second, o2, err := adapt.Execute(ctx, g, "charge", order, charge, guard.WithKeyPath("order_id"))
+	o1 := out
+	second, err := guard.Do(ctx, g, "charge", order, charge, guard.WithKeyPath("order_id"), hook)
 	if err != nil {
 		return err
 	}
+	o2 := out
 	if o1 != guard.OutcomeExecuted || o2 != guard.OutcomeReplayed || second != first || charges != 1 {
 		return fmt.Errorf("the duplicate did not replay: %s %q then %s %q, %d charges", o1, first, o2, second, charges)
 	}
