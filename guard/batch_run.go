@@ -1,10 +1,12 @@
 package guard
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"runtime/debug"
 	"sync"
 	"time"
@@ -15,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/idemguard/idemguard/internal/guardhook"
 	"github.com/idemguard/idemguard/internal/instrument"
 	"github.com/idemguard/idemguard/internal/telemetry"
 	"github.com/idemguard/idemguard/store"
@@ -531,4 +534,80 @@ func (r *batchRun[In, Out]) end(ctx context.Context, span trace.Span, lookedUp, 
 		}
 	}
 	span.End()
+}
+
+// DoBatch runs fn at most once per key for every input of a batch, as [Do]
+// runs it for one, and returns each input's outcome, in input order. One
+// item's failure does not affect the others' results.
+//
+// Each input's key is derived as Do derives it, within scope: from the
+// whole input, the part [WithKeyPath] selects, or the selection a
+// [WithItemKey] function returns. Then:
+//
+//  1. Items whose record completed earlier are replayed without running.
+//     When the store implements [store.BatchGetter] they are found with one
+//     bulk lookup, which the store splits into as few requests as its
+//     limits allow (100 keys per DynamoDB BatchGetItem), and cost no
+//     writes; the stored outcome is checked against the item's payload
+//     ([WithPayloadValidation]) exactly as on a single call's replay.
+//  2. The other items go through Do's path one by one, at most
+//     [WithConcurrency] at a time (default 8): claim,
+//     run under a lease that is extended while fn runs, complete or
+//     release. Each gets its own idemguard.execute span under the batch's
+//     idemguard.batch span, and the same errors as a single call.
+//     Without a BatchGetter (or if its lookup fails other than by
+//     throttling) every item goes this way, which is correct but costs a
+//     write per completed item.
+//  3. Inputs with the same key in one batch run once: the first runs, the
+//     others share its outcome ([OutcomeShared]); one whose payload hash
+//     differs gets [ErrPayloadMismatch].
+//
+// If the bulk lookup is throttled ([store.ErrThrottled]) after the store's
+// own retries, the items it did not answer fail with a [ErrStore] error
+// matching it, without claims being sent to a store that is already
+// refusing requests: try the batch again later.
+//
+// Options are those of Do ([SharedOption]) plus the batch options
+// [WithConcurrency], [WithItemKey] and [WithStopOnError]. [WithKey] does
+// not compile here, since it would give every item one key. An invalid
+// option is reported as every item's error. If fn panics, the items
+// running at that moment finish, no other item starts, and the panic
+// continues in DoBatch's caller; the panicking item's record is released.
+func DoBatch[In, Out any](ctx context.Context, g *Guard, scope string, inputs []In, fn func(context.Context, In) (Out, error), opts ...BatchOption) []ItemResult[Out] {
+	res := make([]ItemResult[Out], len(inputs))
+	if len(inputs) == 0 {
+		return res
+	}
+	b, err := g.batchWith(scope, reflect.TypeFor[In](), opts)
+	if err != nil {
+		for i := range res {
+			res[i].Err = err
+		}
+		return res
+	}
+	r := &batchRun[In, Out]{g: g, c: &b.calls, b: b, scope: scope, inputs: inputs, fn: fn, res: res}
+	r.run(ctx)
+	return res
+}
+
+// batchWith returns the settings of a batch of inputs of type in.
+func (g *Guard) batchWith(scope string, in reflect.Type, opts []BatchOption) (*batchConfig, error) {
+	if scope == "" {
+		return nil, invalidOption("empty scope")
+	}
+	b := &batchConfig{calls: g.cfg, concurrency: guardhook.DefaultConcurrency}
+	for _, o := range opts {
+		o.applyBatch(b)
+	}
+	if err := cmp.Or(b.err, b.calls.err); err != nil {
+		return nil, err
+	}
+	switch {
+	case b.calls.hasKey:
+		// Only an adapter's lifted option gets here (guardhook.AsBatchOption).
+		return nil, invalidOption("WithKey would give every item of a batch the same key; use WithItemKey")
+	case b.itemKey != nil && b.itemKeyType != in:
+		return nil, invalidOption("WithItemKey takes %v, but the batch's inputs are %v", b.itemKeyType, in)
+	}
+	return b, nil
 }

@@ -3,73 +3,16 @@ package guard
 import (
 	"context"
 	"errors"
-	"fmt"
-	"log/slog"
-	"runtime/debug"
+	"sync"
 	"time"
 
 	"github.com/idemguard/idemguard/store"
-	"github.com/idemguard/idemguard/telemetry"
 )
 
-// Do runs fn at most once for the key derived from input within scope, and
-// returns its result, or the stored result of an earlier call with the same
-// key. Scope names what is guarded, so that two guarded functions never
-// share keys; input is what the key is derived from (see [WithKeyPath]).
-// The key is bound before fn runs, so fn may change input.
-//
-// If fn returns an error the record is released and the next call runs fn
-// again, unless the error is definite (see [WithDefiniteErrors]), in which
-// case it is stored and replayed. If fn panics the record is released and
-// the panic continues in the caller. If something panics after fn returned
-// (a result's MarshalJSON, a codec, a predicate), the side effect has
-// happened: the record is completed without a result (replays get
-// [ErrResultUnavailable]) and the panic continues in the caller.
-func Do[T any](ctx context.Context, g *Guard, scope string, input any, fn func(context.Context) (T, error), opts ...CallOption) (T, error) {
-	c, err := g.with(scope, opts)
-	if err != nil {
-		var zero T
-		return zero, err
-	}
-	v, out, err := execute(ctx, g, c, scope, input, noTx(fn), nil)
-	if c.report != nil {
-		*c.report = out
-	}
-	return v, err
-}
-
-// Wrap returns a function with fn's signature that runs fn through [Do],
-// deriving the key from its input argument. Options are checked once,
-// here, and so is scope: a scope whose keys the store cannot hold is
-// refused ([Guard.CheckScope]).
-func Wrap[In, Out any](g *Guard, scope string, fn func(context.Context, In) (Out, error), opts ...CallOption) (func(context.Context, In) (Out, error), error) {
-	c, err := g.with(scope, opts)
-	if err != nil {
-		return nil, err
-	}
-	if err := g.CheckScope(scope); err != nil {
-		return nil, err
-	}
-	return func(ctx context.Context, in In) (Out, error) {
-		v, _, err := execute(ctx, g, c, scope, in, func(ctx context.Context, _ txn) (Out, error) { return fn(ctx, in) }, nil)
-		return v, err
-	}, nil
-}
-
-// KeyFromContext returns the idempotency key of the guarded call running
-// with ctx, "<scope>#<hash>". Inside the function, pass it downstream (for
-// example as a payment provider's Idempotency-Key header): it is the same on
-// every retry, which closes the one window no store can close, a crash after
-// the side effect and before its completion is recorded. It reports false
-// outside a guarded call, and inside one that runs unguarded (an empty key
-// selection, a disabled guard), where there is no key.
-func KeyFromContext(ctx context.Context) (string, bool) {
-	r, ok := ctx.Value(runningKey{}).(*running)
-	if !ok || r.d.key == "" {
-		return "", false
-	}
-	return r.d.key, true
-}
+// The call value: what one guarded call carries down its phases (run.go,
+// acquire.go, complete.go, lease.go), and what its function's context
+// carries for Step and KeyFromContext. The files of the phases use it;
+// it uses none of them.
 
 // body is a guarded function; tx is nil unless the call runs in a store
 // transaction (DoTx).
@@ -126,322 +69,102 @@ type call struct {
 	released bool
 }
 
-// execute is the path of every guarded call: the key, then guarded.
-func execute[T any](ctx context.Context, g *Guard, c *config, scope string, input any, fn body[T], begin beginner) (T, Outcome, error) {
-	if g.disabled {
-		v, err := unguarded(context.WithValue(ctx, runningKey{}, &running{g: g, c: c, d: &derived{scope: scope}}), g, fn, begin)
-		return v, OutcomeUnguarded, err
-	}
-	d, err := g.derive(c, scope, input)
-	return guarded(ctx, g, c, d, err, scope, fn, begin, nil, "")
-}
-
-// unguarded runs fn without a record: in a transaction of its own when the
-// call is transactional (begin is not nil), begun, committed and rolled
-// back through g.timed as every store call is.
-func unguarded[T any](ctx context.Context, g *Guard, fn body[T], begin beginner) (v T, err error) {
-	if begin == nil {
-		return fn(ctx, nil)
-	}
-	var tx txn
-	if err := g.timed(ctx, "begin", func() (err error) { tx, err = begin(ctx); return err }); err != nil {
-		return v, &storeError{Op: "begin", Err: err}
-	}
-	committed := false
-	defer func() {
-		if !committed {
-			_ = g.timed(ctx, "rollback", func() error { return tx.Rollback(context.WithoutCancel(ctx)) })
-		}
-	}()
-	if v, err = fn(ctx, tx); err != nil {
-		return v, err
-	}
-	committed = true
-	if err := g.timed(ctx, "commit", func() error { return tx.Commit(ctx) }); errors.Is(err, store.ErrRefused) {
-		return v, &refusedError{Err: err}
-	} else if err != nil {
-		return v, err
-	}
-	return v, nil
-}
-
-// guarded runs the call whose key is d (or whose key could not be derived,
-// derr): the local cache, then the in-process flight, then the store
-// protocol in lead. label is the call's scope in telemetry; parent and step
-// are the enclosing call and the step's name when the call is a step.
-func guarded[T any](ctx context.Context, g *Guard, c *config, d derived, derr error, label string, fn body[T], begin beginner, parent *running, step string) (v T, out Outcome, err error) {
-	o := observation{scope: label, step: step}
-	ctx, o.span = g.span(ctx, telemetry.SpanExecute)
-	defer func() { g.endExecute(ctx, &o, &d, c, out, err) }()
-	switch {
-	case derr != nil:
-		return v, 0, derr
-	case d.key == "" && c.requireKey:
-		return v, 0, fmt.Errorf("%w (scope %s)", ErrKeyMissing, d.scope)
-	case d.key == "":
-		g.unguardedRun(ctx, &d)
-		ud := d // a copy, so that d stays on the stack of the other paths
-		v, err = unguarded(context.WithValue(ctx, runningKey{}, &running{g: g, c: c, d: &ud}), g, fn, begin)
-		return v, OutcomeUnguarded, err
-	}
-	if g.cache != nil {
-		o.cache = "miss"
-		if rec, ok := g.cached(d.key); ok {
-			o.cache = "hit"
-			v, out, err = replay[T](ctx, c, &d, rec, OutcomeReplayed)
-			if parent != nil && out != 0 {
-				parent.steps.addReplayed(&d, rec)
-			}
-			return v, out, err
-		}
-	}
-	// Calls share an execution only when their payloads hash the same, so a
-	// shared outcome is exactly what the call would have read from the store.
-	cl := &call{g: g, c: c, d: d, begin: begin, parent: parent}
-	for {
-		f, leader := g.join(flightKey{d.key, d.payloadHash}, &cl.flight)
-		if leader {
-			return lead(ctx, cl, fn)
-		}
-		var again bool
-		if v, out, err, again = follow[T](ctx, g, c, &d, f); !again {
-			return v, out, err
-		}
-	}
-}
-
-// lead runs the protocol for one key: claim, then replay, or run the
-// function and record its outcome. Followers in this process get what it
-// lands.
-func lead[T any](ctx context.Context, cl *call, fn body[T]) (v T, out Outcome, err error) {
-	g, c, f := cl.g, cl.c, &cl.flight
-	// Until the flight lands or the runner takes the call over, a panic (in
-	// the store, a lookup under a previous secret) lands the flight and
-	// gives back a claim made, so that no later call in this process joins
-	// a flight that never lands.
-	var existing *store.Record
-	landed := false
-	defer func() {
-		if !landed {
-			cl.abandon(ctx, existing == nil, recover())
-		}
-	}()
-	existing, err = g.acquire(ctx, c, &cl.d, f, &cl.claim)
-	switch {
-	case err != nil:
-		landed = true
-		g.land(f, landing{err: err})
-		return v, 0, err
-	case existing != nil:
-		// Landed before the replay, which runs the outcome hook and the
-		// codec: the followers replay the record themselves.
-		landed = true
-		g.land(f, landing{rec: existing})
-		g.remember(existing)
-		v, out, err = replay[T](ctx, c, &cl.d, existing, OutcomeReplayed)
-		if cl.parent != nil && out != 0 {
-			// A step that replays is one of its call's steps all the same:
-			// released with them if the call's result filter refuses it.
-			cl.parent.steps.addReplayed(&cl.d, existing)
-		}
-		return v, out, err
-	}
-	g.markExecuting(f, cl.claim.LeaseExpiresAt)
-
-	cl.run = running{g: g, c: c, d: &cl.d}
-	switch {
-	case cl.parent != nil:
-		// A step: in its call's transaction, noted in its call's steps.
-		cl.run.tx, cl.run.steps = cl.parent.tx, cl.parent.steps
-	case cl.begin != nil || c.keepResult != nil:
-		cl.run.steps = &steps{}
-	}
-	cctx, cancel := context.WithCancelCause(ctx)
-	cl.ctx = runCtx{Context: cctx, r: &cl.run}
-	cl.keeper.init(ctx, cl, cancel)
-	r := runner[T]{cl: cl, ctx: ctx}
-	landed = true // from here on, by the runner
-	defer r.settleOnPanic(cancel)
-	cl.keeper.start()
-	if cl.begin != nil {
-		var tx txn
-		berr := g.timed(ctx, "begin", func() (err error) { tx, err = cl.begin(&cl.ctx); return err })
-		if berr != nil {
-			cl.keeper.stop()
-			g.release(ctx, &cl.d, &cl.claim)
-			r.settled = true
-			err = &storeError{Op: "begin", Key: cl.d.key, Err: berr}
-			g.land(f, landing{err: err})
-			cancel(nil)
-			return v, 0, err
-		}
-		cl.run.tx = tx
-	}
-	v, err = fn(&cl.ctx, cl.run.tx)
-	r.returned = true
-	leaseEnd, lost := cl.keeper.stop()
-	cancel(nil)
-	v, out, err = r.conclude(v, err, leaseEnd, lost)
-	r.settled = true
-	return v, out, err
-}
-
-// runner records the outcome of a call that ran its function.
-type runner[T any] struct {
-	cl       *call
-	ctx      context.Context // the caller's context, for the records' store calls
-	returned bool            // the function returned: its side effect happened
-	settled  bool            // the outcome is recorded or released, and landed
-}
-
-// conclude records what the function returned (v, fnErr), with the lease
-// that ended at leaseEnd, or lost, and lands it.
-func (r *runner[T]) conclude(v T, fnErr error, leaseEnd time.Time, lost error) (T, Outcome, error) {
-	cl, ctx := r.cl, r.ctx
-	g, c := cl.g, cl.c
-	var l landing
-	out := OutcomeExecuted
-	switch {
-	case fnErr != nil:
-		if lost != nil {
-			fnErr = fmt.Errorf("%w: %w", lost, fnErr)
-		}
-		cl.rollback(ctx)
-		if lost != nil || !c.isDefinite(fnErr) {
-			g.release(ctx, &cl.d, &cl.claim)
-			l = landing{err: fnErr, released: true}
-			out = OutcomeReleased
-			break
-		}
-		data, encErr := c.errorCodec.EncodeError(fnErr)
-		rec, cerr := g.writeOutcome(ctx, c, &cl.d, &cl.claim, leaseEnd, store.ResultError, data, encErr, cl)
-		if cerr != nil {
-			fnErr = errors.Join(fnErr, cerr)
-		}
-		l = landing{rec: rec, err: fnErr}
-	case c.keepResult != nil && !c.keepResult(v):
-		// The caller gets the result; the next call runs again, and so do
-		// the steps of this call. A step's refusal releases the step
-		// alone (its claim, never completed): the transaction it ran in
-		// and the steps before it are its call's.
-		var err error
-		tx := cl.run.tx
-		if cl.parent != nil {
-			tx = nil
-		}
-		switch {
-		case tx != nil && lost != nil:
-			// The lease was lost (perhaps taken over): a holder that may
-			// be a zombie commits nothing.
-			cl.rollback(ctx)
-			err = fmt.Errorf("%w: the transaction was rolled back", lost)
-		case tx != nil:
-			err = g.timed(ctx, "commit", func() error { return tx.Commit(context.WithoutCancel(ctx)) })
-			cl.run.tx = nil
-		}
-		g.release(ctx, &cl.d, &cl.claim)
-		if cl.parent == nil {
-			cl.run.steps.retire(ctx, g)
-		}
-		out = OutcomeReleased
-		l = landing{hasValue: err == nil, err: err, released: true}
-		if l.hasValue && g.followed(&cl.flight) {
-			l.value = v
-		}
-		fnErr = err
-	default:
-		data, encErr := c.codec.Marshal(v)
-		rec, cerr := g.writeOutcome(ctx, c, &cl.d, &cl.claim, leaseEnd, store.ResultValue, data, encErr, cl)
-		if cerr != nil {
-			var zero T
-			v, fnErr = zero, cerr
-		}
-		l = landing{rec: rec, hasValue: cerr == nil}
-		if cl.released {
-			// The transaction did not commit and the key was released
-			// (refused by the function's own condition, or failed).
-			out = OutcomeReleased
-			l = landing{err: cerr, released: true}
-		}
-		if l.hasValue && g.followed(&cl.flight) {
-			l.value = v // boxed only for followers
-		}
-	}
-	g.land(&cl.flight, l)
-	return v, out, fnErr
-}
-
-// settleOnPanic settles a call left unsettled by a panic or
-// runtime.Goexit, in the function or after it returned, and lets the panic
-// go on.
-func (r *runner[T]) settleOnPanic(cancel context.CancelCauseFunc) {
-	if r.settled {
-		return
-	}
-	cancel(nil)
-	cl, ctx := r.cl, r.ctx
-	g := cl.g
-	p := recover()
-	leaseEnd, _ := cl.keeper.stop()
-	perr := error(errGoexit)
-	if p != nil {
-		perr = &panicError{Value: p, Stack: debug.Stack()}
-	}
-	rec := cl.done
-	switch {
-	case rec != nil:
-		// The outcome is recorded (a panic in the outcome hook): keep it.
-	case cl.begin != nil || (cl.parent != nil && cl.parent.tx != nil):
-		// The function's writes roll back with the transaction (or
-		// committed with the completion, which Release leaves alone); a
-		// step's roll back with its call's, which goes on panicking.
-		cl.rollback(ctx)
-		g.release(ctx, &cl.d, &cl.claim)
-	case r.returned:
-		// The side effect happened: never run it again.
-		rec, _ = g.complete(ctx, cl.c, &cl.d, &cl.claim, leaseEnd, store.ResultUnavailable, nil)
-		g.log(ctx, slog.LevelError, "idemguard: panic after the guarded function returned; recorded without a result", &cl.d, slog.Any("panic", p))
-	default:
-		g.release(ctx, &cl.d, &cl.claim)
-	}
-	g.land(&cl.flight, landing{rec: rec, err: perr})
-	if p != nil {
-		panic(p)
-	}
-}
-
-// abandon settles a call that panicked (with p), or called
-// runtime.Goexit, before it ran its function: it releases the claim if the
-// call may hold one (claimed), lands the flight and lets the panic go on.
-func (cl *call) abandon(ctx context.Context, claimed bool, p any) {
-	perr := error(errAbandoned)
-	if p != nil {
-		perr = &panicError{Value: p, Stack: debug.Stack()}
-	}
-	if claimed && cl.claim.Token != "" {
-		// Fenced by the token: a no-op unless the claim is still ours.
-		cl.g.release(ctx, &cl.d, &cl.claim)
-	}
-	cl.g.land(&cl.flight, landing{err: perr})
-	if p != nil {
-		panic(p)
-	}
-}
-
-// rollback ends the call's transaction, if it began one, without
-// committing, and releases the claims of the steps it completed inside it.
-// A step leaves its call's transaction to its call.
-func (cl *call) rollback(ctx context.Context) {
-	tx := cl.run.tx
-	if tx == nil || cl.parent != nil {
-		return
-	}
-	cl.run.tx = nil
-	_ = cl.g.timed(ctx, "rollback", func() error { return tx.Rollback(context.WithoutCancel(ctx)) })
-	cl.run.steps.releaseInTx(ctx, cl.g)
-}
-
 var (
 	errGoexit    = errors.New("idemguard: guarded function called runtime.Goexit")
 	errAbandoned = errors.New("idemguard: runtime.Goexit before the guarded function ran")
 )
+
+// keeper extends a claim's lease while the guarded function runs, every
+// third of a lease, so that one failed extension still leaves time for
+// another. It ends the function's context with cause ErrLeaseLost when an
+// extension finds the claim taken over, or when the lease end it last wrote
+// passes on the guard's clock without a successful extension (a pause, a
+// partition): past that point another caller may hold the key, so the
+// function must not go on to its side effect.
+type keeper struct {
+	cl     *call
+	ctx    context.Context         // the caller's context (its values, for the extensions)
+	cancel context.CancelCauseFunc // ends the function's context
+	tick   func()                  // k.extend, made once
+
+	mu        sync.Mutex // protects the fields below
+	stopped   bool       // no more extensions
+	extending bool       // an extension is in flight
+	lease     time.Duration
+	leaseEnd  time.Time // the lease end last written
+	expiresAt time.Time // the record expiry last written
+	lost      error     // why the function's context was ended, if it was
+	capEnd    time.Time // when capped, the lease never extends past this (internal/leasecap)
+	capped    bool
+	timer     *time.Timer // on the system clock: one timer, reset
+	stopTimer func() bool // on another clock: stops the armed timer
+}
+
+// txn is a store transaction as the protocol sees it, whatever its handle.
+type txn interface {
+	Complete(ctx context.Context, rec *store.Record) error
+	Commit(ctx context.Context) error
+	Rollback(ctx context.Context) error
+}
+
+// beginner begins a store transaction; nil for a call without one.
+type beginner func(ctx context.Context) (txn, error)
+
+// steps are the steps a call completed: what becomes of them depends on
+// how the call ends (see Step). A call makes its list when it may need it:
+// a transactional call, or one with a result filter.
+type steps struct {
+	mu   sync.Mutex
+	done []stepClaim // protected by mu
+}
+
+// stepClaim is a step's claim, completed, or the record it replayed.
+type stepClaim struct {
+	d        *derived
+	claim    store.Record
+	inTx     bool // completed inside the call's transaction
+	replayed bool // replayed, from an earlier attempt, perhaps under a previous key secret
+}
+
+// add notes a completed step; s may be nil.
+func (s *steps) add(d *derived, claim *store.Record, inTx bool) {
+	if s == nil {
+		return
+	}
+	s.note(stepClaim{d: d, claim: *claim, inTx: inTx})
+}
+
+// addReplayed notes a step, d, that replayed rec, completed by an earlier
+// attempt of the call; s may be nil. It keeps a copy of d.
+func (s *steps) addReplayed(d *derived, rec *store.Record) {
+	if s == nil {
+		return
+	}
+	dc := *d
+	s.note(stepClaim{d: &dc, claim: *rec, replayed: true})
+}
+
+func (s *steps) note(st stepClaim) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.done = append(s.done, st)
+}
+
+// take returns the steps noted that match keep, and forgets them.
+func (s *steps) take(keep func(stepClaim) bool) []stepClaim {
+	if s == nil {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out, rest []stepClaim
+	for _, st := range s.done {
+		if keep(st) {
+			out = append(out, st)
+		} else {
+			rest = append(rest, st)
+		}
+	}
+	s.done = rest
+	return out
+}

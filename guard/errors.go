@@ -122,3 +122,15 @@ func IsDefinite(err error) bool { return guardhook.IsDefinite(err) }
 func invalidOption(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidOption}, args...)...)
 }
+
+// What the guard hands its adapters lives in internal/guardhook, out of
+// its users' namespace; these are the guard's own names for it.
+type (
+	timeSource      = guardhook.Clock
+	heldClaim       = guardhook.Claim
+	inProgressError = guardhook.InProgressError
+	mismatchError   = guardhook.MismatchError
+	storeError      = guardhook.StoreError
+	refusedError    = guardhook.RefusedError
+	panicError      = guardhook.PanicError
+)

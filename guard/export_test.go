@@ -4,10 +4,10 @@ package guard
 // tests that must know every duplicate is waiting before they let the leader
 // finish.
 func (g *Guard) Joined(key string) int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
+	g.flights.mu.Lock()
+	defer g.flights.mu.Unlock()
 	n := 0
-	for fk, f := range g.flights {
+	for fk, f := range g.flights.m {
 		if fk.key == key {
 			n += f.dups
 		}
@@ -17,10 +17,10 @@ func (g *Guard) Joined(key string) int {
 
 // JoinedAny returns how many calls have joined any in-process flight.
 func (g *Guard) JoinedAny() int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
+	g.flights.mu.Lock()
+	defer g.flights.mu.Unlock()
 	n := 0
-	for _, f := range g.flights {
+	for _, f := range g.flights.m {
 		n += f.dups
 	}
 	return n

@@ -1,11 +1,9 @@
 package guard
 
 import (
-	"context"
-	"errors"
+	"sync"
 	"time"
 
-	"github.com/idemguard/idemguard/internal/guardhook"
 	"github.com/idemguard/idemguard/store"
 )
 
@@ -24,7 +22,7 @@ type flightKey struct{ key, payloadHash string }
 type flight struct {
 	fk flightKey
 
-	// Protected by Guard.mu.
+	// Protected by flights.mu.
 	dups      int           // followers that joined
 	executing bool          // the leader runs the function
 	busy      bool          // the leader found the key held by another caller
@@ -46,12 +44,18 @@ type landing struct {
 	released bool // the leader ran the function and gave the key back
 }
 
+// flights are the calls in progress in this process, by flight key.
+type flights struct {
+	mu sync.Mutex
+	m  map[flightKey]*flight // protected by mu
+}
+
 // join returns the flight for fk: the one in progress, or mine, which the
 // caller then leads.
-func (g *Guard) join(fk flightKey, mine *flight) (f *flight, leader bool) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if f, ok := g.flights[fk]; ok {
+func (fl *flights) join(fk flightKey, mine *flight) (f *flight, leader bool) {
+	fl.mu.Lock()
+	defer fl.mu.Unlock()
+	if f, ok := fl.m[fk]; ok {
 		f.dups++
 		if f.decided == nil {
 			f.decided = make(chan struct{})
@@ -64,15 +68,15 @@ func (g *Guard) join(fk flightKey, mine *flight) (f *flight, leader bool) {
 		}
 		return f, false
 	}
-	if g.flights == nil {
-		g.flights = make(map[flightKey]*flight)
+	if fl.m == nil {
+		fl.m = make(map[flightKey]*flight)
 	}
 	mine.fk = fk
-	g.flights[fk] = mine
+	fl.m[fk] = mine
 	return mine, true
 }
 
-// decide marks f decided; g.mu is held.
+// decide marks f decided; fl.mu is held.
 func (f *flight) decide() {
 	if !f.isDecided {
 		f.isDecided = true
@@ -84,46 +88,46 @@ func (f *flight) decide() {
 
 // markExecuting records that the leader of f runs the function under a lease
 // ending at leaseEnd.
-func (g *Guard) markExecuting(f *flight, leaseEnd time.Time) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
+func (fl *flights) markExecuting(f *flight, leaseEnd time.Time) {
+	fl.mu.Lock()
+	defer fl.mu.Unlock()
 	f.executing, f.leaseEnd = true, leaseEnd
 	f.decide()
 }
 
 // held records that the leader of f found the key held by another caller
 // whose lease ends at leaseEnd. f may be nil (a claim outside Do).
-func (g *Guard) held(f *flight, leaseEnd time.Time) {
+func (fl *flights) held(f *flight, leaseEnd time.Time) {
 	if f == nil {
 		return
 	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
+	fl.mu.Lock()
+	defer fl.mu.Unlock()
 	f.busy, f.leaseEnd = true, leaseEnd
 	f.decide()
 }
 
 // extended records the leader's new lease end.
-func (g *Guard) extended(f *flight, leaseEnd time.Time) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
+func (fl *flights) extended(f *flight, leaseEnd time.Time) {
+	fl.mu.Lock()
+	defer fl.mu.Unlock()
 	f.leaseEnd = leaseEnd
 }
 
 // followed reports whether another call joined f.
-func (g *Guard) followed(f *flight) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
+func (fl *flights) followed(f *flight) bool {
+	fl.mu.Lock()
+	defer fl.mu.Unlock()
 	return f.dups > 0
 }
 
 // land removes f from the flights and hands its outcome to the followers;
 // the leader's value is kept only if someone is there to take it.
-func (g *Guard) land(f *flight, l landing) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.flights[f.fk] == f {
-		delete(g.flights, f.fk)
+func (fl *flights) land(f *flight, l landing) {
+	fl.mu.Lock()
+	defer fl.mu.Unlock()
+	if fl.m[f.fk] == f {
+		delete(fl.m, f.fk)
 	}
 	f.landing = l
 	f.decide()
@@ -131,79 +135,4 @@ func (g *Guard) land(f *flight, l landing) {
 	if f.done != nil {
 		close(f.done)
 	}
-}
-
-// follow waits for the leader of f. again reports that the caller should
-// go to the store on its own: the leader's outcome is not one this call
-// may share.
-func follow[T any](ctx context.Context, g *Guard, c *config, d *derived, f *flight) (v T, out Outcome, err error, again bool) {
-	if r, ok := ctx.Value(runningKey{}).(*running); ok && r.d.key == d.key {
-		// A guarded function calling itself with its own key would wait for
-		// itself forever.
-		return v, 0, &inProgressError{Key: d.key}, false
-	}
-	inProgress := func() error {
-		g.mu.Lock()
-		defer g.mu.Unlock()
-		return &inProgressError{Key: d.key, LeaseExpiresAt: f.leaseEnd}
-	}
-	if c.mode == guardhook.Reject {
-		select {
-		case <-f.decided:
-		case <-ctx.Done():
-			return v, 0, ctx.Err(), false
-		}
-		g.mu.Lock()
-		running := f.executing || f.busy
-		g.mu.Unlock()
-		if running {
-			return v, 0, inProgress(), false
-		}
-	} else {
-		budget := make(chan struct{})
-		stop := g.clock.AfterFunc(c.waitBudget, func() { close(budget) })
-		defer stop()
-		select {
-		case <-f.done:
-		case <-budget:
-			return v, 0, inProgress(), false
-		case <-ctx.Done():
-			return v, 0, ctx.Err(), false
-		}
-	}
-	<-f.done
-	switch {
-	case f.err != nil:
-		if isContextError(f.err) && ctx.Err() == nil {
-			return v, 0, nil, true
-		}
-		if c.mode == guardhook.Wait && (f.released || errors.Is(f.err, ErrInProgress)) {
-			return v, 0, nil, true
-		}
-		if f.rec == nil {
-			return v, 0, f.err, false
-		}
-		return v, OutcomeShared, f.err, false
-	case f.released && c.mode == guardhook.Wait:
-		// The leader's result was not stored (WithResultFilter): a waiter
-		// in another process would run the function again, and so does
-		// this one.
-		return v, 0, nil, true
-	case f.hasValue:
-		if v, ok := f.value.(T); ok {
-			if c.onOutcome != nil && f.rec != nil {
-				c.onOutcome(ctx, d.key, f.rec, OutcomeShared)
-			}
-			return v, OutcomeShared, nil, false
-		}
-	}
-	if f.rec == nil {
-		return v, 0, nil, true
-	}
-	v, out, err = replay[T](ctx, c, d, f.rec, OutcomeShared)
-	return v, out, err, false
-}
-
-func isContextError(err error) bool {
-	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }

@@ -6,7 +6,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/idemguard/idemguard/internal/guardhook"
@@ -14,55 +13,6 @@ import (
 	"github.com/idemguard/idemguard/internal/killswitch"
 	"github.com/idemguard/idemguard/store"
 )
-
-// Outcome says how a call got its result.
-type Outcome uint8
-
-const (
-	// OutcomeExecuted: this call ran the function.
-	OutcomeExecuted Outcome = iota + 1
-	// OutcomeReplayed: this call returned an outcome stored by an earlier
-	// call, read from the store or the local cache.
-	OutcomeReplayed
-	// OutcomeShared: this call joined a concurrent call with the same key in
-	// this process and returned its outcome.
-	OutcomeShared
-	// OutcomeUnguarded: this call ran the function without a record,
-	// because the key selection was empty or the guard is disabled.
-	OutcomeUnguarded
-	// OutcomeReleased: this call ran the function, and the key was
-	// released so that the next call runs it again: the function returned
-	// an error that is not definite (see [WithDefiniteErrors]), or a result
-	// the result filter refused to store ([WithResultFilter]). A batch does
-	// not count such an item as done (nor does an adapter resuming it). A
-	// definite error that was recorded comes with [OutcomeExecuted].
-	OutcomeReleased
-)
-
-// String returns "executed", "replayed", "shared", "unguarded" or
-// "released", and "none" for the zero Outcome, which a call returns with
-// the error that ended it before it got an outcome. "executed", "replayed"
-// and "unguarded" are also the idemguard.outcome labels of telemetry,
-// which labels a call of the zero Outcome by its error ("error",
-// "in_progress", "payload_mismatch"), a shared one "replayed" and a
-// released one by what the function returned ("executed" or "error").
-func (o Outcome) String() string {
-	switch o {
-	case OutcomeExecuted:
-		return "executed"
-	case OutcomeReplayed:
-		return "replayed"
-	case OutcomeShared:
-		return "shared"
-	case OutcomeUnguarded:
-		return "unguarded"
-	case OutcomeReleased:
-		return "released"
-	case 0:
-		return "none"
-	}
-	return "Outcome(" + strconv.Itoa(int(o)) + ")"
-}
 
 // Guard runs functions at most once per idempotency key, keeping a record of
 // each call in a [store.Store]. A Guard is safe for concurrent use; build one
@@ -83,8 +33,7 @@ type Guard struct {
 
 	unguarded unguardedLog // when calls that ran unguarded were last logged
 
-	mu      sync.Mutex
-	flights map[flightKey]*flight // protected by mu: calls in progress in this process
+	flights flights // calls in progress in this process
 }
 
 // New returns a Guard over s. Guard-wide options configure the guard;
@@ -99,18 +48,18 @@ func New(s store.Store, opts ...Option) (*Guard, error) {
 	for _, o := range opts {
 		o.applyGuard(&st)
 	}
-	if err := cmp.Or(st.err, st.call.err); err != nil {
+	if err := cmp.Or(st.err, st.calls.err); err != nil {
 		return nil, err
 	}
 	switch {
-	case st.call.hasKey:
+	case st.calls.hasKey:
 		// Only an adapter's lifted option gets here (guardhook.AsOption).
 		return nil, invalidOption("WithKey names one call and cannot be a guard's default")
-	case st.call.claimToken != "":
+	case st.calls.claimToken != "":
 		return nil, invalidOption("WithClaimToken names one claimant and cannot be a guard's default")
 	}
-	g := &Guard{store: s, cfg: st.call, txCfg: st.call, clock: st.clock, skew: st.skew, secret: st.secret, previous: st.previous}
-	if st.call.set&setRequireKey == 0 {
+	g := &Guard{store: s, cfg: st.calls, txCfg: st.calls, clock: st.clock, skew: st.skew, secret: st.secret, previous: st.previous}
+	if st.calls.set&setRequireKey == 0 {
 		// A transactional call promises exactly once: without a key it
 		// could not keep the promise.
 		g.txCfg.requireKey = true
@@ -176,4 +125,21 @@ func (g *Guard) over(base *config, scope string, opts []CallOption) (*config, er
 
 func typeName(v any) string {
 	return strings.TrimPrefix(fmt.Sprintf("%T", v), "*")
+}
+
+// storeName names a store for the idemguard.store attribute: its Name method
+// if it has one, else its type.
+func storeName(s store.Store) string {
+	if n, ok := s.(interface{ Name() string }); ok {
+		return n.Name()
+	}
+	return typeName(s)
+}
+
+// maxKeyBytes returns the longest key s can hold, or 0 for no limit.
+func maxKeyBytes(s store.Store) int {
+	if l, ok := s.(store.KeyLimiter); ok {
+		return max(l.MaxKeyBytes(), 0)
+	}
+	return 0
 }

@@ -8,18 +8,6 @@ import (
 	"github.com/idemguard/idemguard/store"
 )
 
-// What the guard hands its adapters lives in internal/guardhook, out of
-// its users' namespace; these are the guard's own names for it.
-type (
-	timeSource      = guardhook.Clock
-	heldClaim       = guardhook.Claim
-	inProgressError = guardhook.InProgressError
-	mismatchError   = guardhook.MismatchError
-	storeError      = guardhook.StoreError
-	refusedError    = guardhook.RefusedError
-	panicError      = guardhook.PanicError
-)
-
 // outcomeReport is the option of an adapter's call that wants its outcome
 // (guardhook.ReportOutcome): the call stores it through out.
 type outcomeReport struct{ out *Outcome }
@@ -31,8 +19,8 @@ func (o outcomeReport) applyCall(c *config) { c.report = o.out }
 // there (WithKey) is refused when it is applied.
 type lifted struct{ CallOption }
 
-func (o lifted) applyGuard(s *settings)    { o.applyCall(&s.call) }
-func (o lifted) applyBatch(b *batchConfig) { o.applyCall(&b.call) }
+func (o lifted) applyGuard(s *settings)    { o.applyCall(&s.calls) }
+func (o lifted) applyBatch(b *batchConfig) { o.applyCall(&b.calls) }
 
 func init() {
 	guardhook.Lift = func(o CallOption) SharedOption {

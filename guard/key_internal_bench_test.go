@@ -84,7 +84,7 @@ func BenchmarkKeyDerivation1KB(b *testing.B) {
 		{"explicit", order, []CallOption{WithKey("ord_01HZX3K9Q4W8V7B6N5M2C1D0EF")}},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			c := defaultSettings().call
+			c := defaultSettings().calls
 			for _, o := range bc.opts {
 				o.applyCall(&c)
 			}

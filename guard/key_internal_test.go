@@ -155,7 +155,7 @@ func canonicalValueReference(v any) ([]byte, error) {
 // on input under opts.
 func checkDeriveAgainstReference(t *testing.T, input any, opts ...CallOption) {
 	t.Helper()
-	c := defaultSettings().call
+	c := defaultSettings().calls
 	for _, o := range opts {
 		o.applyCall(&c)
 	}

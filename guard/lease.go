@@ -5,38 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/idemguard/idemguard/internal/leasecap"
 	"github.com/idemguard/idemguard/store"
 )
-
-// keeper extends a claim's lease while the guarded function runs, every
-// third of a lease, so that one failed extension still leaves time for
-// another. It ends the function's context with cause ErrLeaseLost when an
-// extension finds the claim taken over, or when the lease end it last wrote
-// passes on the guard's clock without a successful extension (a pause, a
-// partition): past that point another caller may hold the key, so the
-// function must not go on to its side effect.
-type keeper struct {
-	cl     *call
-	ctx    context.Context         // the caller's context (its values, for the extensions)
-	cancel context.CancelCauseFunc // ends the function's context
-	tick   func()                  // k.extend, made once
-
-	mu        sync.Mutex // protects the fields below
-	stopped   bool       // no more extensions
-	extending bool       // an extension is in flight
-	lease     time.Duration
-	leaseEnd  time.Time // the lease end last written
-	expiresAt time.Time // the record expiry last written
-	lost      error     // why the function's context was ended, if it was
-	capEnd    time.Time // when capped, the lease never extends past this (internal/leasecap)
-	capped    bool
-	timer     *time.Timer // on the system clock: one timer, reset
-	stopTimer func() bool // on another clock: stops the armed timer
-}
 
 // init prepares the keeper of cl's claim; ctx is the caller's context.
 func (k *keeper) init(ctx context.Context, cl *call, cancel context.CancelCauseFunc) {
@@ -146,7 +119,7 @@ func (k *keeper) extend() {
 	switch {
 	case err == nil:
 		k.leaseEnd, k.expiresAt = leaseEnd, expiresAt
-		g.extended(&cl.flight, leaseEnd)
+		g.flights.extended(&cl.flight, leaseEnd)
 		k.arm(k.lease / 3)
 	case errors.Is(err, store.ErrTokenMismatch):
 		k.lose(fmt.Errorf("%w (key %s)", ErrLeaseLost, cl.d.key))

@@ -12,19 +12,9 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/idemguard/idemguard/internal/telemetry"
-	"github.com/idemguard/idemguard/store"
 )
 
 // The guard's telemetry: spans, metrics and logs named in package telemetry.
-
-// storeName names a store for the idemguard.store attribute: its Name method
-// if it has one, else its type.
-func storeName(s store.Store) string {
-	if n, ok := s.(interface{ Name() string }); ok {
-		return n.Name()
-	}
-	return typeName(s)
-}
 
 // child starts a child span of the span in ctx, if that one records.
 func (g *Guard) child(ctx context.Context, name string) (context.Context, trace.Span) {
@@ -176,4 +166,23 @@ func (g *Guard) log(ctx context.Context, level slog.Level, msg string, d *derive
 		args = append(args, slog.String("trace_id", sc.TraceID().String()), slog.String("span_id", sc.SpanID().String()))
 	}
 	l.Log(ctx, level, msg, args...)
+}
+
+// unguardedRun warns that the call d runs unguarded because its key
+// selected nothing: at most once per scope per unguardedLogEvery, with
+// the number of such calls since the last warning. The calls metric
+// counts every one of them (outcome unguarded).
+func (g *Guard) unguardedRun(ctx context.Context, d *derived) {
+	if !g.tel.Logger.Enabled(ctx, slog.LevelWarn) {
+		return
+	}
+	s := g.unguarded.scope(d.scope)
+	s.calls.Add(1)
+	now := g.clock.Now().UnixNano()
+	next := s.next.Load()
+	if now < next || !s.next.CompareAndSwap(next, now+int64(unguardedLogEvery)) {
+		return
+	}
+	g.log(ctx, slog.LevelWarn, "idemguard: key selection is empty; running unguarded, with no record (WithRequireKey(true) refuses such calls; this is logged at most once a minute per scope)", d,
+		slog.Int64("idemguard.unguarded.calls", s.calls.Swap(0)))
 }

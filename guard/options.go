@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"strings"
 	"time"
 
@@ -62,8 +63,8 @@ func (o callOption) applyCall(c *config) {
 	c.callSet |= o.set
 	o.f(c)
 }
-func (o callOption) applyGuard(s *settings)    { o.applyCall(&s.call) }
-func (o callOption) applyBatch(b *batchConfig) { o.applyCall(&b.call) }
+func (o callOption) applyGuard(s *settings)    { o.applyCall(&s.calls) }
+func (o callOption) applyBatch(b *batchConfig) { o.applyCall(&b.calls) }
 
 // oneCall is a [CallOption] that names one call, and so is neither a
 // guard's default nor a batch's.
@@ -171,7 +172,7 @@ func withDefaults(opts ...CallOption) CallOption {
 
 // settings are a guard's own settings and its call defaults.
 type settings struct {
-	call           config
+	calls          config
 	cacheSize      int
 	cacheAge       time.Duration
 	clock          timeSource
@@ -182,14 +183,14 @@ type settings struct {
 	meterProvider  metric.MeterProvider
 	logger         *slog.Logger
 	disabled       bool // killswitch.Disable, the suites' IDEMGUARD_DISABLED
-	invalid
+	firstInvalid
 }
 
 // invalid keeps the first invalid option of a scope.
-type invalid struct{ err error }
+type firstInvalid struct{ err error }
 
 // fail records err unless an earlier option failed (or err is nil).
-func (v *invalid) fail(err error) {
+func (v *firstInvalid) fail(err error) {
 	if v.err == nil {
 		v.err = err
 	}
@@ -197,7 +198,7 @@ func (v *invalid) fail(err error) {
 
 // check records an invalid option, described by format and args, unless
 // ok, and returns ok.
-func (v *invalid) check(ok bool, format string, args ...any) bool {
+func (v *firstInvalid) check(ok bool, format string, args ...any) bool {
 	if !ok {
 		v.fail(invalidOption(format, args...))
 	}
@@ -229,12 +230,12 @@ type config struct {
 	set            setting              // what options set, for withDefaults
 	callSet        setting              // what the call's own options set (not New's)
 	fixed          setting              // what fixed options fixed
-	invalid
+	firstInvalid
 }
 
 func defaultSettings() settings {
 	return settings{
-		call: config{
+		calls: config{
 			ttl:         guardhook.DefaultTTL,
 			waitBudget:  guardhook.DefaultWaitBudget,
 			waitInitial: guardhook.DefaultWaitInitial,
@@ -578,4 +579,16 @@ func compile(expr string) (*keyformat.Expression, error) {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
 	}
 	return e, nil
+}
+
+// batchConfig holds a batch's call settings and batch options.
+type batchConfig struct {
+	calls       config
+	concurrency int
+	itemKey     func(any) any // nil: keys come from the inputs
+	itemKeyType reflect.Type  // the input type itemKey takes
+	stopOnError bool
+	resume      int
+	onItem      func(index int, outcome Outcome, err error)
+	firstInvalid
 }

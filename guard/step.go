@@ -2,13 +2,8 @@ package guard
 
 import (
 	"context"
-	"errors"
-	"log/slog"
-	"sync"
-	"time"
 
 	"github.com/idemguard/idemguard/internal/guardhook"
-	"github.com/idemguard/idemguard/store"
 )
 
 // Step runs fn at most once as the step called name of the guarded call
@@ -87,109 +82,4 @@ func Step[T any](ctx context.Context, name string, fn func(context.Context) (T, 
 	d, err := r.g.deriveStep(r.d, name)
 	v, _, err := guarded(ctx, r.g, &c, d, err, r.d.scope, noTx(fn), nil, r, name)
 	return v, err
-}
-
-// steps are the steps a call completed: what becomes of them depends on
-// how the call ends (see Step). A call makes its list when it may need it:
-// a transactional call, or one with a result filter.
-type steps struct {
-	mu   sync.Mutex
-	done []stepClaim // protected by mu
-}
-
-// stepClaim is a step's claim, completed, or the record it replayed.
-type stepClaim struct {
-	d        *derived
-	claim    store.Record
-	inTx     bool // completed inside the call's transaction
-	replayed bool // replayed, from an earlier attempt, perhaps under a previous key secret
-}
-
-// add notes a completed step; s may be nil.
-func (s *steps) add(d *derived, claim *store.Record, inTx bool) {
-	if s == nil {
-		return
-	}
-	s.note(stepClaim{d: d, claim: *claim, inTx: inTx})
-}
-
-// addReplayed notes a step, d, that replayed rec, completed by an earlier
-// attempt of the call; s may be nil. It keeps a copy of d.
-func (s *steps) addReplayed(d *derived, rec *store.Record) {
-	if s == nil {
-		return
-	}
-	dc := *d
-	s.note(stepClaim{d: &dc, claim: *rec, replayed: true})
-}
-
-func (s *steps) note(st stepClaim) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.done = append(s.done, st)
-}
-
-// take returns the steps noted that match keep, and forgets them.
-func (s *steps) take(keep func(stepClaim) bool) []stepClaim {
-	if s == nil {
-		return nil
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out, rest []stepClaim
-	for _, st := range s.done {
-		if keep(st) {
-			out = append(out, st)
-		} else {
-			rest = append(rest, st)
-		}
-	}
-	s.done = rest
-	return out
-}
-
-// releaseInTx releases the claims of the steps completed inside a
-// transaction that did not commit: their records are in progress again,
-// under their own tokens.
-func (s *steps) releaseInTx(ctx context.Context, g *Guard) {
-	for _, st := range s.take(func(st stepClaim) bool { return st.inTx }) {
-		g.release(ctx, st.d, &st.claim)
-	}
-}
-
-// retire releases the steps of a call whose result the filter refused,
-// those completed in this attempt and those replayed from an earlier one,
-// so that the next call runs them again. A step replayed under a rotating
-// key secret is retired under the previous secrets too, where the next
-// call would find it.
-func (s *steps) retire(ctx context.Context, g *Guard) {
-	for _, st := range s.take(func(stepClaim) bool { return true }) {
-		g.retire(ctx, st.d, st.claim)
-		if !st.replayed {
-			continue
-		}
-		for _, p := range st.d.previous {
-			rec, err := g.getFresh(ctx, p.key)
-			if err == nil && rec.Status == store.StatusCompleted {
-				g.retire(ctx, st.d, *rec)
-			}
-		}
-	}
-}
-
-// retire completes the record of a step, rec, again as already expired,
-// fenced by its token (a completed record is never deleted by a release),
-// and drops it from the local cache.
-func (g *Guard) retire(ctx context.Context, d *derived, rec store.Record) {
-	rec.Status, rec.ResultKind, rec.Result = store.StatusCompleted, store.ResultUnavailable, nil
-	rec.ExpiresAt, rec.LeaseExpiresAt = g.clock.Now().Add(-time.Hour-g.skew), time.Time{}
-	sctx := newStoreContext(ctx, storeCallTimeout)
-	err := g.timed(ctx, "complete", func() error { return g.store.Complete(sctx, &rec) })
-	sctx.cancel()
-	if err != nil && !errors.Is(err, store.ErrTokenMismatch) {
-		g.log(ctx, slog.LevelWarn, "idemguard: releasing a step of a call whose result was filtered out failed; the step replays until it expires", d, slog.Any("error", err))
-	}
-	if g.cache != nil {
-		g.cache.lru.Remove(rec.Key)
-	}
 }

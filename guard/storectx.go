@@ -7,6 +7,9 @@ import (
 	"time"
 )
 
+// A store call the guard makes: its context and its measure. Every store
+// call goes through g.timed, the one place that measures and traces it.
+
 // storeContext is the context of a store call the guard makes on its own
 // behalf (completion, release, lease extension): the values of the caller's
 // context, not its cancellation, and a deadline.
@@ -88,4 +91,19 @@ func (c *storeContext) Value(key any) any {
 		return (*p).Value(key)
 	}
 	return c.parent.Value(key)
+}
+
+// storeCallTimeout bounds each store call made outside the caller's context
+// (completion retries, release, lease extension).
+const storeCallTimeout = 5 * time.Second
+
+// timed runs one store call, f, measuring it as operation op.
+func (g *Guard) timed(ctx context.Context, op string, f func() error) error {
+	if !g.tel.Metering() {
+		return f()
+	}
+	start := time.Now()
+	err := f()
+	g.tel.StoreDuration.Record(ctx, time.Since(start).Seconds(), g.tel.Operation(op))
+	return err
 }

@@ -85,16 +85,6 @@ func WrapTx[In, Out, H any](g *Guard, scope string, fn func(ctx context.Context,
 	}, nil
 }
 
-// txn is a store transaction as the protocol sees it, whatever its handle.
-type txn interface {
-	Complete(ctx context.Context, rec *store.Record) error
-	Commit(ctx context.Context) error
-	Rollback(ctx context.Context) error
-}
-
-// beginner begins a store transaction; nil for a call without one.
-type beginner func(ctx context.Context) (txn, error)
-
 // transactor returns how g's store begins transactions with handle H.
 func transactor[H any](g *Guard) (beginner, error) {
 	tr, ok := g.store.(store.Transactor[H])

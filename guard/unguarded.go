@@ -1,8 +1,6 @@
 package guard
 
 import (
-	"context"
-	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -41,23 +39,4 @@ func (l *unguardedLog) scope(scope string) *unguardedScope {
 	}
 	s, _ := l.scopes.LoadOrStore(scope, &unguardedScope{})
 	return s.(*unguardedScope)
-}
-
-// unguardedRun warns that the call d runs unguarded because its key
-// selected nothing: at most once per scope per unguardedLogEvery, with
-// the number of such calls since the last warning. The calls metric
-// counts every one of them (outcome unguarded).
-func (g *Guard) unguardedRun(ctx context.Context, d *derived) {
-	if !g.tel.Logger.Enabled(ctx, slog.LevelWarn) {
-		return
-	}
-	s := g.unguarded.scope(d.scope)
-	s.calls.Add(1)
-	now := g.clock.Now().UnixNano()
-	next := s.next.Load()
-	if now < next || !s.next.CompareAndSwap(next, now+int64(unguardedLogEvery)) {
-		return
-	}
-	g.log(ctx, slog.LevelWarn, "idemguard: key selection is empty; running unguarded, with no record (WithRequireKey(true) refuses such calls; this is logged at most once a minute per scope)", d,
-		slog.Int64("idemguard.unguarded.calls", s.calls.Swap(0)))
 }

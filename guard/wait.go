@@ -150,7 +150,7 @@ func (g *Guard) runWait(ctx context.Context, c *config, w *keyWaiter, rec *store
 	read := false         // whether rec must be read again before it is judged
 	reads := 0
 	for {
-		if watcher != nil && (sub == nil || isDone(sub.Done())) {
+		if watcher != nil && (sub == nil || fired(sub.Done())) {
 			// (Re)subscribe before the read, and keep a fired
 			// subscription until the new one is in effect, so that the
 			// store keeps the key's server subscription between them.
@@ -258,11 +258,24 @@ func (g *Guard) readRecord(ctx context.Context, key string) (*store.Record, erro
 	return rec, err
 }
 
-func isDone(ch <-chan struct{}) bool {
+func fired(ch <-chan struct{}) bool {
 	select {
 	case <-ch:
 		return true
 	default:
 		return false
+	}
+}
+
+// sleep pauses for d on clock, or until ctx is done.
+func sleep(ctx context.Context, clock timeSource, d time.Duration) error {
+	ch := make(chan struct{})
+	stop := clock.AfterFunc(d, func() { close(ch) })
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		stop()
+		return ctx.Err()
 	}
 }

@@ -222,7 +222,7 @@ func guardMutants() []Mutant {
 		{
 			Name: "PayloadUncheckedWhenCompleted",
 			Bug:  "payload validation is skipped for a completed record: a key reused with another payload replays",
-			Edits: []Edit{{File: "guard/protocol.go",
+			Edits: []Edit{{File: "guard/derive.go",
 				Old: "if d.validate != \"\" && rec.PayloadHash != hash {",
 				New: "if d.validate != \"\" && rec.PayloadHash != hash && rec.Status != store.StatusCompleted {"}},
 			Nets: []string{"compose/Do/memory", "compose/HTTP/memory", "chaos/control/dynamodb"},
