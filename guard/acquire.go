@@ -239,33 +239,34 @@ func (c *config) leaseFor(ctx context.Context) time.Duration {
 	return guardhook.DefaultLease
 }
 
-// replay returns the outcome stored in rec.
+// replay returns the outcome stored in rec, as out: validated against the
+// call's payload, shown to the outcome hook, decoded.
 func replay[T any](ctx context.Context, c *config, d *derived, rec *store.Record, out Outcome) (v T, _ Outcome, err error) {
-	out, err = replayInto(ctx, c, d, rec, out, &v)
-	return v, out, err
-}
-
-// replayInto is replay decoding the result into v, a pointer.
-func replayInto(ctx context.Context, c *config, d *derived, rec *store.Record, out Outcome, v any) (Outcome, error) {
 	if err := validate(d, rec, d.payloadHash); err != nil {
-		return 0, err
+		return v, 0, err
 	}
 	if c.onOutcome != nil {
 		c.onOutcome(ctx, d.key, rec, out)
 	}
+	return v, out, decode(c, d.key, rec, &v)
+}
+
+// decode decodes the outcome stored in rec, the record of key, into v, a
+// pointer: the result, or the stored error.
+func decode(c *config, key string, rec *store.Record, v any) error {
 	switch rec.ResultKind {
 	case store.ResultValue:
 		if len(rec.Result) == 0 {
-			return out, nil
+			return nil
 		}
 		if err := c.codec.Unmarshal(rec.Result, v); err != nil {
-			return out, fmt.Errorf("%w (key %s): decoding the stored result: %w", ErrResultUnavailable, d.key, err)
+			return fmt.Errorf("%w (key %s): decoding the stored result: %w", ErrResultUnavailable, key, err)
 		}
-		return out, nil
+		return nil
 	case store.ResultError:
-		return out, c.errorCodec.DecodeError(rec.Result)
+		return c.errorCodec.DecodeError(rec.Result)
 	}
-	return out, fmt.Errorf("%w (key %s)", ErrResultUnavailable, d.key)
+	return fmt.Errorf("%w (key %s)", ErrResultUnavailable, key)
 }
 
 // cached returns the record the local cache may serve for key.

@@ -378,7 +378,7 @@ func (r *batchRun[In, Out]) claimUnit(ctx context.Context, u *batchUnit) {
 // batch would not find its record.
 func (r *batchRun[In, Out]) claim(ctx context.Context, i int) ItemResult[Out] {
 	in, it := r.inputs[i], &r.items[i]
-	v, out, err := guarded(ctx, r.g, it.c, it.d, nil, r.scope, func(ctx context.Context, _ txn) (Out, error) { return r.fn(ctx, in) }, nil, nil, "")
+	v, out, err := guarded(ctx, &request{g: r.g, c: it.c, d: it.d, label: r.scope}, nil, func(ctx context.Context, _ txn) (Out, error) { return r.fn(ctx, in) })
 	res := ItemResult[Out]{Value: v, Outcome: out, Err: err}
 	r.finish(i, res, true)
 	return res
@@ -388,7 +388,7 @@ func (r *batchRun[In, Out]) claim(ctx context.Context, i int) ItemResult[Out] {
 // its key: for a disabled guard, and for items bind found no key for.
 func (r *batchRun[In, Out]) execute(ctx context.Context, i int, c *config) ItemResult[Out] {
 	in := r.inputs[i]
-	v, out, err := execute(ctx, r.g, c, r.scope, in, func(ctx context.Context, _ txn) (Out, error) { return r.fn(ctx, in) }, nil)
+	v, out, err := execute(ctx, &request{g: r.g, c: c, label: r.scope}, in, func(ctx context.Context, _ txn) (Out, error) { return r.fn(ctx, in) })
 	res := ItemResult[Out]{Value: v, Outcome: out, Err: err}
 	r.finish(i, res, true)
 	return res

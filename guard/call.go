@@ -22,6 +22,20 @@ func noTx[T any](fn func(context.Context) (T, error)) body[T] {
 	return func(ctx context.Context, _ txn) (T, error) { return fn(ctx) }
 }
 
+// request is what an entry point asks of one call, before the call claims
+// anything: the guard, the call's settings and key, where it runs, and how
+// telemetry names it. It lives on the entry point's stack; the call value
+// (call) is made from it when the call leads.
+type request struct {
+	g      *Guard
+	c      *config
+	d      derived
+	label  string   // the call's scope in telemetry: a step's is its call's
+	step   string   // the step's name, for a step
+	begin  beginner // nil unless the call is transactional
+	parent *running // the enclosing call, for a step
+}
+
 // running is what a guarded function's context carries about its call:
 // what Step and KeyFromContext read.
 type running struct {

@@ -95,7 +95,8 @@ func (g *Guard) completeClaim(ctx context.Context, cl heldClaim, kind store.Resu
 		// Past the lease, one attempt still completes a claim nobody took.
 		leaseEnd = now.Add(storeCallTimeout)
 	}
-	done, err := g.writeOutcome(ctx, c, claimDerived(&cl), claim, leaseEnd, kind, result, nil, nil)
+	w := &call{g: g, c: c, d: *claimDerived(&cl), claim: *claim}
+	done, err := w.writeOutcome(ctx, leaseEnd, kind, result, nil)
 	if errors.Is(err, ErrLeaseLost) {
 		g.tel.LeaseLost.Add(ctx, 1, metric.WithAttributes(telemetry.ScopeKey.String(cl.Scope), g.tel.StoreAttr))
 	}
@@ -163,7 +164,7 @@ func (g *Guard) extendClaim(ctx context.Context, cl heldClaim, leaseExpiresAt ti
 		cl.LeaseExpiresAt = leaseExpiresAt
 		return cl, nil
 	}
-	err = g.extend(ctx, cl.Key, cl.Token, leaseExpiresAt, leaseExpiresAt.Add(c.ttl), storeCallTimeout)
+	err = g.extend(ctx, claimRecord(&cl), leaseExpiresAt, leaseExpiresAt.Add(c.ttl), storeCallTimeout)
 	if errors.Is(err, store.ErrTokenMismatch) {
 		return cl, fmt.Errorf("%w (key %s)", ErrLeaseLost, cl.Key)
 	}
@@ -182,8 +183,10 @@ func (g *Guard) decodeInto(rec *store.Record, v any, opts ...CallOption) error {
 	if err != nil {
 		return err
 	}
-	_, err = replayInto(context.Background(), c, &derived{key: rec.Key, payloadHash: rec.PayloadHash}, rec, OutcomeReplayed, v)
-	return err
+	if c.onOutcome != nil {
+		c.onOutcome(context.Background(), rec.Key, rec, OutcomeReplayed)
+	}
+	return decode(c, rec.Key, rec, v)
 }
 
 // callSettings returns the settings a call with opts gets, or the error that

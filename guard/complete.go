@@ -25,34 +25,34 @@ func (g *Guard) remember(rec *store.Record) {
 	}
 }
 
-// writeOutcome completes claim with data as kind — an outcome that could not be
-// encoded (encErr) is recorded without a body, so that it is never run
-// again — inside the transaction of cl if it has one. The completed record
-// is cached, and shown to the outcome hook.
-func (g *Guard) writeOutcome(ctx context.Context, c *config, d *derived, claim *store.Record, leaseEnd time.Time, kind store.ResultKind, data []byte, encErr error, cl *call) (*store.Record, error) {
+// writeOutcome completes the call's claim, whose lease ends at leaseEnd,
+// with data as kind — an outcome that could not be encoded (encErr) is
+// recorded without a body, so that it is never run again — inside the
+// call's transaction if it has one. The completed record is cached, and
+// shown to the outcome hook.
+func (cl *call) writeOutcome(ctx context.Context, leaseEnd time.Time, kind store.ResultKind, data []byte, encErr error) (*store.Record, error) {
+	g, c, d, claim := cl.g, cl.c, &cl.d, &cl.claim
 	if encErr != nil {
 		kind, data = store.ResultUnavailable, nil
 	}
-	var done *store.Record
+	done := g.completedRecord(c, claim, kind, data)
 	var err error
-	inTx := cl != nil && cl.run.tx != nil
+	inTx := cl.run.tx != nil
 	switch {
 	case inTx && cl.parent != nil:
 		// A step inside a transaction: its completion commits with the
 		// call's.
-		done, err = g.completeStepInTx(ctx, c, d, claim, kind, data, cl.run.tx)
+		err = g.completeStepInTx(ctx, d, done, cl.run.tx)
 	case inTx:
-		done, err = g.completeTx(ctx, c, d, claim, kind, data, cl)
+		done, err = cl.completeTx(ctx, done)
 	default:
-		done, err = g.complete(ctx, c, d, claim, leaseEnd, kind, data)
+		err = g.complete(ctx, d, done, leaseEnd)
 	}
 	if err != nil {
 		return nil, err
 	}
-	if cl != nil {
-		cl.done = done // written: a panic from here on must not rewrite it
-	}
-	if cl != nil && cl.parent != nil {
+	cl.done = done // written: a panic from here on must not rewrite it
+	if cl.parent != nil {
 		cl.run.steps.add(d, claim, inTx)
 		if inTx {
 			return done, nil // not committed yet: not for the cache
@@ -65,23 +65,23 @@ func (g *Guard) writeOutcome(ctx context.Context, c *config, d *derived, claim *
 	return done, nil
 }
 
-// completeStepInTx writes the completion of a step's claim into its call's
-// transaction, tx, which the call commits.
-func (g *Guard) completeStepInTx(ctx context.Context, c *config, d *derived, claim *store.Record, kind store.ResultKind, data []byte, tx txn) (done *store.Record, err error) {
+// completeStepInTx writes done, the completion of a step's claim, into its
+// call's transaction, tx, which the call commits.
+func (g *Guard) completeStepInTx(ctx context.Context, d *derived, done *store.Record, tx txn) (err error) {
 	ctx, span := g.child(ctx, telemetry.SpanComplete)
 	attempts := 1
-	defer func() { g.endComplete(ctx, span, d, attempts, done, err) }()
+	defer func() { g.endComplete(ctx, span, d, completion{attempts, done, err}) }()
 	sctx := newStoreContext(ctx, storeCallTimeout)
 	defer sctx.cancel()
-	done, err = g.writeInTx(sctx, c, claim, kind, data, tx, &attempts)
+	err = writeInTx(sctx, done, tx, &attempts)
 	switch {
 	case errors.Is(err, store.ErrTokenMismatch):
-		return nil, fmt.Errorf("%w (key %s)", ErrLeaseLost, claim.Key)
+		return fmt.Errorf("%w (key %s)", ErrLeaseLost, done.Key)
 	case err != nil:
-		g.release(ctx, d, claim)
-		return nil, &storeError{Op: "complete", Key: claim.Key, Err: err}
+		g.release(ctx, d, done)
+		return &storeError{Op: "complete", Key: done.Key, Err: err}
 	}
-	return done, nil
+	return nil
 }
 
 // completedRecord is the record that completes claim with data as kind.
@@ -97,15 +97,15 @@ func (g *Guard) completedRecord(c *config, claim *store.Record, kind store.Resul
 	}
 }
 
-// complete records the outcome of a claim whose lease ends at leaseEnd
-// (the lease keeper is stopped). It retries transient store failures for as
-// long as the lease holds, so that a side effect that happened is never run
-// again because bookkeeping failed.
-func (g *Guard) complete(ctx context.Context, c *config, d *derived, claim *store.Record, leaseEnd time.Time, kind store.ResultKind, data []byte) (done *store.Record, err error) {
+// complete writes done, the completion of a claim whose lease ends at
+// leaseEnd (the lease keeper is stopped). It retries transient store
+// failures for as long as the lease holds, so that a side effect that
+// happened is never run again because bookkeeping failed; a result too
+// large for the store is written without its body.
+func (g *Guard) complete(ctx context.Context, d *derived, done *store.Record, leaseEnd time.Time) (err error) {
 	ctx, span := g.child(ctx, telemetry.SpanComplete)
 	attempts := 0
-	defer func() { g.endComplete(ctx, span, d, attempts, done, err) }()
-	done = g.completedRecord(c, claim, kind, data)
+	defer func() { g.endComplete(ctx, span, d, completion{attempts, done, err}) }()
 	var bo *backoff.ExponentialBackOff
 	for {
 		now := g.clock.Now()
@@ -115,9 +115,9 @@ func (g *Guard) complete(ctx context.Context, c *config, d *derived, claim *stor
 		sctx.cancel()
 		switch {
 		case err == nil:
-			return done, nil
+			return nil
 		case errors.Is(err, store.ErrTokenMismatch):
-			return nil, fmt.Errorf("%w (key %s)", ErrLeaseLost, claim.Key)
+			return fmt.Errorf("%w (key %s)", ErrLeaseLost, done.Key)
 		case errors.Is(err, store.ErrTooLarge) && done.ResultKind != store.ResultUnavailable:
 			done.ResultKind, done.Result = store.ResultUnavailable, nil
 			continue
@@ -126,13 +126,13 @@ func (g *Guard) complete(ctx context.Context, c *config, d *derived, claim *stor
 			slog.Int("attempt", attempts), slog.Any("error", err))
 		now = g.clock.Now()
 		if !now.Before(leaseEnd) {
-			return nil, &notRecordedError{key: claim.Key, err: &storeError{Op: "complete", Key: claim.Key, Err: err}}
+			return &notRecordedError{key: done.Key, err: &storeError{Op: "complete", Key: done.Key, Err: err}}
 		}
 		if bo == nil {
 			bo = &backoff.ExponentialBackOff{InitialInterval: 50 * time.Millisecond, RandomizationFactor: 0.5, Multiplier: 2, MaxInterval: 2 * time.Second}
 		}
 		if serr := sleep(context.WithoutCancel(ctx), g.clock, min(bo.NextBackOff(), leaseEnd.Sub(now))); serr != nil {
-			return nil, &notRecordedError{key: claim.Key, err: serr}
+			return &notRecordedError{key: done.Key, err: serr}
 		}
 	}
 }
@@ -146,14 +146,15 @@ func (g *Guard) complete(ctx context.Context, c *config, d *derived, claim *stor
 // claim is released, cl.released). Whatever did not commit releases the
 // steps' claims. A commit refused by the function's own writes
 // (store.ErrRefused) is a *refusedError, any other failure a *storeError.
-func (g *Guard) completeTx(ctx context.Context, c *config, d *derived, claim *store.Record, kind store.ResultKind, data []byte, cl *call) (done *store.Record, err error) {
+func (cl *call) completeTx(ctx context.Context, write *store.Record) (done *store.Record, err error) {
+	g, d, claim := cl.g, &cl.d, &cl.claim
 	ctx, span := g.child(ctx, telemetry.SpanComplete)
 	attempts := 1
-	defer func() { g.endComplete(ctx, span, d, attempts, done, err) }()
+	defer func() { g.endComplete(ctx, span, d, completion{attempts, done, err}) }()
 	tx := cl.run.tx
 	sctx := newStoreContext(ctx, storeCallTimeout)
 	defer sctx.cancel()
-	done, err = g.writeInTx(sctx, c, claim, kind, data, tx, &attempts)
+	err = writeInTx(sctx, write, tx, &attempts)
 	if err != nil {
 		cl.rollback(ctx)
 		if errors.Is(err, store.ErrTokenMismatch) {
@@ -166,7 +167,7 @@ func (g *Guard) completeTx(ctx context.Context, c *config, d *derived, claim *st
 	cl.run.tx = nil
 	cerr := g.timed(ctx, "commit", func() error { return tx.Commit(sctx) })
 	if cerr == nil {
-		return done, nil
+		return write, nil
 	}
 	lost := fmt.Errorf("%w (key %s): the transaction did not commit: %w", ErrLeaseLost, claim.Key, cerr)
 	if errors.Is(cerr, store.ErrTokenMismatch) {
@@ -208,18 +209,16 @@ func (g *Guard) completeTx(ctx context.Context, c *config, d *derived, claim *st
 	return nil, lost
 }
 
-// writeInTx writes the completion of claim with data as kind into tx, and
-// without a body if the store finds it too large; attempts counts the
-// writes.
-func (g *Guard) writeInTx(ctx context.Context, c *config, claim *store.Record, kind store.ResultKind, data []byte, tx txn, attempts *int) (*store.Record, error) {
-	done := g.completedRecord(c, claim, kind, data)
+// writeInTx writes done, a claim's completion, into tx, and without its
+// body if the store finds it too large; attempts counts the writes.
+func writeInTx(ctx context.Context, done *store.Record, tx txn, attempts *int) error {
 	err := tx.Complete(ctx, done)
-	if errors.Is(err, store.ErrTooLarge) && kind != store.ResultUnavailable {
+	if errors.Is(err, store.ErrTooLarge) && done.ResultKind != store.ResultUnavailable {
 		*attempts++
 		done.ResultKind, done.Result = store.ResultUnavailable, nil
 		err = tx.Complete(ctx, done)
 	}
-	return done, err
+	return err
 }
 
 // getFresh reads a record with the store's strongly consistent Get, on
@@ -235,8 +234,20 @@ func (g *Guard) getFresh(ctx context.Context, key string) (rec *store.Record, er
 	return rec, err
 }
 
+// completion is how a completion went: the writes it took, the record it
+// wrote, and its error (then the record was not written).
+type completion struct {
+	attempts int
+	done     *store.Record
+	err      error
+}
+
 // endComplete ends a completion's span and logs what callers must know.
-func (g *Guard) endComplete(ctx context.Context, span trace.Span, d *derived, attempts int, done *store.Record, err error) {
+func (g *Guard) endComplete(ctx context.Context, span trace.Span, d *derived, cp completion) {
+	attempts, done, err := cp.attempts, cp.done, cp.err
+	if err != nil {
+		done = nil
+	}
 	if done != nil && done.ResultKind == store.ResultUnavailable {
 		g.log(ctx, slog.LevelWarn, "idemguard: result not stored (too large for the store, or not encodable); replays will get ErrResultUnavailable", d)
 	}
@@ -282,10 +293,11 @@ func (g *Guard) release(ctx context.Context, d *derived, claim *store.Record) er
 	return err
 }
 
-// extend moves the lease of the claim key held under token to leaseEnd
-// and the record's expiry to expiresAt, with a call bounded by timeout:
-// the one extend path, for the lease keeper and the claim API.
-func (g *Guard) extend(ctx context.Context, key, token string, leaseEnd, expiresAt time.Time, timeout time.Duration) error {
+// extend moves the lease of claim (its key, held under its token) to
+// leaseEnd and the record's expiry to expiresAt, with a call bounded by
+// timeout: the one extend path, for the lease keeper and the claim API.
+func (g *Guard) extend(ctx context.Context, claim *store.Record, leaseEnd, expiresAt time.Time, timeout time.Duration) error {
+	key, token := claim.Key, claim.Token
 	ctx, span := g.child(ctx, telemetry.SpanExtend)
 	defer span.End()
 	sctx := newStoreContext(ctx, timeout)

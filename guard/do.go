@@ -25,7 +25,7 @@ func Do[T any](ctx context.Context, g *Guard, scope string, input any, fn func(c
 		var zero T
 		return zero, err
 	}
-	v, out, err := execute(ctx, g, c, scope, input, noTx(fn), nil)
+	v, out, err := execute(ctx, &request{g: g, c: c, label: scope}, input, noTx(fn))
 	if c.report != nil {
 		*c.report = out
 	}
@@ -45,7 +45,7 @@ func Wrap[In, Out any](g *Guard, scope string, fn func(context.Context, In) (Out
 		return nil, err
 	}
 	return func(ctx context.Context, in In) (Out, error) {
-		v, _, err := execute(ctx, g, c, scope, in, func(ctx context.Context, _ txn) (Out, error) { return fn(ctx, in) }, nil)
+		v, _, err := execute(ctx, &request{g: g, c: c, label: scope}, in, func(ctx context.Context, _ txn) (Out, error) { return fn(ctx, in) })
 		return v, err
 	}, nil
 }

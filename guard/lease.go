@@ -108,7 +108,7 @@ func (k *keeper) extend() {
 	timeout := max(k.leaseEnd.Sub(now), storeCallTimeout)
 	k.mu.Unlock()
 
-	err := g.extend(k.ctx, cl.claim.Key, cl.claim.Token, leaseEnd, expiresAt, timeout)
+	err := g.extend(k.ctx, &cl.claim, leaseEnd, expiresAt, timeout)
 
 	k.mu.Lock()
 	defer k.mu.Unlock()

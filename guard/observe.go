@@ -55,12 +55,14 @@ func outcomeLabel(out Outcome, err error) string {
 type observation struct {
 	scope string // the call's scope in telemetry: a step's is its call's
 	step  string // the step's name, for a step
+	c     *config
 	span  trace.Span
 	cache string // "hit", "miss", or "" without a cache
 }
 
 // endExecute ends a guarded call's span and counts the call.
-func (g *Guard) endExecute(ctx context.Context, o *observation, d *derived, c *config, out Outcome, err error) {
+func (g *Guard) endExecute(ctx context.Context, o *observation, d *derived, out Outcome, err error) {
+	c := o.c
 	label := outcomeLabel(out, err)
 	if g.tel.Metering() {
 		// The store, the cache's answer and, for errors, what failed: so

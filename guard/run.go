@@ -19,14 +19,17 @@ import (
 // lease keeper (lease.go) and records what it returned (complete.go).
 // follow is a call that waits for its flight's leader in this process.
 
-// execute is the path of every guarded call: the key, then guarded.
-func execute[T any](ctx context.Context, g *Guard, c *config, scope string, input any, fn body[T], begin beginner) (T, Outcome, error) {
+// execute is the path of every guarded call: the key of rq's input, then
+// guarded. rq.label is the call's scope.
+func execute[T any](ctx context.Context, rq *request, input any, fn body[T]) (T, Outcome, error) {
+	g, c := rq.g, rq.c
 	if g.disabled {
-		v, err := runUnguarded(context.WithValue(ctx, runningKey{}, &running{g: g, c: c, d: &derived{scope: scope}}), g, fn, begin)
+		v, err := runUnguarded(context.WithValue(ctx, runningKey{}, &running{g: g, c: c, d: &derived{scope: rq.label}}), g, fn, rq.begin)
 		return v, OutcomeUnguarded, err
 	}
-	d, err := g.derive(c, scope, input)
-	return guarded(ctx, g, c, d, err, scope, fn, begin, nil, "")
+	var err error
+	rq.d, err = g.derive(c, rq.label, input)
+	return guarded(ctx, rq, err, fn)
 }
 
 // unguarded runs fn without a record: in a transaction of its own when the
@@ -58,46 +61,46 @@ func runUnguarded[T any](ctx context.Context, g *Guard, fn body[T], begin beginn
 	return v, nil
 }
 
-// guarded runs the call whose key is d (or whose key could not be derived,
-// derr): the local cache, then the in-process flight, then the store
-// protocol in lead. label is the call's scope in telemetry; parent and step
-// are the enclosing call and the step's name when the call is a step.
-func guarded[T any](ctx context.Context, g *Guard, c *config, d derived, derr error, label string, fn body[T], begin beginner, parent *running, step string) (v T, out Outcome, err error) {
-	o := observation{scope: label, step: step}
+// guarded runs the call rq, whose key is rq.d (or whose key could not be
+// derived, derr): the local cache, then the in-process flight, then the
+// store protocol in lead.
+func guarded[T any](ctx context.Context, rq *request, derr error, fn body[T]) (v T, out Outcome, err error) {
+	g, c, d := rq.g, rq.c, &rq.d
+	o := observation{scope: rq.label, step: rq.step, c: c}
 	ctx, o.span = g.span(ctx, telemetry.SpanExecute)
-	defer func() { g.endExecute(ctx, &o, &d, c, out, err) }()
+	defer func() { g.endExecute(ctx, &o, d, out, err) }()
 	switch {
 	case derr != nil:
 		return v, 0, derr
 	case d.key == "" && c.requireKey:
 		return v, 0, fmt.Errorf("%w (scope %s)", ErrKeyMissing, d.scope)
 	case d.key == "":
-		g.unguardedRun(ctx, &d)
-		ud := d // a copy, so that d stays on the stack of the other paths
-		v, err = runUnguarded(context.WithValue(ctx, runningKey{}, &running{g: g, c: c, d: &ud}), g, fn, begin)
+		g.unguardedRun(ctx, d)
+		ud := *d // a copy, so that d stays on the stack of the other paths
+		v, err = runUnguarded(context.WithValue(ctx, runningKey{}, &running{g: g, c: c, d: &ud}), g, fn, rq.begin)
 		return v, OutcomeUnguarded, err
 	}
 	if g.cache != nil {
 		o.cache = "miss"
 		if rec, ok := g.cached(d.key); ok {
 			o.cache = "hit"
-			v, out, err = replay[T](ctx, c, &d, rec, OutcomeReplayed)
-			if parent != nil && out != 0 {
-				parent.steps.addReplayed(&d, rec)
+			v, out, err = replay[T](ctx, c, d, rec, OutcomeReplayed)
+			if rq.parent != nil && out != 0 {
+				rq.parent.steps.addReplayed(d, rec)
 			}
 			return v, out, err
 		}
 	}
 	// Calls share an execution only when their payloads hash the same, so a
 	// shared outcome is exactly what the call would have read from the store.
-	cl := &call{g: g, c: c, d: d, begin: begin, parent: parent}
+	cl := &call{g: g, c: c, d: *d, begin: rq.begin, parent: rq.parent}
 	for {
 		f, leader := g.flights.join(flightKey{d.key, d.payloadHash}, &cl.flight)
 		if leader {
 			return lead(ctx, cl, fn)
 		}
 		var again bool
-		if v, out, err, again = follow[T](ctx, g, c, &d, f); !again {
+		if v, out, err, again = follow[T](ctx, g, c, d, f); !again {
 			return v, out, err
 		}
 	}
@@ -207,7 +210,7 @@ func (r *runner[T]) conclude(v T, fnErr error, leaseEnd time.Time, lost error) (
 			break
 		}
 		data, encErr := c.errorCodec.EncodeError(fnErr)
-		rec, cerr := g.writeOutcome(ctx, c, &cl.d, &cl.claim, leaseEnd, store.ResultError, data, encErr, cl)
+		rec, cerr := cl.writeOutcome(ctx, leaseEnd, store.ResultError, data, encErr)
 		if cerr != nil {
 			fnErr = errors.Join(fnErr, cerr)
 		}
@@ -244,7 +247,7 @@ func (r *runner[T]) conclude(v T, fnErr error, leaseEnd time.Time, lost error) (
 		fnErr = err
 	default:
 		data, encErr := c.codec.Marshal(v)
-		rec, cerr := g.writeOutcome(ctx, c, &cl.d, &cl.claim, leaseEnd, store.ResultValue, data, encErr, cl)
+		rec, cerr := cl.writeOutcome(ctx, leaseEnd, store.ResultValue, data, encErr)
 		if cerr != nil {
 			var zero T
 			v, fnErr = zero, cerr
@@ -292,7 +295,10 @@ func (r *runner[T]) settleOnPanic(cancel context.CancelCauseFunc) {
 		g.release(ctx, &cl.d, &cl.claim)
 	case r.returned:
 		// The side effect happened: never run it again.
-		rec, _ = g.complete(ctx, cl.c, &cl.d, &cl.claim, leaseEnd, store.ResultUnavailable, nil)
+		done := g.completedRecord(cl.c, &cl.claim, store.ResultUnavailable, nil)
+		if g.complete(ctx, &cl.d, done, leaseEnd) == nil {
+			rec = done
+		}
 		g.log(ctx, slog.LevelError, "idemguard: panic after the guarded function returned; recorded without a result", &cl.d, slog.Any("panic", p))
 	default:
 		g.release(ctx, &cl.d, &cl.claim)

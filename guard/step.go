@@ -80,6 +80,6 @@ func Step[T any](ctx context.Context, name string, fn func(context.Context) (T, 
 		return zero, c.err
 	}
 	d, err := r.g.deriveStep(r.d, name)
-	v, _, err := guarded(ctx, r.g, &c, d, err, r.d.scope, noTx(fn), nil, r, name)
+	v, _, err := guarded(ctx, &request{g: r.g, c: &c, d: d, label: r.d.scope, step: name, parent: r}, err, noTx(fn))
 	return v, err
 }

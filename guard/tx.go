@@ -55,7 +55,7 @@ func DoTx[T, H any](ctx context.Context, g *Guard, scope string, input any, fn f
 	if err != nil {
 		return zero, err
 	}
-	v, out, err := execute(ctx, g, c, scope, input, txBody(fn), tr)
+	v, out, err := execute(ctx, &request{g: g, c: c, label: scope, begin: tr}, input, txBody(fn))
 	if c.report != nil {
 		*c.report = out
 	}
@@ -80,7 +80,7 @@ func WrapTx[In, Out, H any](g *Guard, scope string, fn func(ctx context.Context,
 		return nil, err
 	}
 	return func(ctx context.Context, in In) (Out, error) {
-		v, _, err := execute(ctx, g, c, scope, in, txBody(func(ctx context.Context, tx H) (Out, error) { return fn(ctx, tx, in) }), tr)
+		v, _, err := execute(ctx, &request{g: g, c: c, label: scope, begin: tr}, in, txBody(func(ctx context.Context, tx H) (Out, error) { return fn(ctx, tx, in) }))
 		return v, err
 	}, nil
 }
