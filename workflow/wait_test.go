@@ -157,6 +157,10 @@ func TestDuplicateWakesAtTheHoldersOutcome(t *testing.T) {
 				idA, idB := temporaltest.Name(t, name+"-holder"), temporaltest.Name(t, name+"-dup")
 				temporaltest.Start(t, c, client.StartWorkflowOptions{ID: idA, TaskQueue: tq}, "shipOrder", ho)
 				waitClaimed(t, c, idA)
+				select { // a watch left from the last case (a re-subscription)
+				case <-s.watched:
+				default:
+				}
 				dup.ID = idB
 				runB := temporaltest.Start(t, c, dup, "shipOrder", Order{OrderID: o.OrderID, Amount: o.Amount})
 				waitWaiting(t, c, s, idB)
