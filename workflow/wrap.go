@@ -38,7 +38,7 @@ import (
 //     that workflow failed or its lease lapsed; in guard.WithWait(0) mode,
 //     or once the wait budget is spent, it fails with
 //     activity.ErrorTypeInProgress instead. A duplicate waits as guard.Do's
-//     do, in slices: the claim's local activity waits, through the guard's
+//     duplicates do, in slices: the claim's local activity waits, through the guard's
 //     waiter of the key in the worker's process, for a slice of half the
 //     workflow task timeout (5 s by default; within half the local
 //     activities' timeouts and the budget left), and learns of the holder's
@@ -52,8 +52,10 @@ import (
 //     to the history, as each poll did before slices (a slice ends before
 //     the SDK would heartbeat the workflow task); while a slice runs, the
 //     workflow holds a workflow task slot and a local activity slot of its
-//     worker. Raising the workflow's task timeout (at most 2 min) lengthens
-//     the slices, and so covers more of a long wait.
+//     worker. A longer workflow task timeout lengthens the slices, and so
+//     covers more of a long wait at no cost in events: up to 15 s with
+//     the default local activity options (30 s per attempt), more with
+//     [WithLocalActivityOptions].
 //   - Body. While it runs, the claim's lease (guard.WithLease, default
 //     1 h) is extended by a local activity every third of a
 //     lease.
