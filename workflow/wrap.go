@@ -37,14 +37,15 @@ import (
 //     holder holds the key), and returns its result, or runs the body if
 //     that workflow failed or its lease lapsed; in guard.WithWait(0) mode,
 //     or once the wait budget is spent, it fails with
-//     activity.ErrorTypeInProgress instead. A duplicate waits as guard.Do's
-//     duplicates do, in slices: the claim's local activity waits, through the guard's
-//     waiter of the key in the worker's process, for a slice of half the
-//     workflow task timeout (5 s by default; within half the local
-//     activities' timeouts and the budget left), and learns of the holder's
-//     completion or release the moment the store pushes it (PostgreSQL,
-//     Redis, memory; DynamoDB is polled), then replays the result or claims
-//     at once, or takes the key over at the holder's lease end. After a
+//     activity.ErrorTypeInProgress instead. A duplicate waits as
+//     guard.Do's duplicates do, in slices: the claim's local activity
+//     waits, through the guard's waiter of the key in the worker's
+//     process, for a slice of half the workflow task timeout (5 s by
+//     default; within half the local activities' timeouts and the budget
+//     left), and learns of the holder's completion or release the moment
+//     the store pushes it (PostgreSQL, Redis, memory; DynamoDB is polled),
+//     then replays the result or claims at once, or takes the key over at
+//     the holder's lease end. After a
 //     slice with no news it sleeps on a workflow timer, from a second
 //     growing to a minute (adapt.WithWaitBackoff), or until the holder's
 //     lease end if that comes first, and claims again with a new slice.
