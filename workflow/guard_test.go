@@ -115,7 +115,7 @@ func TestGuardedWorkflowReplaysStoredResult(t *testing.T) {
 // A workflow whose key is held by a running workflow waits for it and
 // returns its result; the holder's lease, shorter than its run, is kept
 // alive by extensions; with WithWait(0) a duplicate fails at once.
-// The histories, with their timers and extensions, replay.
+// The histories, with their wait slices, timers and extensions, replay.
 func TestGuardedWorkflowWaitsForHolder(t *testing.T) {
 	c := temporaltest.Client(t, client.Options{})
 	g := newGuard(t)
@@ -132,7 +132,9 @@ func TestGuardedWorkflowWaitsForHolder(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	runB := temporaltest.Start(t, c, client.StartWorkflowOptions{ID: idB, TaskQueue: tq}, "shipOrder", Order{OrderID: "o-w", Amount: 1})
+	// A workflow task timeout of 2 s gives the waiter wait slices of 1 s,
+	// with a timer between them.
+	runB := temporaltest.Start(t, c, client.StartWorkflowOptions{ID: idB, TaskQueue: tq, WorkflowTaskTimeout: 2 * time.Second}, "shipOrder", Order{OrderID: "o-w", Amount: 1})
 
 	err := temporaltest.Run(t, c, rejectTQ, temporaltest.Name(t, "rejected"), time.Minute, nil, "shipOrder", Order{OrderID: "o-w", Amount: 1})
 	var ae *temporal.ApplicationError

@@ -1,7 +1,9 @@
 package workflow_test
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -17,10 +19,13 @@ import (
 )
 
 // A workflow that held its key was terminated (a claim nobody extends).
-// A duplicate that waits for it sleeps until the holder's lease can have
-// lapsed on the guard's clock (its end plus the guard's clock skew, here
-// 3 s) and then claims once more, and takes the key over: two claims, not
-// a claim that meets the lease again and a sleep of a whole backoff step.
+// A duplicate that waits for it takes the key over once the holder's lease
+// can have lapsed on the guard's clock (its end plus the guard's clock
+// skew, here 3 s): within its claim's wait slice when the slice reaches
+// past the lapse (a workflow task timeout of 30 s, slices of 15 s), one
+// claim; else, after a slice (a workflow task timeout of 2 s, slices of
+// 1 s), it sleeps until the lapse and claims once more, two claims, not a
+// claim that meets the lease again and a sleep of a whole backoff step.
 // A duplicate under guard.WithWait(0) fails with a next-retry delay that
 // runs past the same point.
 func TestInProgressWaitsForTheLapse(t *testing.T) {
@@ -45,23 +50,28 @@ func TestInProgressWaitsForTheLapse(t *testing.T) {
 		return cl.LeaseExpiresAt
 	}
 
-	waiting := Order{OrderID: "o-terminated", Amount: 1}
-	hold(waiting)
-	id := temporaltest.Name(t, "waiter")
-	if err := temporaltest.Run(t, c, tq, id, 30*time.Second, nil, "shipOrder", waiting); err != nil {
-		t.Fatalf("the duplicate of a terminated holder: %v; want it to take the key over once the lease lapsed", err)
-	}
-	claims := 0
-	for _, la := range localActivities(t, temporaltest.History(t, c, id, "")) {
-		if la == "IdempotencyClaim" {
-			claims++
+	for i, tc := range []struct {
+		taskTimeout    time.Duration
+		claims, sleeps int
+	}{{30 * time.Second, 1, 0}, {2 * time.Second, 2, 1}} {
+		waiting := Order{OrderID: fmt.Sprintf("o-terminated-%d", i), Amount: 1}
+		hold(waiting)
+		id := temporaltest.Name(t, "waiter")
+		run := temporaltest.Start(t, c, client.StartWorkflowOptions{ID: id, TaskQueue: tq, WorkflowTaskTimeout: tc.taskTimeout}, "shipOrder", waiting)
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		err := run.Get(ctx, nil)
+		cancel()
+		if err != nil {
+			t.Fatalf("the duplicate of a terminated holder: %v; want it to take the key over once the lease lapsed", err)
+		}
+		h := temporaltest.History(t, c, id, "")
+		if n, slept := claims(t, h), sleeps(t, h); n != tc.claims || slept != tc.sleeps || ships.count("ship") != i+1 {
+			t.Errorf("task timeout %v: %d claims, %d sleeps, %d shipments; want %d claims, %d sleeps (held, then taken over) and %d shipments",
+				tc.taskTimeout, n, slept, ships.count("ship"), tc.claims, tc.sleeps, i+1)
 		}
 	}
-	if claims != 2 || ships.count("ship") != 1 {
-		t.Errorf("%d claims, %d shipments; want 2 claims (held, then taken over) and 1 shipment", claims, ships.count("ship"))
-	}
 
-	rejected := Order{OrderID: "o-terminated-2", Amount: 1}
+	rejected := Order{OrderID: "o-terminated-rejected", Amount: 1}
 	leaseEnd := hold(rejected)
 	err = temporaltest.Run(t, c, rejectTQ, temporaltest.Name(t, "rejected"), 30*time.Second, nil, "shipOrder", rejected)
 	var ae *temporal.ApplicationError

@@ -18,10 +18,23 @@ const (
 	// duplicate waits after the holder was terminated without releasing.
 	defaultLease = time.Hour
 	// defaultPollInitial and defaultPollMax bound the pauses, on workflow
-	// timers, of a duplicate that waits for the holder of its key: each
-	// pause is a timer and a local activity in its history.
+	// timers, between the wait slices (waitSlice) of a duplicate that waits
+	// for the holder of its key. Each slice with its pause is a marker, a
+	// timer and a workflow task in its history (6 events), so a duplicate
+	// that waits an hour adds about 330 events once the pauses have grown
+	// to a minute, as many as when it polled at these pauses without
+	// slices. It learns of a completion at once while a slice runs (with
+	// the default workflow task timeout, slices of 5 s: two thirds of its
+	// first half minute, about an eighth of the next two minutes, 5 s in
+	// every 65 after that), and otherwise at its next claim, at most a
+	// minute late. Shorter pauses would cover more of a long wait at the
+	// cost of a longer history; a longer workflow task timeout gives
+	// longer slices at no cost in events.
 	defaultPollInitial = time.Second
 	defaultPollMax     = time.Minute
+	// defaultWorkflowTaskTimeout is the server's workflow task timeout
+	// when a workflow is started without one.
+	defaultWorkflowTaskTimeout = 10 * time.Second
 	// forever is the wait budget of a duplicate by default: as long as the
 	// holder holds the key (the workflow's own timeouts bound it).
 	forever = time.Duration(1<<63 - 1)
@@ -64,8 +77,9 @@ func newConfig(opts []Option) *config {
 // guard.WithRequireKey, guard.WithResultFilter, guard.WithDefiniteErrors,
 // guard.WithOutcomeHook, guard.WithCodec, … They override the defaults
 // given to guard.New, which override the workflow guard's own
-// (a lease of 1 h; waiting for the holder on workflow timers, from a second
-// up to a minute apart, for as long as it holds the key), and they apply to
+// (a lease of 1 h; waiting for the holder for as long as it holds the key,
+// in wait slices separated by workflow timers from a second up to a minute
+// long: see [Wrap]), and they apply to
 // every step of the claim: claiming, extending, completing and replaying.
 // guard.WithKey and adapt.WithClaimToken name one call and are refused
 // (the caller gives a run its key with [ContextWithKey]).

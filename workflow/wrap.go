@@ -33,12 +33,30 @@ import (
 //
 //   - Claim. If a workflow with the key has completed, its result is
 //     returned (or its stored definite error). If one is running, this
-//     workflow waits for it, sleeping on workflow timers and claiming again
-//     (guard.WithWait, adapt.WithWaitBackoff; by default for as long as the
-//     holder holds the key, from a second to a minute apart), and returns
-//     its result, or runs the body if that workflow failed or its lease
-//     lapsed; in guard.WithWait(0) mode, or once the wait budget is spent,
-//     it fails with activity.ErrorTypeInProgress instead.
+//     workflow waits for it (guard.WithWait; by default for as long as the
+//     holder holds the key), and returns its result, or runs the body if
+//     that workflow failed or its lease lapsed; in guard.WithWait(0) mode,
+//     or once the wait budget is spent, it fails with
+//     activity.ErrorTypeInProgress instead. A duplicate waits as
+//     guard.Do's duplicates do, in slices: the claim's local activity
+//     waits, through the guard's waiter of the key in the worker's
+//     process, for a slice of half the workflow task timeout (5 s by
+//     default; within half the local activities' timeouts and the budget
+//     left), and learns of the holder's completion or release the moment
+//     the store pushes it (PostgreSQL, Redis, memory; DynamoDB is polled),
+//     then replays the result or claims at once, or takes the key over at
+//     the holder's lease end. After a
+//     slice with no news it sleeps on a workflow timer, from a second
+//     growing to a minute (adapt.WithWaitBackoff), or until the holder's
+//     lease end if that comes first, and claims again with a new slice.
+//     Each slice with its timer adds a marker, a timer and a workflow task
+//     to the history, as each poll did before slices (a slice ends before
+//     the SDK would heartbeat the workflow task); while a slice runs, the
+//     workflow holds a workflow task slot and a local activity slot of its
+//     worker. A longer workflow task timeout lengthens the slices, and so
+//     covers more of a long wait at no cost in events: up to 15 s with
+//     the default local activity options (30 s per attempt), more with
+//     [WithLocalActivityOptions].
 //   - Body. While it runs, the claim's lease (guard.WithLease, default
 //     1 h) is extended by a local activity every third of a
 //     lease.
@@ -149,6 +167,30 @@ func handed(ctx tworkflow.Context, scope string) *adapt.Claim {
 // scheduling (as activity.TemporalError's next-retry delay does).
 const lapseMargin = 250 * time.Millisecond
 
+// waitSlice is how long a claim that finds the key held waits, inside its
+// local activity, for the holder to finish, through the guard's waiter of
+// the key (pushed where the store pushes): half the workflow task timeout
+// (wftTimeout, 10 s when the workflow was started without one), and half
+// the local activity's own timeouts, within the wait budget left. A local
+// activity that runs past 80% of the workflow task timeout makes the SDK
+// heartbeat the workflow task, three events in the history each time;
+// within half, a slice costs no event of its own: its claim's marker is
+// recorded as before. The other half leaves room for the claim's store
+// calls and for the local activity's scheduling.
+func waitSlice(wftTimeout time.Duration, o tworkflow.LocalActivityOptions, left time.Duration) time.Duration {
+	if wftTimeout <= 0 {
+		wftTimeout = defaultWorkflowTaskTimeout
+	}
+	d := min(wftTimeout/2, left)
+	if o.StartToCloseTimeout > 0 {
+		d = min(d, o.StartToCloseTimeout/2)
+	}
+	if o.ScheduleToCloseTimeout > 0 {
+		d = min(d, o.ScheduleToCloseTimeout/2)
+	}
+	return max(d, 0)
+}
+
 // guarded is the body of every guarded workflow.
 func guarded[In, Out any](ctx tworkflow.Context, la localActivities, wf func(tworkflow.Context, In) (Out, error), in In) (Out, error) {
 	var zero Out
@@ -171,6 +213,10 @@ func guarded[In, Out any](ctx tworkflow.Context, la localActivities, wf func(two
 	start := tworkflow.Now(ctx)
 	for pause := s.WaitInitial; ; pause = min(2*pause, s.WaitMax) {
 		res = claimOutcome[Out]{}
+		req.Wait = 0
+		if s.Mode == adapt.Wait {
+			req.Wait = waitSlice(info.WorkflowTaskTimeout, la.c.la, s.WaitBudget-tworkflow.Now(ctx).Sub(start))
+		}
 		if err := tworkflow.ExecuteLocalActivity(lctx, la.IdempotencyClaim, req).Get(lctx, &res); err != nil {
 			return zero, unwrap(err)
 		}
@@ -180,8 +226,9 @@ func guarded[In, Out any](ctx tworkflow.Context, la localActivities, wf func(two
 		if res.Claim != nil {
 			break
 		}
-		// Another workflow holds the key. Its claim may be taken over once
-		// its lease has lapsed by more than the guard's clock skew.
+		// Another workflow holds the key, and it did not finish within the
+		// claim's wait slice. Its claim may be taken over once its lease
+		// has lapsed by more than the guard's clock skew.
 		now := tworkflow.Now(ctx)
 		untilLapse := res.HolderLeaseEnd.Sub(now) + la.g.ClockSkew() + lapseMargin
 		waited := now.Sub(start)
@@ -325,6 +372,9 @@ type claimRequest struct {
 	Input  any
 	Token  string       // the fencing token of the run's chain
 	Handed *adapt.Claim // the claim an earlier run handed over, if any
+	// Wait is how long the claim waits for a holder of the key to finish
+	// (waitSlice); zero: it reports the holder at once.
+	Wait time.Duration
 }
 
 // claimResult is what IdempotencyClaim returns, and claimOutcome is how the
@@ -382,8 +432,13 @@ func (la localActivities) IdempotencyClaim(ctx context.Context, req claimRequest
 		}
 		// The handed claim lapsed and was taken: claim as any run would.
 	}
+	// Waiting, the guard's shared waiter of the key in this process learns
+	// of the holder's completion or release the moment the store pushes it
+	// (or, on a store without push, polls the record), and claims again at
+	// once, or at the holder's lease end takes the key over; what it finds
+	// within the slice is what this local activity returns.
 	cl, rec, err := adapt.Obtain(ctx, la.g, req.Scope, req.Input,
-		append(opts, guard.WithLease(la.s.Lease), guard.WithWait(0), adapt.WithClaimToken(req.Token))...)
+		append(opts, guard.WithLease(la.s.Lease), guard.WithWait(req.Wait), adapt.WithClaimToken(req.Token))...)
 	var busy *adapt.InProgressError
 	switch {
 	case errors.As(err, &busy):
