@@ -97,8 +97,10 @@ const (
 	// MaxWatchedKeys is how many keys a store watches at once: the advisory
 	// locks one backend holds for them, the share of PostgreSQL's lock
 	// table (max_locks_per_transaction × connections) one connection may
-	// fairly take. A Watch of one more key returns an error matching
-	// store.ErrSkip, and its caller polls.
+	// fairly take. Locks kept after their key's last watch count too, and
+	// a Watch of a new key drops one of them when there are that many; a
+	// Watch of one more key while that many are watched returns an error
+	// matching store.ErrSkip, and its caller polls.
 	MaxWatchedKeys = 256
 	// watchPingTimeout bounds the check.
 	watchPingTimeout = 5 * time.Second
