@@ -2,7 +2,7 @@ package postgres
 
 import (
 	"context"
-		"time"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 )
