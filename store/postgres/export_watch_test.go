@@ -43,3 +43,10 @@ func SetWatchLockGrace(t interface{ Cleanup(func()) }, d time.Duration) {
 	old := watchLockGrace.Swap(int64(d))
 	t.Cleanup(func() { watchLockGrace.Store(old) })
 }
+
+// SetWatchHealthEvery sets how long a listener waits for a notification
+// before it checks its connection, until the test ends.
+func SetWatchHealthEvery(t interface{ Cleanup(func()) }, d time.Duration) {
+	old := watchHealthEvery.Swap(int64(d))
+	t.Cleanup(func() { watchHealthEvery.Store(old) })
+}

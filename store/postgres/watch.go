@@ -81,17 +81,22 @@ var (
 	// watch stops, so that a key's successive waiters do not reconnect
 	// each time. Tests shorten it.
 	watchIdle = 5 * time.Second
-	// watchHealthEvery is how long the listener waits for a
-	// notification before it checks its connection.
-	watchHealthEvery = 10 * time.Second
 )
+
+// watchHealthEvery is how long, in nanoseconds, the listener waits for a
+// notification before it checks its connection: 10 s. Tests change it
+// while other tests' listeners run.
+var watchHealthEvery atomic.Int64
 
 // watchLockGrace is how long, in nanoseconds, a key's lock is kept after
 // its last watch stopped before the listener drops it with its next
 // statements: a second. Tests change it while other tests' listeners run.
 var watchLockGrace atomic.Int64
 
-func init() { watchLockGrace.Store(int64(time.Second)) }
+func init() {
+	watchLockGrace.Store(int64(time.Second))
+	watchHealthEvery.Store(int64(10 * time.Second))
+}
 
 const (
 	// MaxWatchedKeys is how many keys a store watches at once: the advisory
@@ -450,7 +455,7 @@ func (ls *listenSession) loop(s *Store, conn *pgx.Conn) error {
 		default:
 			retry = min(2*retry, lockRetryMax)
 		}
-		wait := watchHealthEvery
+		wait := time.Duration(watchHealthEvery.Load())
 		if retry > 0 {
 			wait = retry
 		}

@@ -209,6 +209,37 @@ func TestWatchLockKeptAfterLastWatch(t *testing.T) {
 	}
 }
 
+// TestWatchLockDroppedWithTheHealthCheck: a lock kept after its key's last
+// watch is dropped with the listener's health check when nothing else is
+// sent, the connection still open for another key's watch.
+func TestWatchLockDroppedWithTheHealthCheck(t *testing.T) {
+	f := newFixture(t)
+	postgres.SetWatchLockGrace(t, 0)
+	postgres.SetWatchHealthEvery(t, 20*time.Millisecond)
+	open, err := f.s.Watch(f.ctx, "scope#open")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer open.Stop()
+	sub, err := f.s.Watch(f.ctx, "scope#stopped")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub.Stop()
+	for deadline := time.Now().Add(20 * time.Second); heldLocks(t, f.pool, f.s, "scope#stopped") > 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("a lock whose grace is over is still held after 20 s of health checks")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := heldLocks(t, f.pool, f.s, "scope#open"); n != 1 {
+		t.Errorf("the watched key's lock is held %d times; want 1", n)
+	}
+	if n := postgres.ListenSessions(f.s); n != 1 {
+		t.Errorf("%d LISTEN connections opened; want 1 (the lock dropped on the open connection)", n)
+	}
+}
+
 // TestWatchLocksBounded: locks kept after their last watch count against
 // MaxWatchedKeys: a watch of one more key drops one of them, in its own
 // round trip, and the listener never holds more than MaxWatchedKeys; when
