@@ -150,11 +150,12 @@ func (g *Guard) runWait(ctx context.Context, c *config, w *keyWaiter, rec *store
 	read := false         // whether rec must be read again before it is judged
 	reads := 0
 	for {
+		var got *watchGot // the read the store made with the subscription
 		if watcher != nil && (sub == nil || fired(sub.Done())) {
 			// (Re)subscribe before the read, and keep a fired
 			// subscription until the new one is in effect, so that the
 			// store keeps the key's server subscription between them.
-			next, err := g.watch(ctx, watcher, key)
+			next, nextGot, err := g.watch(ctx, watcher, key)
 			if sub != nil {
 				sub.Stop()
 			}
@@ -163,12 +164,16 @@ func (g *Guard) runWait(ctx context.Context, c *config, w *keyWaiter, rec *store
 			case errors.Is(err, store.ErrSkip):
 				watcher = nil
 			case err == nil:
-				read = true
+				read, got = true, nextGot
 			}
 		}
 		if read {
 			var err error
-			rec, err = g.readRecord(ctx, key)
+			if got != nil {
+				rec, err = got.rec, got.err
+			} else {
+				rec, err = g.readRecord(ctx, key)
+			}
 			reads++
 			if ctx.Err() != nil {
 				return
@@ -231,19 +236,39 @@ func pollPause(c *config, running time.Duration) time.Duration {
 	return p - time.Duration(rand.Int64N(int64(p/4)+1))
 }
 
+// watchGot is the record a [store.WatchGetter] read with a subscription,
+// or the error its read met: it stands for the read that follows the
+// subscription.
+type watchGot struct {
+	rec *store.Record
+	err error
+}
+
 // watch subscribes to key's completion, bounded by the store call timeout.
-func (g *Guard) watch(ctx context.Context, w store.Watcher, key string) (store.Subscription, error) {
+// A store.WatchGetter reads the record with the subscription (got).
+func (g *Guard) watch(ctx context.Context, w store.Watcher, key string) (store.Subscription, *watchGot, error) {
 	sctx, cancel := context.WithTimeout(ctx, storeCallTimeout)
 	defer cancel()
-	var sub store.Subscription
+	var (
+		sub store.Subscription
+		got *watchGot
+	)
 	err := g.timed(ctx, "watch", func() (err error) {
+		if wg, ok := w.(store.WatchGetter); ok {
+			var rec *store.Record
+			if sub, rec, err = wg.WatchGet(sctx, key); sub == nil {
+				return err
+			}
+			got = &watchGot{rec, err} // subscribed; err is the read's
+			return nil
+		}
 		sub, err = w.Watch(sctx, key)
 		return err
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return sub, nil
+	return sub, got, nil
 }
 
 // readRecord reads key's record, bounded by the store call timeout.

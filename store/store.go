@@ -91,6 +91,7 @@
 //     refuses longer keys before it calls the store.
 //   - [Watcher] tells a process the moment a key's record is completed or
 //     released, so that callers waiting for another's claim need not poll.
+//     [WatchGetter] subscribes and re-reads the record in one round trip.
 //
 // A method of an optional interface may return [ErrSkip] to decline at run
 // time (say, a client without the batch API); the caller then goes on as if
@@ -285,6 +286,25 @@ type Watcher interface {
 	// is not, nor is an Acquire that takes over a lapsed claim (its waiters
 	// know the lease end), nor an operator's delete ([Admin.Delete]).
 	Watch(ctx context.Context, key string) (Subscription, error)
+}
+
+// WatchGetter is an optional interface of a [Watcher] that reads the
+// key's record in the same round trip as it subscribes, or on the
+// connection that subscribes when the key is watched already: WatchGet is
+// Watch followed by Get, in the order the [Watcher] ordering rule asks
+// for (the read's view of the record is taken once the subscription is in
+// effect), for a round trip less. A caller that watches in order to re-read
+// uses the record it returns instead of its own read.
+//
+// When it cannot subscribe, WatchGet returns a nil Subscription and the
+// error, as Watch would (nothing is read; an error matching [ErrSkip]
+// means the same). Otherwise it returns the subscription, which the caller
+// must Stop, with what Get would have returned: the record, or an error
+// ([ErrNotFound] when the key has no record, [ErrCorrupt] or
+// [ErrNewerFormat] for a row that is not a record this build reads).
+type WatchGetter interface {
+	Watcher
+	WatchGet(ctx context.Context, key string) (Subscription, *Record, error)
 }
 
 // Subscription is a watch on one key, from [Watcher.Watch]. It is used up

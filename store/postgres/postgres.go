@@ -455,7 +455,12 @@ func endFailed(ctx context.Context, c *pgxpool.Conn) {
 	_, _ = c.Exec(rctx, "ROLLBACK")
 }
 
-// Get implements [store.Store].
+// Get implements [store.Store]: one SELECT, sent on its own. At
+// SERIALIZABLE (a server whose sessions default to it), a read can fail
+// with a serialization error when it meets concurrent writes of the
+// table (predicate locks are taken by page); Get then sends it again
+// between BEGIN ISOLATION LEVEL READ COMMITTED and COMMIT, in one
+// pipeline, where it cannot.
 func (s *Store) Get(ctx context.Context, key string) (*store.Record, error) {
 	c, err := s.conn(ctx, "Get", key)
 	if err != nil {
@@ -463,7 +468,30 @@ func (s *Store) Get(ctx context.Context, key string) (*store.Record, error) {
 	}
 	defer c.Release()
 	var r row
-	if err := c.QueryRow(ctx, s.sql.get, key).Scan(r.dest()...); err != nil {
+	err = c.QueryRow(ctx, s.sql.get, key).Scan(r.dest()...)
+	if isSerialization(err) {
+		endFailed(ctx, c)
+		var b pgx.Batch
+		b.Queue(beginRC)
+		b.Queue(s.sql.get, key)
+		b.Queue("COMMIT")
+		br := c.SendBatch(ctx, &b)
+		if _, err = br.Exec(); err == nil {
+			err = br.QueryRow().Scan(r.dest()...)
+			if _, cerr := br.Exec(); err == nil || errors.Is(err, pgx.ErrNoRows) {
+				if cerr != nil {
+					err = cerr
+				}
+			}
+		}
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			endFailed(ctx, c)
+		}
+	}
+	if err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil, store.ErrNotFound
 		}

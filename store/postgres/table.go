@@ -139,6 +139,9 @@ type statements struct {
 	delete        string
 	purge         string
 	list          string // the head of List's query, completed per query
+	// The LISTEN connection's (see notifying): its set-up, and the shared
+	// locks of keys ($1) taken and dropped.
+	watchSetup, watchLock, watchUnlock string
 }
 
 func newStatements(id pgx.Identifier) statements {

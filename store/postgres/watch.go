@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -44,34 +45,67 @@ import (
 // parsed ('<table>'::regclass, a constant), the listener when it connects.
 //
 // The listener's goroutine waits for notifications and hands each to the
-// watches of its key; between waits it takes the locks of newly watched
-// keys (a try, retried shortly while a completion of the key holds it, so
-// that a long transaction never blocks the connection) and drops those of
-// keys no longer watched, in one statement each. It sends LISTEN again
-// after watchHealthEvery without a notification, so that a connection
-// that died without a word (a dead peer, a cut network) is found out; a
-// connection that ends, or whose check fails within watchPingTimeout,
-// ends every watch with store.ErrWatchLost, and the server drops its
-// locks with it. The connection is taken from the store's pool (or the
-// pool WithWatchPool gives) when the first Watch needs it and kept out of
-// the pool (pgxpool's Hijack) until no watch has been open for watchIdle.
+// watches of its key; between waits it sends, in one pipeline (one round
+// trip), what the watches need: the unlocks of keys it no longer keeps,
+// the locks of newly watched keys (a try, retried shortly while a
+// completion of the key holds it, so that a long transaction never blocks
+// the connection), and the reads of [Store.WatchGet]. A read is a
+// statement of its own after the lock's, so its snapshot is taken once
+// the lock is granted (the connection's transactions are READ COMMITTED,
+// whatever the server's default: a statement, not a transaction, takes
+// the snapshot), and it is handed out only if the key's lock was held
+// when it ran; that is the ordering rule above, in one round trip.
+//
+// A key's lock is not dropped with its last watch: it is kept
+// watchLockGrace more, so that the key's next waiters (a hot key's, or
+// the same waiter's watch after a notification) find it held and pay no
+// lock, and then dropped with the next statements the listener sends
+// anyway, or with the connection at idle; never in a round trip of its
+// own. At most MaxWatchedKeys locks are held: a watch of a new key when
+// that many are held drops one no longer watched, in the same round trip
+// as its own lock.
+//
+// The listener sets its connection up in one round trip (READ COMMITTED
+// and LISTEN, in one simple-protocol message). After watchHealthEvery
+// without a notification it sends a statement (the locks it has to drop,
+// or SELECT 1), so that a connection that died without a word (a dead
+// peer, a cut network) is found out; a connection that ends, or whose
+// check fails within watchPingTimeout, ends every watch with
+// store.ErrWatchLost, and the server drops its locks with it. The
+// connection is taken from the store's pool (or the pool WithWatchPool
+// gives) when the first Watch needs it and kept out of the pool (pgxpool's
+// Hijack) until no watch has been open for watchIdle.
 
 var (
 	// watchIdle is how long the LISTEN connection is kept after the last
 	// watch stops, so that a key's successive waiters do not reconnect
 	// each time. Tests shorten it.
 	watchIdle = 5 * time.Second
-	// watchHealthEvery is how long the listener waits for a
-	// notification before it checks its connection.
-	watchHealthEvery = 10 * time.Second
 )
+
+// watchHealthEvery is how long, in nanoseconds, the listener waits for a
+// notification before it checks its connection: 10 s. Tests change it
+// while other tests' listeners run.
+var watchHealthEvery atomic.Int64
+
+// watchLockGrace is how long, in nanoseconds, a key's lock is kept after
+// its last watch stopped before the listener drops it with its next
+// statements: a second. Tests change it while other tests' listeners run.
+var watchLockGrace atomic.Int64
+
+func init() {
+	watchLockGrace.Store(int64(time.Second))
+	watchHealthEvery.Store(int64(10 * time.Second))
+}
 
 const (
 	// MaxWatchedKeys is how many keys a store watches at once: the advisory
 	// locks one backend holds for them, the share of PostgreSQL's lock
 	// table (max_locks_per_transaction × connections) one connection may
-	// fairly take. A Watch of one more key returns an error matching
-	// store.ErrSkip, and its caller polls.
+	// fairly take. Locks kept after their key's last watch count too, and
+	// a Watch of a new key drops one of them when there are that many; a
+	// Watch of one more key while that many are watched returns an error
+	// matching store.ErrSkip, and its caller polls.
 	MaxWatchedKeys = 256
 	// watchPingTimeout bounds the check.
 	watchPingTimeout = 5 * time.Second
@@ -84,7 +118,7 @@ const (
 	channelPrefix = "idemguard_"
 )
 
-var _ store.Watcher = (*Store)(nil)
+var _ store.WatchGetter = (*Store)(nil)
 
 // WithWatchPool makes [Store.Watch] take its one LISTEN connection from
 // pool rather than from the store's own. Give it a pool of direct or
@@ -105,35 +139,60 @@ func WithWatchPool(pool *pgxpool.Pool) Option {
 
 // Watch implements [store.Watcher]. The store's one LISTEN connection, on
 // the channel of its table, serves every watch of every key: a Watch costs
-// the connection's set-up (a query of the table's channel, then LISTEN)
-// when it is the process's first, and one statement on that connection
-// (a shared advisory lock on the key, taken with other keys' in one
-// statement) when it is the first of its key; further watches of a key
-// cost nothing. Complete, Release and a DoTx completion ([Tx.Complete])
-// notify in the statement that writes, and only when the key is watched;
-// a notification is delivered when the write commits. At most
+// the connection's set-up (one round trip: READ COMMITTED and LISTEN) when
+// it is the process's first, and one round trip on that connection (a
+// shared advisory lock on the key, taken with other keys' in one
+// statement) when its key's lock is not held; further watches of a key,
+// and watches within watchLockGrace (a second) of the key's last, cost
+// nothing. Complete, Release and a DoTx completion ([Tx.Complete]) notify
+// in the statement that writes, and only when the key is watched; a
+// notification is delivered when the write commits. At most
 // [MaxWatchedKeys] keys are watched at once.
 //
 // A pooler in transaction mode keeps neither a LISTEN nor a session's
 // lock; see [WithWatchPool].
 func (s *Store) Watch(ctx context.Context, key string) (store.Subscription, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, s.wrap("Watch", key, err)
-	}
-	ls, kl, sub, err := s.listen.add(s, key)
+	sub, _, err := s.watch(ctx, "Watch", key, false)
+	return sub, err
+}
+
+// WatchGet implements [store.WatchGetter]: Watch and Get in one round trip
+// on the LISTEN connection, the key's lock (when it is not held) and the
+// read pipelined, the read a statement of its own after the lock's; when
+// the key's lock is held already, the read alone. Reads of several keys
+// wanted at once go in one statement.
+func (s *Store) WatchGet(ctx context.Context, key string) (store.Subscription, *store.Record, error) {
+	sub, rd, err := s.watch(ctx, "WatchGet", key, true)
 	if err != nil {
-		return nil, s.opErr("Watch", key, err, false)
+		return nil, nil, err
+	}
+	return sub, rd.rec, rd.err
+}
+
+// watch registers a watch of key and waits until it is in effect, and,
+// with read, until the record was read after that.
+func (s *Store) watch(ctx context.Context, op, key string, read bool) (store.Subscription, *watchRead, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, nil, s.wrap(op, key, err)
+	}
+	ls, kl, sub, rd, err := s.listen.add(s, key, read)
+	if err != nil {
+		return nil, nil, s.opErr(op, key, err, false)
+	}
+	done := kl.ready
+	if rd != nil {
+		done = rd.done
 	}
 	select {
-	case <-kl.ready:
+	case <-done:
 	case <-ls.dead:
 		sub.Stop()
-		return nil, s.wrap("Watch", key, ls.err)
+		return nil, nil, s.wrap(op, key, ls.err)
 	case <-ctx.Done():
 		sub.Stop()
-		return nil, s.wrap("Watch", key, ctx.Err())
+		return nil, nil, s.wrap(op, key, ctx.Err())
 	}
-	return sub, nil
+	return sub, rd, nil
 }
 
 // notifying returns st with its completions and its release notifying
@@ -156,6 +215,10 @@ func notifying(st statements, id pgx.Identifier) statements {
 	st.complete = wrap(st.complete)
 	st.completeValue = wrap(st.completeValue)
 	st.release = wrap(st.release)
+	st.watchSetup = "SET default_transaction_isolation = 'read committed'; DO " +
+		quoteLiteral("BEGIN EXECUTE 'LISTEN ' || quote_ident("+channel+"); END")
+	st.watchLock = "SELECT k, pg_try_advisory_lock_shared(hashtext(" + channel + "), hashtext(k)) FROM unnest($1::text[]) AS k"
+	st.watchUnlock = "SELECT count(pg_advisory_unlock_shared(hashtext(" + channel + "), hashtext(k))) FROM unnest($1::text[]) AS k"
 	return st
 }
 
@@ -167,14 +230,6 @@ func channelExpr(id pgx.Identifier) string {
 
 // quoteLiteral quotes s as an SQL string literal.
 func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
-
-func listenSQL(channel string) string { return "LISTEN " + pgx.Identifier{channel}.Sanitize() }
-
-// The listener's lock statements: $1 is hashtext(channel), $2 the keys.
-const (
-	lockSQL   = `SELECT k, pg_try_advisory_lock_shared($1, hashtext(k)) FROM unnest($2::text[]) AS k`
-	unlockSQL = `SELECT count(pg_advisory_unlock_shared($1, hashtext(k))) FROM unnest($2::text[]) AS k`
-)
 
 // listener is a store's LISTEN connection: at most one session at a time.
 type listener struct {
@@ -195,8 +250,14 @@ type listenSession struct {
 	err    error              // why; written before dead is closed
 	subs   watchhub.Set
 
-	keys      map[string]*keyLock
-	dirty     bool               // keys has work for the loop
+	// keys are the keys watched, and those whose lock is kept after their
+	// last watch (in grace), at most MaxWatchedKeys.
+	keys map[string]*keyLock
+	// drops are keys no longer in keys whose lock the session still holds,
+	// to be dropped with its next statements: evicted to make room for
+	// another key, or taken by a statement while they were evicted.
+	drops     []string
+	dirty     bool               // the loop has statements to send
 	interrupt context.CancelFunc // ends the loop's current wait
 	idle      *time.Timer
 }
@@ -205,12 +266,24 @@ type listenSession struct {
 type keyLock struct {
 	subs  int           // open watches of the key
 	held  bool          // the session holds the lock
-	ready chan struct{} // closed once the lock is first held
+	ready chan struct{} // closed once the lock is held
+	// since is when subs last fell to 0 while the lock was held: the
+	// lock is dropped watchLockGrace after.
+	since time.Time
+	reads []*watchRead // WatchGets waiting for their read
+}
+
+// watchRead is a WatchGet's read: done is closed once rec or err is
+// set, by a read that ran after the key's lock was granted.
+type watchRead struct {
+	done chan struct{}
+	rec  *store.Record
+	err  error
 }
 
 // add registers a watch of key in the current session, starting one if
-// there is none.
-func (l *listener) add(s *Store, key string) (*listenSession, *keyLock, *watchhub.Sub, error) {
+// there is none, with a read to make after the lock when read is set.
+func (l *listener) add(s *Store, key string, read bool) (*listenSession, *keyLock, *watchhub.Sub, *watchRead, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	ls := l.cur
@@ -223,14 +296,19 @@ func (l *listener) add(s *Store, key string) (*listenSession, *keyLock, *watchhu
 	}
 	kl := ls.keys[key]
 	if kl == nil {
-		if len(ls.keys) >= MaxWatchedKeys {
-			return nil, nil, nil, fmt.Errorf("%w: %d keys are watched at once already (MaxWatchedKeys)", store.ErrSkip, MaxWatchedKeys)
+		if len(ls.keys) >= MaxWatchedKeys && !ls.evict() {
+			return nil, nil, nil, nil, fmt.Errorf("%w: %d keys are watched at once already (MaxWatchedKeys)", store.ErrSkip, MaxWatchedKeys)
 		}
 		kl = &keyLock{ready: make(chan struct{})}
 		ls.keys[key] = kl
 	}
 	kl.subs++
-	if !kl.held {
+	var rd *watchRead
+	if read {
+		rd = &watchRead{done: make(chan struct{})}
+		kl.reads = append(kl.reads, rd)
+	}
+	if !kl.held || read {
 		ls.wake()
 	}
 	if ls.idle != nil {
@@ -238,10 +316,27 @@ func (l *listener) add(s *Store, key string) (*listenSession, *keyLock, *watchhu
 		ls.idle = nil
 	}
 	sub, _ := ls.subs.Add(key, ls.remove)
-	return ls, kl, sub, nil
+	return ls, kl, sub, rd, nil
 }
 
-// wake tells the loop that keys has work. The caller holds l.mu.
+// evict makes room in keys for another key by forgetting one that is no
+// longer watched (its lock, if held, dropped with the next statements),
+// and reports whether there was one. The caller holds l.mu.
+func (ls *listenSession) evict() bool {
+	for k, kl := range ls.keys {
+		if kl.subs == 0 {
+			delete(ls.keys, k)
+			if kl.held {
+				ls.drops = append(ls.drops, k)
+			}
+			return true
+		}
+	}
+	return false
+}
+
+// wake tells the loop that it has statements to send. The caller holds
+// l.mu.
 func (ls *listenSession) wake() {
 	ls.dirty = true
 	if ls.interrupt != nil {
@@ -249,18 +344,21 @@ func (ls *listenSession) wake() {
 	}
 }
 
-// remove unregisters sub; the loop drops its key's lock if it was the
-// key's last watch, and the session ends watchIdle after its last watch
-// stopped if no other came meanwhile.
+// remove unregisters sub; the key's lock is kept watchLockGrace after its
+// last watch, and the session ends watchIdle after its last watch stopped
+// if no other came meanwhile.
 func (ls *listenSession) remove(sub *watchhub.Sub) {
 	l := ls.l
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if kl := ls.keys[sub.Key()]; kl != nil {
+		if kl.subs--; kl.subs == 0 {
+			kl.since = time.Now()
+		}
+	}
 	if _, left := ls.subs.Remove(sub); left > 0 || l.cur != ls || ls.idle != nil {
-		ls.unwatch(sub.Key())
 		return
 	}
-	ls.unwatch(sub.Key())
 	ls.idle = time.AfterFunc(watchIdle, func() {
 		l.mu.Lock()
 		defer l.mu.Unlock()
@@ -269,16 +367,6 @@ func (ls *listenSession) remove(sub *watchhub.Sub) {
 			ls.cancel()
 		}
 	})
-}
-
-// unwatch counts a watch of key gone, and wakes the loop to drop the
-// key's lock if it was the last. The caller holds l.mu.
-func (ls *listenSession) unwatch(key string) {
-	if kl := ls.keys[key]; kl != nil {
-		if kl.subs--; kl.subs == 0 {
-			ls.wake()
-		}
-	}
 }
 
 // end ends ls, which failed to start or was lost (err): its watches end
@@ -299,14 +387,14 @@ func (ls *listenSession) end(err error) {
 // run is the session's goroutine: it opens the connection, listens, and
 // hands out notifications until the session ends.
 func (ls *listenSession) run(s *Store) {
-	conn, channel, class, err := ls.connect(s)
+	conn, err := ls.connect(s)
 	if err != nil {
 		if ls.ctx.Err() == nil {
 			ls.end(s.opErr("Watch", "", fmt.Errorf("%w: listening: %w", store.ErrWatchLost, err), isThrottle(err)))
 		}
 		return
 	}
-	err = ls.loop(conn, channel, class)
+	err = ls.loop(s, conn)
 	cctx, cancel := context.WithTimeout(context.Background(), watchPingTimeout)
 	_ = conn.Close(cctx)
 	cancel()
@@ -316,9 +404,11 @@ func (ls *listenSession) run(s *Store) {
 	ls.end(s.opErr("Watch", "", fmt.Errorf("%w: the LISTEN connection: %w", store.ErrWatchLost, err), false))
 }
 
-// connect takes a connection out of the pool, reads the table's channel
-// and its lock class, and listens on the channel.
-func (ls *listenSession) connect(s *Store) (conn *pgx.Conn, channel string, class int32, err error) {
+// connect takes a connection out of the pool and sets it up in one round
+// trip: its transactions READ COMMITTED (its reads' snapshots must follow
+// their key's lock), and LISTEN on the table's channel, which the server
+// names.
+func (ls *listenSession) connect(s *Store) (*pgx.Conn, error) {
 	ctx, cancel := context.WithTimeout(ls.ctx, watchConnectTimeout)
 	defer cancel()
 	pool := s.pool
@@ -327,37 +417,36 @@ func (ls *listenSession) connect(s *Store) (conn *pgx.Conn, channel string, clas
 	}
 	c, err := pool.Acquire(ctx)
 	if err != nil {
-		return nil, "", 0, err
+		return nil, err
 	}
-	conn = c.Hijack()
-	id, _ := parseTable(s.cfg.table) // checked by New
-	err = conn.QueryRow(ctx, "SELECT "+channelExpr(id)+", hashtext("+channelExpr(id)+")").Scan(&channel, &class)
-	if err == nil {
-		_, err = conn.Exec(ctx, listenSQL(channel))
-	}
-	if err != nil {
+	conn := c.Hijack()
+	// Exec without arguments sends the simple protocol: one message, one
+	// implicit transaction, at whose commit the LISTEN takes effect.
+	if _, err := conn.Exec(ctx, s.sql.watchSetup); err != nil {
 		cctx, cancel := context.WithTimeout(context.Background(), watchPingTimeout)
 		defer cancel()
 		_ = conn.Close(cctx)
-		return nil, "", 0, err
+		return nil, err
 	}
-	return conn, channel, class, nil
+	return conn, nil
 }
 
-// loop hands out notifications and takes and drops the keys' locks until
-// the session is cancelled (nil) or the connection fails (its error).
-// After watchHealthEvery without a notification it sends LISTEN again,
-// which the server answers at once if the connection is alive.
-func (ls *listenSession) loop(conn *pgx.Conn, channel string, class int32) error {
+// loop hands out notifications and sends the keys' locks, unlocks and
+// reads until the session is cancelled (nil) or the connection fails (its
+// error). After watchHealthEvery without a notification it sends a
+// statement, which the server answers at once if the connection is alive.
+func (ls *listenSession) loop(s *Store, conn *pgx.Conn) error {
 	retry := time.Duration(0) // the pause before locks are tried again, or 0
+	health := false
 	for {
 		if ls.ctx.Err() != nil {
 			return nil
 		}
-		contended, err := ls.reconcile(conn, class)
+		contended, err := ls.reconcile(s, conn, health)
 		if err != nil {
 			return err
 		}
+		health = false
 		switch {
 		case !contended:
 			retry = 0
@@ -366,7 +455,7 @@ func (ls *listenSession) loop(conn *pgx.Conn, channel string, class int32) error
 		default:
 			retry = min(2*retry, lockRetryMax)
 		}
-		wait := watchHealthEvery
+		wait := time.Duration(watchHealthEvery.Load())
 		if retry > 0 {
 			wait = retry
 		}
@@ -386,7 +475,7 @@ func (ls *listenSession) loop(conn *pgx.Conn, channel string, class int32) error
 		cancel()
 		switch {
 		case err == nil:
-			if n.Channel == channel && n.Payload != "" {
+			if n.Payload != "" {
 				ls.subs.Notify(n.Payload)
 			}
 			continue
@@ -397,86 +486,178 @@ func (ls *listenSession) loop(conn *pgx.Conn, channel string, class int32) error
 		case errors.Is(err, context.Canceled), retry > 0:
 			continue // woken, or time to try the locks again
 		case errors.Is(err, context.DeadlineExceeded):
-			pctx, cancel := context.WithTimeout(ls.ctx, watchPingTimeout)
-			_, err = conn.Exec(pctx, listenSQL(channel))
-			cancel()
-			if err == nil || ls.ctx.Err() != nil {
-				continue
-			}
+			health = true
+			continue
 		}
 		return err
 	}
 }
 
-// reconcile drops the locks of keys no longer watched and takes those of
-// keys newly watched, and reports whether a lock it wanted was held by a
-// completion (to be tried again shortly).
-func (ls *listenSession) reconcile(conn *pgx.Conn, class int32) (contended bool, err error) {
+// reconcile sends, in one round trip, what the keys need: the unlocks of
+// keys evicted, and of keys whose grace is over when it sends anything
+// else; the locks of keys newly watched; the reads of WatchGets. With
+// health it sends at least a statement. It reports whether a lock it
+// wanted was held by a completion (to be tried again shortly).
+func (ls *listenSession) reconcile(s *Store, conn *pgx.Conn, health bool) (contended bool, err error) {
+	type taking struct {
+		key string
+		kl  *keyLock
+	}
+	type reading struct {
+		kl    *keyLock
+		held  bool // the lock was held before the statements: it is while they run
+		reads []*watchRead
+	}
+	now := time.Now()
 	ls.l.mu.Lock()
 	ls.dirty = false
-	var drop, take []string
+	var (
+		expired []string
+		take    []taking
+		read    = map[string]*reading{}
+		keys    []string // read's keys
+	)
 	for k, kl := range ls.keys {
 		switch {
 		case kl.subs == 0 && kl.held:
-			// Not held from now on: a watch of the key made before the
-			// lock is dropped waits for it to be taken again.
-			kl.held, kl.ready = false, make(chan struct{})
-			drop = append(drop, k)
+			if now.Sub(kl.since) >= time.Duration(watchLockGrace.Load()) {
+				expired = append(expired, k)
+			}
 		case kl.subs == 0:
-			delete(ls.keys, k)
+			delete(ls.keys, k) // never held: nothing to drop
 		case !kl.held:
-			take = append(take, k)
+			take = append(take, taking{k, kl})
+		}
+		if kl.subs > 0 && len(kl.reads) > 0 {
+			read[k] = &reading{kl: kl, held: kl.held, reads: kl.reads}
+			kl.reads = nil
+			keys = append(keys, k)
 		}
 	}
-	ls.l.mu.Unlock()
-	ctx, cancel := context.WithTimeout(ls.ctx, watchPingTimeout)
-	defer cancel()
-	if len(drop) > 0 {
-		if _, err := conn.Exec(ctx, unlockSQL, class, drop); err != nil {
-			return false, err
-		}
-		ls.l.mu.Lock()
-		for _, k := range drop {
-			if kl := ls.keys[k]; kl != nil && kl.subs == 0 {
-				delete(ls.keys, k)
-			} // else watched again meanwhile: taken again next time
-		}
+	if len(ls.drops) == 0 && len(take) == 0 && len(keys) == 0 && !health {
 		ls.l.mu.Unlock()
-	}
-	if len(take) == 0 {
 		return false, nil
 	}
-	rows, err := conn.Query(ctx, lockSQL, class, take)
+	// Keys whose grace is over go with the statements sent anyway.
+	drop := ls.drops
+	ls.drops = nil
+	for _, k := range expired {
+		delete(ls.keys, k)
+		drop = append(drop, k)
+	}
+	ls.l.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(ls.ctx, watchPingTimeout)
+	defer cancel()
+	var b pgx.Batch
+	if len(drop) > 0 {
+		b.Queue(s.sql.watchUnlock, drop)
+	}
+	if len(take) > 0 {
+		ks := make([]string, len(take))
+		for i, t := range take {
+			ks[i] = t.key
+		}
+		b.Queue(s.sql.watchLock, ks)
+	}
+	if len(keys) > 0 {
+		b.Queue(s.sql.getMany, keys)
+	}
+	if b.Len() == 0 {
+		_, err := conn.Exec(ctx, "SELECT 1") // the health check alone
+		return false, err
+	}
+	got := map[string]bool{}
+	rows := map[string]row{}
+	br := conn.SendBatch(ctx, &b)
+	err = func() error {
+		if len(drop) > 0 {
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
+		}
+		if len(take) > 0 {
+			rs, err := br.Query()
+			if err != nil {
+				return err
+			}
+			for rs.Next() {
+				var (
+					k  string
+					ok bool
+				)
+				if err := rs.Scan(&k, &ok); err != nil {
+					rs.Close()
+					return err
+				}
+				got[k] = ok
+			}
+			if err := rs.Err(); err != nil {
+				return err
+			}
+		}
+		if len(keys) > 0 {
+			rs, err := br.Query()
+			if err != nil {
+				return err
+			}
+			for rs.Next() {
+				var r row
+				if err := rs.Scan(r.dest()...); err != nil {
+					rs.Close()
+					return err
+				}
+				rows[r.key] = r
+			}
+			if err := rs.Err(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}()
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
 	if err != nil {
 		return false, err
 	}
-	var got []string
-	for rows.Next() {
-		var (
-			k  string
-			ok bool
-		)
-		if err := rows.Scan(&k, &ok); err != nil {
-			rows.Close()
-			return false, err
-		}
-		if ok {
-			got = append(got, k)
-		} else {
-			contended = true
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return false, err
-	}
+
 	ls.l.mu.Lock()
 	defer ls.l.mu.Unlock()
-	for _, k := range got {
-		kl := ls.keys[k]
-		kl.held = true
-		close(kl.ready)
-		if kl.subs == 0 {
-			ls.dirty = true // unwatched meanwhile: drop it
+	for _, t := range take {
+		if !got[t.key] {
+			contended = true
+			continue
+		}
+		if ls.keys[t.key] != t.kl {
+			// Evicted meanwhile: the lock is the session's still.
+			ls.drops = append(ls.drops, t.key)
+			continue
+		}
+		t.kl.held = true
+		close(t.kl.ready)
+		if t.kl.subs == 0 {
+			t.kl.since = now
+		}
+	}
+	for k, r := range read {
+		if !r.held && !got[k] {
+			// The lock was not granted: a read now could miss a
+			// completion that no notification will tell. Read again with
+			// the next try.
+			r.kl.reads = append(r.reads, r.kl.reads...)
+			continue
+		}
+		for _, rd := range r.reads {
+			if row, ok := rows[k]; ok {
+				rd.rec, rd.err = row.record()
+				if rd.err != nil {
+					rd.err = s.wrap("WatchGet", k, rd.err)
+				}
+			} else {
+				rd.err = store.ErrNotFound
+			}
+			close(rd.done)
 		}
 	}
 	return contended, nil
