@@ -32,12 +32,15 @@ import (
 // a notification was lost without its subscription knowing (a lost
 // connection ends the subscription, and is read after at once): after as
 // long as the call has been seen running, from watchSafetyMin up to
-// watchSafetyMax. A call's lone waiter thus reads at most about
-// log2(D/watchSafetyMin) times more for a call that runs D, and a lost
-// notification delays it by at most the time the call had been running,
-// or a minute.
+// watchSafetyMax. A call's lone waiter thus reads nothing more for a call
+// shorter than watchSafetyMin, and about log2(D/watchSafetyMin) times more
+// for a longer one, D; a lost notification, which takes a server that
+// drops a message on a connection it keeps, delays the wait by at most
+// the time the call had been running, 30 s at least and a minute at most.
+// (At 10 s, the first safety read raced the completion of 10 s calls, a
+// fourth store call for their lone waiters.)
 const (
-	watchSafetyMin = 10 * time.Second
+	watchSafetyMin = 30 * time.Second
 	watchSafetyMax = time.Minute
 )
 

@@ -310,3 +310,62 @@ func TestWaitThousandDuplicatesFourProcesses(t *testing.T) {
 		}
 	}
 }
+
+// silentSub is a subscription that stays in effect but never hears its
+// key's completion: a notification lost without the subscription knowing.
+type silentSub struct{ done chan struct{} }
+
+func (s silentSub) Done() <-chan struct{} { return s.done }
+func (s silentSub) Err() error            { return nil }
+func (s silentSub) Stop()                 {}
+
+// TestWaitSafetyReadAfterThirtySeconds: a waiter whose subscription stays
+// in effect reads the record on its own only once the call has been seen
+// running for 30 s, so that a lone waiter of a call shorter than that
+// makes its three store calls and no more (a safety read at 10 s raced
+// the completion of a 10 s call: a fourth); and a notification lost
+// without the subscription knowing still ends the wait, at that read.
+func TestWaitSafetyReadAfterThirtySeconds(t *testing.T) {
+	s := &watchStore{Store: memory.New()}
+	clock := newFakeClock()
+	holder := mustGuard(t, s, adapt.WithClock(clock), guard.WithLease(time.Hour))
+	dup := mustGuard(t, s, adapt.WithClock(clock))
+	cl, _, err := adapt.Obtain(ctx, holder, "pay", "o-5")
+	if err != nil || cl == nil {
+		t.Fatalf("claim: %v, %v", cl, err)
+	}
+	s.mu.Lock()
+	s.watch = func(int64, string) (store.Subscription, error) { return silentSub{make(chan struct{})}, nil }
+	s.mu.Unlock()
+	ch := make(chan waited, 1)
+	go func() {
+		v, out, err := adapt.Execute(ctx, dup, "pay", "o-5", func(context.Context) (int, error) { return 8, nil }, guard.WithWait(24*time.Hour))
+		ch <- waited{v, out, err}
+	}()
+	waitFor(t, "the duplicate's watch", func() bool { return s.watches.Load() >= 1 })
+	b, _ := json.Marshal(7)
+	if _, err := adapt.Complete(ctx, holder, *cl, store.ResultValue, b); err != nil {
+		t.Fatal(err)
+	}
+	// The duplicate's budget timer and its waiter's pause.
+	bctx, cancel := context.WithTimeout(ctx, settle)
+	defer cancel()
+	if err := clock.BlockUntilContext(bctx, 2); err != nil {
+		t.Fatalf("the waiter never paused: %v", err)
+	}
+	gets := s.gets.Load()
+	clock.Advance(29 * time.Second)
+	select {
+	case got := <-ch:
+		t.Fatalf("returned %+v after 29 s with no notification: it read the record early (%d reads)", got, s.gets.Load()-gets)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if n := s.gets.Load() - gets; n != 0 {
+		t.Fatalf("%d reads within 29 s of a subscription in effect, want none", n)
+	}
+	clock.Advance(2 * time.Second)
+	got := result(t, "duplicate", ch)
+	if got.err != nil || got.v != 7 || got.out != guard.OutcomeReplayed {
+		t.Fatalf("duplicate: %d, %v, %v; want the holder's 7, replayed at the safety read", got.v, got.out, got.err)
+	}
+}

@@ -84,8 +84,11 @@ var (
 )
 
 // watchHealthEvery is how long, in nanoseconds, the listener waits for a
-// notification before it checks its connection: 10 s. Tests change it
-// while other tests' listeners run.
+// notification before it checks its connection: 30 s, as long as a
+// waiting guard goes before its first read of its own, so that a lone
+// waiter of a call shorter than that makes no round trip beyond the three
+// it needs (at 10 s, a 20 s call's lone waiter made 4 or 5). Tests change
+// it while other tests' listeners run.
 var watchHealthEvery atomic.Int64
 
 // watchLockGrace is how long, in nanoseconds, a key's lock is kept after
@@ -95,7 +98,7 @@ var watchLockGrace atomic.Int64
 
 func init() {
 	watchLockGrace.Store(int64(time.Second))
-	watchHealthEvery.Store(int64(10 * time.Second))
+	watchHealthEvery.Store(int64(30 * time.Second))
 }
 
 const (
