@@ -73,7 +73,7 @@ func newConfig(opts []Option) *config {
 
 // WithGuardOptions gives this workflow guard options, as they are:
 // guard.WithKeyPath, guard.WithPayloadValidation, guard.WithTTL,
-// guard.WithLease, guard.WithWait(0) or guard.WithWait, adapt.WithWaitBackoff,
+// guard.WithLease, guard.WithWait(0) or guard.WithWait,
 // guard.WithRequireKey, guard.WithResultFilter, guard.WithDefiniteErrors,
 // guard.WithOutcomeHook, guard.WithCodec, … They override the defaults
 // given to guard.New, which override the workflow guard's own
@@ -81,8 +81,8 @@ func newConfig(opts []Option) *config {
 // in wait slices separated by workflow timers from a second up to a minute
 // long: see [Wrap]), and they apply to
 // every step of the claim: claiming, extending, completing and replaying.
-// guard.WithKey and adapt.WithClaimToken name one call and are refused
-// (the caller gives a run its key with [ContextWithKey]).
+// guard.WithKey names one call and is refused (the caller gives a run its
+// key with [ContextWithKey]).
 func WithGuardOptions(opts ...guard.CallOption) Option {
 	return optionFunc(func(c *config) { c.guardOpts = append(c.guardOpts, opts...) })
 }

@@ -47,7 +47,7 @@ import (
 //     then replays the result or claims at once, or takes the key over at
 //     the holder's lease end. After a
 //     slice with no news it sleeps on a workflow timer, from a second
-//     growing to a minute (adapt.WithWaitBackoff), or until the holder's
+//     growing to a minute, or until the holder's
 //     lease end if that comes first, and claims again with a new slice.
 //     Each slice with its timer adds a marker, a timer and a workflow task
 //     to the history, as each poll did before slices (a slice ends before
