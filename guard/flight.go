@@ -9,7 +9,7 @@ import (
 
 // Concurrent calls with the same key and payload in one process share one
 // execution: the leader runs the protocol, the followers wait for its
-// outcome. Each keeps its own mode: in reject mode it gets ErrInProgress as
+// outcome (follow, in run.go); here are the flights they meet in. Each keeps its own mode: in reject mode it gets ErrInProgress as
 // soon as the leader runs or finds the key held; in wait mode, when the
 // leader got no outcome it may replay, it goes to the store itself.
 
